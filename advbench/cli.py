@@ -1,0 +1,133 @@
+"""Command-line entry point: `advbench run | train | plot | list | uap`.
+
+`run`, `train` and the `uap` jobs hand their arguments to Hydra (sweeps with `-m`, launcher
+plugins, `--cfg job`); `plot` and `list` are plain commands. Library errors become a single
+`error: ...` line and exit status 1.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+
+from advbench import __version__
+from advbench.errors import AdvbenchError
+
+HYDRA_ARGS = {"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": ["--help"]}
+
+
+def one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn library errors into click's one-line error and exit 1."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except AdvbenchError as exc:
+            raise click.ClickException(str(exc)) from None
+
+    return wrapper
+
+
+def hydra_command(config_name: str, task_path: str, prog: str) -> Callable[[tuple[str, ...]], None]:
+    """A click callback that forwards its raw arguments to a Hydra app running `task_path`."""
+
+    @one_line_errors
+    def callback(args: tuple[str, ...]) -> None:
+        from importlib import import_module
+
+        from advbench.config import run_hydra
+
+        module, _, name = task_path.rpartition(".")
+        run_hydra(config_name, getattr(import_module(module), name), list(args), prog=prog)
+
+    return callback
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="advbench")
+def main() -> None:
+    """Measure how robust image models are, and how stable quality metrics are.
+
+    \b
+    advbench run attack=bim defense=trades            one benchmark cell
+    advbench run -m attack=fgsm,bim defense=natural,pgd_at   a sweep
+    advbench run -m experiment=benchmark              the default digits benchmark
+    advbench plot advbench-out/records --out results  curves and tables
+    advbench list attack                              what can be chosen
+    """
+
+
+@main.command(context_settings=HYDRA_ARGS)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def run(args: tuple[str, ...]) -> None:
+    """Run benchmark cells: attack x defense x threat model, records to parquet.
+
+    ARGS are Hydra overrides (group=option, key=value) and Hydra flags: -m/--multirun for
+    sweeps (hydra/launcher=joblib runs them in parallel), --cfg job to print the config,
+    --force (as force=true) to redo cells whose records exist. Groups: dataset, model,
+    defense, attack, threat, experiment; see `advbench list`.
+    """
+    args = tuple("force=true" if a == "--force" else a for a in args)
+    hydra_command("config", "advbench.engine.run_main", "advbench run")(args)
+
+
+@main.command(context_settings=HYDRA_ARGS)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def train(args: tuple[str, ...]) -> None:
+    """Train a defense checkpoint (dataset=, model=, defense=) and save it with metadata.
+
+    ARGS are Hydra overrides, e.g. `advbench train defense=pgd_at dataset=digits`.
+    """
+    hydra_command("train", "advbench.defenses.training.train_main", "advbench train")(args)
+
+
+@main.command()
+@click.argument("records", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("results"), show_default=True,
+              help="Folder for figures (PNG, SVG) and tables (Markdown, CSV).")
+@one_line_errors
+def plot(records: tuple[Path, ...], out_dir: Path) -> None:
+    """Turn record files or folders into robustness curves, stability plots and tables."""
+    from rich.console import Console
+
+    from advbench.records import read_records
+
+    frame = read_records(records or (Path("advbench-out/records"),))
+    console = Console()
+    if "target_bitrate_kbps" in frame.columns:
+        from advbench.iqa.report import render_stability
+
+        written = render_stability(frame, out_dir)
+    else:
+        from advbench.plot import render_all
+
+        written = render_all(frame, out_dir)
+    for path in written:
+        console.print(f"wrote {path}")
+
+
+@main.command(name="list")
+@click.argument("group", required=False)
+@one_line_errors
+def list_options(group: str | None) -> None:
+    """List config groups, or the options of GROUP with one-line descriptions."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from advbench.config import describe, group_options, groups
+
+    names = groups()
+    if group is not None and group not in names:
+        raise AdvbenchError(f"unknown group '{group}'; valid: {', '.join(names)}")
+    table = Table(show_header=True, header_style="bold")
+    table.add_column("group")
+    table.add_column("option")
+    table.add_column("description")
+    for g in [group] if group else names:
+        for option in group_options(g):
+            table.add_row(g, option, describe(g, option))
+    Console().print(table)
