@@ -1,0 +1,73 @@
+"""Norm-specific primitives shared by every attack: norms, step directions, projections.
+
+Every function works on a batch with a per-sample budget `eps` of shape (N,), so one call
+can carry samples at different budgets (the minimum-ε search relies on this).
+"""
+
+from __future__ import annotations
+
+import torch
+
+_TINY = 1e-12
+
+
+def per_sample(v: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """Reshape a (N,) tensor to broadcast against `like` (N, ...)."""
+    return v.reshape(-1, *([1] * (like.dim() - 1)))
+
+
+def lp_norm(v: torch.Tensor, norm: str) -> torch.Tensor:
+    flat = v.flatten(1)
+    if norm == "linf":
+        return flat.abs().amax(dim=1)
+    if norm == "l2":
+        return flat.norm(p=2, dim=1)
+    if norm == "l1":
+        return flat.abs().sum(dim=1)
+    raise ValueError(f"unknown norm '{norm}'; valid: linf, l2, l1")
+
+
+def unit_direction(g: torch.Tensor, norm: str) -> torch.Tensor:
+    """Steepest-ascent direction of unit `norm`: sign for ℓ∞, g/‖g‖₂ for ℓ2."""
+    if norm == "linf":
+        return g.sign()
+    return g / per_sample(lp_norm(g, norm).clamp_min(_TINY), g)
+
+
+def project(x_adv: torch.Tensor, x: torch.Tensor, eps: torch.Tensor, norm: str) -> torch.Tensor:
+    """Project onto the `norm` ball of radius eps (per sample) around x."""
+    delta = x_adv - x
+    if norm == "linf":
+        e = per_sample(eps, delta)
+        delta = torch.maximum(torch.minimum(delta, e), -e)
+    else:
+        n = lp_norm(delta, norm)
+        factor = torch.where(n > eps, eps / n.clamp_min(_TINY), torch.ones_like(n))
+        delta = delta * per_sample(factor, delta)
+    return x + delta
+
+
+def clip(x: torch.Tensor, bounds: tuple[float, float]) -> torch.Tensor:
+    """Clip to the model's input range; this never increases any ℓp norm of x_adv − x."""
+    return x.clamp(bounds[0], bounds[1])
+
+
+def ascend(x_adv: torch.Tensor, x: torch.Tensor, direction: torch.Tensor, alpha: torch.Tensor,
+           eps: torch.Tensor, norm: str, bounds: tuple[float, float]) -> torch.Tensor:
+    """One projected step: x_adv + α·d, back into the ε-ball, then into bounds."""
+    stepped = x_adv + per_sample(alpha, x_adv) * direction
+    return clip(project(stepped, x, eps, norm), bounds)
+
+
+def random_start(x: torch.Tensor, eps: torch.Tensor, norm: str, bounds: tuple[float, float],
+                 generator: torch.Generator | None = None) -> torch.Tensor:
+    """A point drawn uniformly from the ε-ball (ℓ∞ cube or ℓ2 ball), clipped to bounds."""
+    if norm == "linf":
+        u = torch.rand(x.shape, generator=generator, device=x.device, dtype=x.dtype) * 2 - 1
+        delta = u * per_sample(eps, x)
+    else:
+        g = torch.randn(x.shape, generator=generator, device=x.device, dtype=x.dtype)
+        d = x[0].numel()
+        radius = torch.rand(x.shape[0], generator=generator, device=x.device, dtype=x.dtype) ** (1.0 / d)
+        delta = unit_direction(g, "l2") * per_sample(radius * eps, x)
+    return clip(x + delta, bounds)
