@@ -32,11 +32,12 @@ def write_part(frame: pd.DataFrame, path: Path) -> Path:
 
 
 def part_files(paths: Iterable[Path | str]) -> list[Path]:
-    """Expand files and folders (recursively) into the list of parquet parts."""
+    """Expand files and folders (recursively) into parquet parts, skipping hidden in-progress chunks."""
     found: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
-            found.extend(sorted(q for q in p.rglob("*.parquet") if not q.name.startswith(".")))
+            found.extend(sorted(q for q in p.rglob("*.parquet")
+                                if not any(part.startswith(".") for part in q.relative_to(p).parts)))
         elif p.is_file():
             found.append(p)
         else:
