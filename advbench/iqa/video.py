@@ -1,0 +1,229 @@
+"""Raw video in, real H.264 (libx264 via PyAV) round trip out, and PSNR against the source.
+
+Frames travel as float32 arrays (T, H, W, 3), RGB in [0, 1]. Videos are read in chunks so a
+FullHD clip never has to sit in memory whole; `H264Transcoder` takes chunks and returns the
+decoded frames as the encoder releases them (x264 holds a look-ahead of frames back).
+
+PSNR is computed on luma, Y' = 0.299 R + 0.587 G + 0.114 B (BT.601 weights, full range,
+peak 1) of the RGB frames, per frame, then averaged over frames: luma PSNR is the video
+convention, and computing it from RGB treats the source and the decoded video identically.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import numpy as np
+
+from advbench.errors import AdvbenchError
+
+LUMA = np.array([0.299, 0.587, 0.114], dtype=np.float32)
+PSNR_CAP_DB = 100.0
+
+
+@dataclass(frozen=True)
+class RawFormat:
+    """How to read headerless .yuv: size, pixel format and frame rate are not in the file."""
+
+    width: int
+    height: int
+    pix_fmt: str = "yuv420p"
+    fps: float = 25.0
+
+
+@dataclass(frozen=True)
+class VideoInfo:
+    """What the job needs to know before decoding: frame size and rate."""
+
+    width: int
+    height: int
+    fps: Fraction
+
+
+def _open(path: Path, raw: RawFormat | None) -> av.container.InputContainer:
+    """Open with PyAV; a .yuv file needs `raw`. Every failure is an AdvbenchError."""
+    if not path.is_file():
+        raise AdvbenchError(f"video '{path}' does not exist: expected a Y4M, raw .yuv or any file FFmpeg reads")
+    if raw is None and path.suffix.lower() == ".yuv":
+        raise AdvbenchError(f"raw video '{path}' needs width, height, pix_fmt and fps; got none")
+    options = (
+        {"video_size": f"{raw.width}x{raw.height}", "pixel_format": raw.pix_fmt,
+         "framerate": str(raw.fps)}
+        if raw is not None
+        else {}
+    )
+    try:
+        container = av.open(str(path), format="rawvideo" if raw else None, options=options)
+    except (av.FFmpegError, ValueError) as exc:
+        raise AdvbenchError(f"cannot read video '{path}': {exc}") from None
+    if not container.streams.video:
+        container.close()
+        raise AdvbenchError(f"'{path}' has no video stream: expected a video file")
+    return container
+
+
+def probe(path: str | Path, raw: RawFormat | None = None) -> VideoInfo:
+    """Frame size and rate of a video (rate from `raw` for .yuv, else from the file)."""
+    with _open(Path(path), raw) as container:
+        stream = container.streams.video[0]
+        rate = stream.average_rate or stream.guessed_rate
+        if raw is not None:
+            rate = Fraction(raw.fps).limit_denominator(1001)
+        if not rate:
+            raise AdvbenchError(f"video '{path}' has no frame rate: pass one with a RawFormat")
+        return VideoInfo(stream.codec_context.width, stream.codec_context.height, Fraction(rate))
+
+
+def iter_chunks(
+    path: str | Path,
+    chunk_frames: int = 16,
+    raw: RawFormat | None = None,
+    max_frames: int | None = None,
+) -> Iterator[np.ndarray]:
+    """Yield the video as float RGB chunks (≤ chunk_frames, H, W, 3) in [0, 1]."""
+    path = Path(path)
+    buffer: list[np.ndarray] = []
+    count = 0
+    with _open(path, raw) as container:
+        try:
+            for frame in container.decode(video=0):
+                if max_frames is not None and count >= max_frames:
+                    break
+                buffer.append(frame.to_ndarray(format="rgb24"))
+                count += 1
+                if len(buffer) == chunk_frames:
+                    yield _to_float(buffer)
+                    buffer = []
+        except av.FFmpegError as exc:
+            raise AdvbenchError(f"cannot decode video '{path}' after {count} frames: {exc}") from None
+    if buffer:
+        yield _to_float(buffer)
+    if count == 0:
+        raise AdvbenchError(f"video '{path}' has no decodable frames")
+
+
+def read_video(
+    path: str | Path, raw: RawFormat | None = None, max_frames: int | None = None
+) -> np.ndarray:
+    """The whole video as one float RGB array (T, H, W, 3); use `iter_chunks` for long clips."""
+    return np.concatenate(list(iter_chunks(path, 64, raw, max_frames)))
+
+
+def _to_float(frames: list[np.ndarray]) -> np.ndarray:
+    return np.stack(frames).astype(np.float32) / 255.0
+
+
+def _to_uint8(frames: np.ndarray) -> np.ndarray:
+    return np.clip(np.rint(np.asarray(frames, np.float32) * 255.0), 0, 255).astype(np.uint8)
+
+
+class H264Transcoder:
+    """Encode float RGB chunks with libx264 at a target bitrate and decode them right back.
+
+    `push` returns whatever decoded frames the encoder has released so far, `flush` the rest,
+    in display order. `real_bitrate_kbps` counts the encoded H.264 payload bytes (no container)
+    over the clip's duration frames/fps; `seconds` is the time spent in the codec.
+    """
+
+    def __init__(
+        self, width: int, height: int, fps: Fraction | float, bitrate_kbps: float, preset: str = "medium"
+    ) -> None:
+        if width % 2 or height % 2:
+            raise AdvbenchError(f"H.264 yuv420p needs an even frame size; got {width}x{height}")
+        if not bitrate_kbps > 0:
+            raise AdvbenchError(f"bitrate must be > 0 kbps; got {bitrate_kbps}")
+        self.fps = Fraction(fps).limit_denominator(1001)
+        self.encoder = av.CodecContext.create("libx264", "w")
+        self.encoder.width, self.encoder.height = width, height
+        self.encoder.pix_fmt = "yuv420p"
+        self.encoder.time_base = 1 / self.fps
+        self.encoder.framerate = self.fps
+        self.encoder.bit_rate = int(bitrate_kbps * 1000)
+        self.encoder.options = {"preset": preset}
+        self.decoder = av.CodecContext.create("h264", "r")
+        self.bytes = 0
+        self.frames_in = 0
+        self.seconds = 0.0
+
+    def _drain(self, packets: list[av.Packet]) -> list[np.ndarray]:
+        decoded = []
+        for packet in packets:
+            self.bytes += packet.size
+            decoded.extend(f.to_ndarray(format="rgb24") for f in self.decoder.decode(packet))
+        return decoded
+
+    def _timed(self, work: list[np.ndarray] | None) -> np.ndarray:
+        """Encode `work` (None flushes) and decode every packet that comes out."""
+        start = time.perf_counter()
+        decoded: list[np.ndarray] = []
+        if work is None:
+            decoded += self._drain(list(self.encoder.encode(None)))
+            decoded += [f.to_ndarray(format="rgb24") for f in self.decoder.decode(None)]
+        else:
+            for image in work:
+                frame = av.VideoFrame.from_ndarray(image, format="rgb24").reformat(format="yuv420p")
+                frame.pts = self.frames_in
+                self.frames_in += 1
+                decoded += self._drain(list(self.encoder.encode(frame)))
+        self.seconds += time.perf_counter() - start
+        if not decoded:
+            return np.empty((0, self.encoder.height, self.encoder.width, 3), np.float32)
+        return _to_float(decoded)
+
+    def push(self, frames: np.ndarray) -> np.ndarray:
+        """Encode a float RGB chunk; return the decoded frames available so far."""
+        expected = (self.encoder.height, self.encoder.width, 3)
+        if frames.ndim != 4 or frames.shape[1:] != expected:
+            raise AdvbenchError(f"expected frames (T, {expected[0]}, {expected[1]}, 3); got {frames.shape}")
+        return self._timed(list(_to_uint8(frames)))
+
+    def flush(self) -> np.ndarray:
+        """Finish the stream and return the frames the encoder still held."""
+        return self._timed(None)
+
+    @property
+    def real_bitrate_kbps(self) -> float:
+        return float(self.bytes * 8 / (self.frames_in / self.fps) / 1000) if self.frames_in else 0.0
+
+
+@dataclass(frozen=True)
+class Transcoded:
+    frames: np.ndarray
+    real_bitrate_kbps: float
+    seconds: float
+
+
+def transcode(
+    frames: np.ndarray, fps: Fraction | float, bitrate_kbps: float, preset: str = "medium"
+) -> Transcoded:
+    """In-memory round trip of a whole clip through H.264 (for short clips and tests)."""
+    codec = H264Transcoder(frames.shape[2], frames.shape[1], fps, bitrate_kbps, preset)
+    decoded = np.concatenate([codec.push(frames), codec.flush()])
+    return Transcoded(decoded, codec.real_bitrate_kbps, codec.seconds)
+
+
+def psnr_y(reference: np.ndarray, test: np.ndarray) -> np.ndarray:
+    """Per-frame luma PSNR in dB (peak 1) of (T, H, W, 3) RGB arrays; identical frames cap at 100."""
+    if reference.shape != test.shape:
+        raise AdvbenchError(f"PSNR needs frames of one shape; got {reference.shape} and {test.shape}")
+    diff = (np.asarray(reference, np.float32) - np.asarray(test, np.float32)) @ LUMA
+    mse = np.mean(diff.astype(np.float64) ** 2, axis=(1, 2))
+    return np.minimum(10.0 * np.log10(1.0 / np.maximum(mse, 1e-30)), PSNR_CAP_DB)
+
+
+def write_y4m(path: str | Path, frames: np.ndarray, fps: int | Fraction = 25) -> Path:
+    """Write float RGB frames as a yuv420p Y4M file (the raw format Xiph videos come in)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with av.open(str(path), "w", format="yuv4mpegpipe") as container:
+        stream = container.add_stream("rawvideo", rate=Fraction(fps))
+        stream.width, stream.height, stream.pix_fmt = frames.shape[2], frames.shape[1], "yuv420p"
+        for image in _to_uint8(frames):
+            container.mux(stream.encode(av.VideoFrame.from_ndarray(image, format="rgb24")))
+        container.mux(stream.encode(None))
+    return path
