@@ -38,7 +38,7 @@ _TABLE_COLUMNS = [*CELL, "sample_id", "label", "adv_pred", "clean_correct", "suc
 
 def _validate(df: pd.DataFrame, needed: list[str], what: str) -> None:
     """Fail early, naming every missing column, instead of a KeyError deep inside pandas."""
-    missing = [c for c in needed if c not in df.columns]
+    missing = sorted(set(needed) - set(df.columns))
     if missing:
         raise AdvbenchError(f"{what} needs record columns {', '.join(missing)}; they are missing")
     if df.empty:
@@ -232,6 +232,6 @@ def format_table3(tidy: pd.DataFrame) -> dict[tuple[str, str], pd.DataFrame]:
 def _validate_tidy(tidy: pd.DataFrame) -> None:
     """Table formatting takes the output of :func:`summary_table`, not raw records."""
     needed = [*CELL, "eps_budget", "median_min_eps", "accuracy", "asr"]
-    missing = [c for c in needed if c not in tidy.columns]
+    missing = sorted(set(needed) - set(tidy.columns))
     if missing:
         raise AdvbenchError(f"table formatting needs summary_table columns {', '.join(missing)}; they are missing")

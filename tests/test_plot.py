@@ -1,0 +1,156 @@
+"""Figures and tables: file names and formats, panel layout, consistent styles, table text."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.colors import to_hex
+from rich.console import Console
+
+from advbench.curves import budget_curve, strength_curve, summary_table
+from advbench.errors import AdvbenchError
+from advbench.plot import (
+    budget_figure,
+    defense_styles,
+    plot_budget_curves,
+    plot_strength_curves,
+    print_tables,
+    render_all,
+    strength_figure,
+    write_tables,
+)
+
+DEFENSES = ["none", "pgd-at", "jpeg"]
+ATTACKS = ["fgsm", "bim", "mim", "pgd", "deepfool"]
+
+
+def records(defenses=DEFENSES, attacks=ATTACKS, goals=("untargeted", "targeted"), knowledge="white", n=40, seed=0) -> pd.DataFrame:
+    """Random but well-formed records for every (defense, attack, goal) cell."""
+    rng = np.random.default_rng(seed)
+    frames = []
+    for defense in defenses:
+        for attack in attacks:
+            for goal in goals:
+                correct = rng.random(n) < 0.9
+                min_eps = np.where(rng.random(n) < 0.1, np.inf, rng.exponential(0.03, n))
+                success = min_eps <= 8 / 255
+                frames.append(pd.DataFrame({
+                    "dataset": "digits", "defense": defense, "attack": attack, "norm": "linf", "goal": goal,
+                    "knowledge": knowledge, "sample_id": np.arange(n), "label": 1,
+                    "adv_pred": np.where(correct & ~success, 1, 2), "clean_correct": correct,
+                    "success_at_budget": success, "min_eps": min_eps, "eps_budget": 8 / 255,
+                    "strength_budget": 10, "first_success_strength": np.where(success, rng.integers(0, 11, n), -1),
+                }))
+    return pd.concat(frames, ignore_index=True)
+
+
+def line_colors(fig) -> dict[str, set[str]]:
+    """Colour of every data line, by the legend label of the same colour."""
+    legend = fig.legends[0]
+    by_color = {to_hex(h.get_color()): t.get_text() for h, t in zip(legend.legend_handles, legend.get_texts())}
+    seen: dict[str, set[str]] = {}
+    for ax in fig.axes:
+        for line in ax.get_lines():
+            if line.get_linestyle() != ":":
+                seen.setdefault(by_color[to_hex(line.get_color())], set()).add(to_hex(line.get_color()))
+    return seen
+
+
+def test_budget_figure_has_one_panel_per_attack_and_one_line_per_defense():
+    curves = budget_curve(records(goals=("untargeted",)))
+    fig = budget_figure(curves)
+    assert len(fig.axes) == len(ATTACKS)
+    assert sorted(ax.get_title() for ax in fig.axes) == sorted(ATTACKS)
+    assert fig.get_suptitle() == "digits · ℓ∞ · untargeted · white-box"
+    for ax in fig.axes:
+        solid = [l for l in ax.get_lines() if l.get_linestyle() != ":"]
+        budget_lines = [l for l in ax.get_lines() if l.get_linestyle() == ":"]
+        assert len(solid) == len(DEFENSES)
+        assert [l.get_xdata()[0] for l in budget_lines] == pytest.approx([8 / 255])
+        assert ax.get_ylim() == pytest.approx((-0.02, 1.02))
+        assert ax.get_xlabel() == "ℓ∞ budget ε"
+    assert fig.axes[0].get_ylabel() == "accuracy"
+    assert len(fig.legends) == 1
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == sorted(DEFENSES) + ["budget"]
+
+
+def test_targeted_figures_show_attack_success_rate():
+    df = records(goals=("targeted",), attacks=["pgd"])
+    fig = budget_figure(budget_curve(df))
+    assert fig.axes[0].get_ylabel() == "attack success rate"
+    plotted = fig.axes[0].get_lines()[0].get_ydata()
+    assert np.all(np.isfinite(plotted)) and np.all(np.diff(plotted) >= 0)
+
+
+def test_strength_figure_uses_steps_and_names_the_unit():
+    fig = strength_figure(strength_curve(records(goals=("untargeted",), attacks=["nes", "spsa"], knowledge="score")))
+    assert len(fig.axes) == 2
+    assert fig.axes[0].get_xlabel() == "attack strength (queries)"
+    assert fig.axes[0].get_lines()[0].get_drawstyle() == "steps-post"
+    assert fig.axes[0].get_xlim() == pytest.approx((0, 10))
+
+
+def test_figure_rejects_curves_of_several_threat_models():
+    with pytest.raises(AdvbenchError, match="got 2 combinations"):
+        budget_figure(budget_curve(records(attacks=["pgd"])))
+
+
+def test_defense_colours_agree_across_figures():
+    styles = defense_styles(DEFENSES)
+    full = budget_figure(budget_curve(records(goals=("untargeted",))), styles)
+    partial = budget_figure(budget_curve(records(defenses=["pgd-at"], goals=("untargeted",))), styles)
+    assert line_colors(partial)["pgd-at"] == line_colors(full)["pgd-at"]
+    assert len({to_hex(s["color"]) for s in styles.values()}) == len(DEFENSES)
+    many = defense_styles(f"d{i:02d}" for i in range(25))
+    assert len({(to_hex(s["color"]), s["linestyle"]) for s in many.values()}) == 25
+
+
+def test_plot_functions_write_nonempty_png_and_svg_with_expected_names(tmp_path):
+    df = records(attacks=["fgsm", "pgd"])
+    written = plot_budget_curves(budget_curve(df), tmp_path) + plot_strength_curves(strength_curve(df), tmp_path)
+    names = sorted(p.name for p in written)
+    assert names == sorted(
+        f"{kind}_digits_linf_{goal}_white.{fmt}"
+        for kind in ("budget", "strength") for goal in ("untargeted", "targeted") for fmt in ("png", "svg")
+    )
+    for path in written:
+        head = path.read_bytes()[:200]
+        assert head.startswith(b"\x89PNG") if path.suffix == ".png" else b"<svg" in path.read_bytes()[:2000]
+
+
+def test_write_tables_markdown_and_csv(tmp_path):
+    tidy = summary_table(records(attacks=["pgd"]))
+    written = write_tables(tidy, tmp_path)
+    assert sorted(p.name for p in written) == sorted(
+        f"table3_linf_{goal}.{ext}" for goal in ("untargeted", "targeted") for ext in ("md", "csv")
+    )
+    row = tidy[(tidy["goal"] == "untargeted") & (tidy["defense"] == "jpeg")].iloc[0]
+    expected = f"{row['median_min_eps']:.3f} / {100 * row['accuracy']:.1f}%"
+    md = (tmp_path / "table3_linf_untargeted.md").read_text(encoding="utf-8").splitlines()
+    assert md[0].startswith("Table 3 · ℓ∞ · untargeted")
+    assert md[2] == "| dataset | knowledge | attack | jpeg | none | pgd-at |"
+    assert expected in md[4]
+    csv = pd.read_csv(tmp_path / "table3_linf_untargeted.csv")
+    assert len(csv) == len(DEFENSES)
+    assert csv.set_index("defense").loc["jpeg", "accuracy"] == pytest.approx(row["accuracy"])
+
+
+def test_print_tables_shows_every_cell():
+    tidy = summary_table(records(attacks=["pgd"], goals=("untargeted",)))
+    console = Console(record=True, width=200)
+    print_tables(tidy, console)
+    text = console.export_text()
+    for _, row in tidy.iterrows():
+        assert f"{row['median_min_eps']:.3f} / {100 * row['accuracy']:.1f}%" in text
+
+
+def test_render_all_writes_figures_and_tables(tmp_path):
+    written = render_all(records(attacks=["pgd"], goals=("untargeted",)), tmp_path, formats=("png",))
+    assert sorted(p.name for p in written) == [
+        "budget_digits_linf_untargeted_white.png",
+        "strength_digits_linf_untargeted_white.png",
+        "table3_linf_untargeted.csv",
+        "table3_linf_untargeted.md",
+    ]
+    assert all(p.stat().st_size > 0 for p in written)
