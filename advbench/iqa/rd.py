@@ -29,7 +29,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from advbench.errors import AdvbenchError
 from advbench.iqa.metrics.base import QualityMetric
-from advbench.iqa.video import H264Transcoder, RawFormat, iter_chunks, probe, psnr_y, write_y4m
+from advbench.iqa.video import H264Transcoder, RawFormat, VideoInfo, iter_chunks, probe, psnr_y, write_y4m
 from advbench.records import write_part
 
 Perturbation = Callable[[torch.Tensor, float], torch.Tensor]
@@ -138,20 +138,20 @@ def run_rd(
     stems = [p.stem for p in paths]
     if len(set(stems)) != len(stems):
         raise AdvbenchError(f"video names must be unique (records key on them); got {stems}")
+    infos = {path: probe(path, raw) for path in paths}  # fail on a bad file before any work
     out = Path(out_dir)
     run_id = run_id or uuid.uuid4().hex[:12]
-    metric = metric.to(device).eval()
+    job = _Job(metric.to(device).eval(), perturb, preset, raw, max_frames, chunk_frames, batch_size, device)
+
+    def part(path: Path, amp: float, rate: float) -> Path:
+        return part_path(out, metric_name, path.stem, amp, rate)
+
     todo = [
-        (path, amp, [r for r in rates if force or not part_path(out, metric_name, path.stem, amp, r).exists()])
+        (path, amp, [r for r in rates if force or not part(path, amp, r).exists()])
         for path in paths
         for amp in levels
     ]
-    skipped = [
-        part_path(out, metric_name, path.stem, amp, r)
-        for path, amp, missing in todo
-        for r in rates
-        if r not in missing
-    ]
+    skipped = [part(path, amp, r) for path, amp, missing in todo for r in rates if r not in missing]
     written: list[Path] = []
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
     with Progress(*columns, disable=not progress) as bar:
@@ -160,56 +160,54 @@ def run_rd(
             if not missing:
                 continue
             bar.update(task, description=f"RD {metric_name} {path.stem} a={amp:g}")
-            points = _run_video_amplitude(
-                path, amp, missing, metric, perturb, preset, raw, max_frames, chunk_frames, batch_size, device
-            )
-            for point in points:
+            for point in job.run(path, infos[path], amp, missing):
                 record = _record(point, run_id, metric_name, metric, path.stem, amp)
-                written.append(write_part(record, part_path(out, metric_name, path.stem, amp, point.bitrate_kbps)))
+                written.append(write_part(record, part(path, amp, point.bitrate_kbps)))
                 bar.advance(task)
     return RDRun(run_id, written, skipped)
 
 
-def _run_video_amplitude(
-    path: Path,
-    amplitude: float,
-    bitrates: list[float],
-    metric: QualityMetric,
-    perturb: Perturbation,
-    preset: str,
-    raw: RawFormat | None,
-    max_frames: int | None,
-    chunk_frames: int,
-    batch_size: int,
-    device: torch.device | str,
-) -> list[_Point]:
-    """Stream one (video, amplitude) through one transcoder per bitrate."""
-    info = probe(path, raw)
-    points = [
-        _Point(r, H264Transcoder(info.width, info.height, info.fps, r, preset),
-               iter_chunks(path, chunk_frames, raw, max_frames))
-        for r in bitrates
-    ]
+@dataclass(frozen=True)
+class _Job:
+    """The settings every (video, amplitude) of one run shares."""
 
-    def consume(point: _Point, decoded: np.ndarray) -> None:
+    metric: QualityMetric
+    perturb: Perturbation
+    preset: str
+    raw: RawFormat | None
+    max_frames: int | None
+    chunk_frames: int
+    batch_size: int
+    device: torch.device | str
+
+    def chunks(self, path: Path) -> Iterator[np.ndarray]:
+        return iter_chunks(path, self.chunk_frames, self.raw, self.max_frames)
+
+    def _consume(self, point: _Point, decoded: np.ndarray) -> None:
         if not len(decoded):
             return
         start = time.perf_counter()
-        point.scores.append(score_frames(metric, decoded, batch_size, device))
+        point.scores.append(score_frames(self.metric, decoded, self.batch_size, self.device))
         point.metric_seconds += time.perf_counter() - start
         point.psnrs.append(psnr_y(point.take_reference(len(decoded)), decoded))
 
-    for chunk in iter_chunks(path, chunk_frames, raw, max_frames):
-        if amplitude > 0:
-            frames = torch.from_numpy(chunk).permute(0, 3, 1, 2).to(device)
-            with torch.no_grad():
-                perturbed = perturb(frames, amplitude).clamp(0, 1)
-            chunk = perturbed.permute(0, 2, 3, 1).float().cpu().contiguous().numpy()
+    def run(self, path: Path, info: VideoInfo, amplitude: float, bitrates: list[float]) -> list[_Point]:
+        """Stream one (video, amplitude) through one transcoder per bitrate."""
+        points = [
+            _Point(r, H264Transcoder(info.width, info.height, info.fps, r, self.preset), self.chunks(path))
+            for r in bitrates
+        ]
+        for chunk in self.chunks(path):
+            if amplitude > 0:
+                frames = torch.from_numpy(chunk).permute(0, 3, 1, 2).to(self.device)
+                with torch.no_grad():
+                    perturbed = self.perturb(frames, amplitude).clamp(0, 1)
+                chunk = perturbed.permute(0, 2, 3, 1).float().cpu().contiguous().numpy()
+            for point in points:
+                self._consume(point, point.codec.push(chunk))
         for point in points:
-            consume(point, point.codec.push(chunk))
-    for point in points:
-        consume(point, point.codec.flush())
-    return points
+            self._consume(point, point.codec.flush())
+        return points
 
 
 def _record(

@@ -78,7 +78,8 @@ def write_table2(table: pd.DataFrame, out_dir: str | Path, console: Console | No
     shown = table.round({"stability": 2, "loss_lo": 5, "loss_hi": 5})
     header = "| " + " | ".join(shown.columns) + " |"
     rule = "| " + " | ".join("---" for _ in shown.columns) + " |"
-    rows = ["| " + " | ".join("" if pd.isna(v) else str(v) for v in row) + " |" for row in shown.itertuples(index=False)]
+    cells = [["" if pd.isna(v) else str(v) for v in row] for row in shown.itertuples(index=False)]
+    rows = ["| " + " | ".join(row) + " |" for row in cells]
     md_path.write_text(
         "Stability score (−100 × area under the mean gain-vs-loss curve; higher is more stable)\n\n"
         + "\n".join([header, rule, *rows])
@@ -87,8 +88,8 @@ def write_table2(table: pd.DataFrame, out_dir: str | Path, console: Console | No
     rich_table = Table(title="Table 2: stability scores")
     for column in shown.columns:
         rich_table.add_column(str(column), justify="right" if column != "metric" else "left")
-    for row in shown.itertuples(index=False):
-        rich_table.add_row(*("" if pd.isna(v) else str(v) for v in row))
+    for row in cells:
+        rich_table.add_row(*row)
     (console or Console()).print(rich_table)
     return [md_path, csv_path]
 

@@ -48,7 +48,9 @@ class VideoInfo:
 def _open(path: Path, raw: RawFormat | None) -> av.container.InputContainer:
     """Open with PyAV; a .yuv file needs `raw`. Every failure is an AdvbenchError."""
     if not path.is_file():
-        raise AdvbenchError(f"video '{path}' does not exist: expected a Y4M, raw .yuv or any file FFmpeg reads")
+        raise AdvbenchError(
+            f"video '{path}' does not exist: expected a Y4M, raw .yuv or any file FFmpeg reads"
+        )
     if raw is None and path.suffix.lower() == ".yuv":
         raise AdvbenchError(f"raw video '{path}' needs width, height, pix_fmt and fps; got none")
     options = (

@@ -1,0 +1,150 @@
+"""Video I/O, the H.264 round trip, and the resumable RD job on tiny synthetic clips."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from advbench.errors import AdvbenchError
+from advbench.iqa import video as V
+from advbench.iqa.metrics.base import QualityMetric
+from advbench.iqa.rd import Perturbation, make_synthetic_videos, part_path, run_rd
+from advbench.iqa.report import is_rd_records, render_stability
+from advbench.records import read_records
+
+RD_COLUMNS = {"run_id", "metric", "higher_better", "video", "amplitude", "target_bitrate_kbps",
+              "real_bitrate_kbps", "metric_score", "psnr", "n_frames", "codec_seconds",
+              "metric_seconds", "created_at"}
+
+
+class Sharpness(QualityMetric):
+    """Mean absolute horizontal gradient: rewards high-frequency energy, noise included."""
+
+    score_range = (0.0, 1.0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x[..., 1:] - x[..., :-1]).abs().mean(dim=(1, 2, 3))
+
+
+def tiled_noise(seed: int = 0) -> Perturbation:
+    """A fixed 16x16 pattern tiled over the frame, scaled by the amplitude (a toy UAP)."""
+    pattern = torch.rand(3, 16, 16, generator=torch.Generator().manual_seed(seed)) * 2 - 1
+
+    def perturb(frames: torch.Tensor, amplitude: float) -> torch.Tensor:
+        reps = (1, frames.shape[-2] // 16, frames.shape[-1] // 16)
+        return frames + amplitude * pattern.to(frames.device).repeat(*reps)
+
+    return perturb
+
+
+@pytest.fixture(scope="module")
+def clips(tmp_path_factory) -> list[Path]:
+    return make_synthetic_videos(tmp_path_factory.mktemp("videos"), n=2, size=64, frames=12)
+
+
+def test_synthetic_clips_move_and_read_back(clips) -> None:
+    frames = V.read_video(clips[0])
+    assert frames.shape == (12, 64, 64, 3) and frames.dtype == np.float32
+    assert 0.0 <= frames.min() and frames.max() <= 1.0
+    assert np.abs(np.diff(frames, axis=0)).mean() > 0.01  # the camera moves
+    assert not np.allclose(frames, V.read_video(clips[1]))
+    assert V.probe(clips[0]) == V.VideoInfo(64, 64, 25)
+    chunks = list(V.iter_chunks(clips[0], chunk_frames=5))
+    assert [len(c) for c in chunks] == [5, 5, 2] and np.array_equal(np.concatenate(chunks), frames)
+
+
+def test_round_trip_bitrate_and_psnr_follow_the_target(clips) -> None:
+    source = V.read_video(clips[0])
+    low, high = (V.transcode(source, 25, kbps) for kbps in (50, 1000))
+    assert low.frames.shape == high.frames.shape == source.shape
+    assert 0 < low.real_bitrate_kbps < high.real_bitrate_kbps
+    assert low.real_bitrate_kbps < 3 * 50
+    assert V.psnr_y(source, high.frames).mean() > V.psnr_y(source, low.frames).mean() + 3
+
+
+def test_raw_yuv_needs_its_format_and_reads_with_it(tmp_path: Path) -> None:
+    h, w, t = 32, 48, 3
+    y = np.linspace(16, 235, h * w, dtype=np.float32).reshape(h, w)
+    planes = [np.concatenate([np.rint(y + 5 * i).astype(np.uint8).ravel(),
+                              np.full(h * w // 2, 128, np.uint8)]) for i in range(t)]
+    raw = tmp_path / "gray.yuv"
+    raw.write_bytes(b"".join(p.tobytes() for p in planes))
+    with pytest.raises(AdvbenchError, match="needs width, height"):
+        V.read_video(raw)
+    frames = V.read_video(raw, V.RawFormat(width=w, height=h, fps=30))
+    assert frames.shape == (t, h, w, 3)
+    gray = frames.std(axis=-1).max()  # neutral chroma -> R = G = B
+    assert gray < 2 / 255 and (np.diff(frames.mean(axis=(1, 2, 3))) > 0).all()
+    assert V.probe(raw, V.RawFormat(width=w, height=h, fps=30)).fps == 30
+
+
+def test_unreadable_or_odd_videos_are_one_line_errors(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.y4m"
+    junk.write_bytes(b"this is not a video\n" * 10)
+    with pytest.raises(AdvbenchError, match="cannot read video"):
+        V.read_video(junk)
+    with pytest.raises(AdvbenchError, match="does not exist"):
+        V.read_video(tmp_path / "missing.y4m")
+    with pytest.raises(AdvbenchError, match="even frame size"):
+        V.H264Transcoder(65, 64, 25, 200)
+    with pytest.raises(AdvbenchError, match="cannot read video"):
+        run_rd([junk], Sharpness(), tiled_noise(), tmp_path / "rd", metric_name="s", progress=False)
+    assert not (tmp_path / "rd").exists()
+
+
+def test_psnr_y_known_values() -> None:
+    ref = np.full((2, 8, 8, 3), 0.5, np.float32)
+    assert np.allclose(V.psnr_y(ref, ref), V.PSNR_CAP_DB)
+    assert np.allclose(V.psnr_y(ref, ref + 0.1), 20.0, atol=1e-4)  # luma error 0.1 -> 20 dB
+    chroma_only = ref + np.array([0.1, -0.1 * 0.299 / 0.587, 0.0], np.float32)
+    assert np.allclose(V.psnr_y(ref, chroma_only), V.PSNR_CAP_DB)
+
+
+def test_amplitude_outside_unit_interval_is_refused(clips, tmp_path: Path) -> None:
+    for bad in (-0.02, 1.5, float("nan")):
+        with pytest.raises(AdvbenchError, match="amplitude"):
+            run_rd(clips, Sharpness(), tiled_noise(), tmp_path, metric_name="s", amplitudes=[bad],
+                   progress=False)
+    assert not any(tmp_path.iterdir())
+
+
+def test_rd_job_end_to_end_resume_and_report(tmp_path: Path) -> None:
+    clip = make_synthetic_videos(tmp_path / "v", n=1, size=64, frames=2)
+    out = tmp_path / "rd"
+    kwargs = dict(metric_name="sharp", amplitudes=[0.04, 0.08], bitrates_kbps=[60, 600],
+                  chunk_frames=1, progress=False)
+    first = run_rd(clip, Sharpness(), tiled_noise(), out, **kwargs)
+    assert len(first.written) == 3 * 2 and not first.skipped
+    df = read_records([out])
+    assert RD_COLUMNS <= set(df.columns) and is_rd_records(df) and len(df) == 6
+    assert (df["n_frames"] == 2).all() and (df["real_bitrate_kbps"] > 0).all()
+    assert set(df["amplitude"]) == {0.0, 0.04, 0.08}
+    clean = df[df["amplitude"] == 0].set_index("target_bitrate_kbps")
+    assert clean.loc[600, "psnr"] > clean.loc[60, "psnr"]
+    # streamed PSNR (chunk of 1 frame, encoder look-ahead) equals the whole-clip round trip
+    source = V.read_video(clip[0])
+    whole = V.transcode(source, 25, 600)
+    assert clean.loc[600, "psnr"] == pytest.approx(V.psnr_y(source, whole.frames).mean(), rel=1e-6)
+    loud = df[df["amplitude"] == 0.08].set_index("target_bitrate_kbps")
+    assert loud.loc[600, "metric_score"] > clean.loc[600, "metric_score"]
+    assert loud.loc[600, "psnr"] < clean.loc[600, "psnr"]
+
+    stamp = {p: p.stat().st_mtime_ns for p in first.written}
+    again = run_rd(clip, Sharpness(), tiled_noise(), out, **kwargs)
+    assert not again.written and sorted(again.skipped) == sorted(first.written)
+    assert {p: p.stat().st_mtime_ns for p in first.written} == stamp
+
+    target = part_path(out, "sharp", clip[0].stem, 0.04, 60)
+    target.unlink()
+    healed = run_rd(clip, Sharpness(), tiled_noise(), out, **{**kwargs, "progress": True})
+    assert healed.written == [target]
+    forced = run_rd(clip, Sharpness(), tiled_noise(), out, force=True, **kwargs)
+    assert len(forced.written) == 6
+
+    paths = render_stability(read_records([out]), tmp_path / "report")
+    assert {p.name for p in paths} == {"table2.md", "table2.csv", "gain_vs_loss.csv", "gain_vs_loss.png"}
+    assert all(p.stat().st_size > 0 for p in paths)
+    assert "sharp" in (tmp_path / "report" / "table2.md").read_text()
