@@ -1,0 +1,137 @@
+"""The contract every attack in the catalogue must keep, on a real (tiny) trained model.
+
+Parametrised over `conf/attack/*.yaml`, so a new attack is held to the same contract by
+default: budget and bounds respected, success only where the model agrees, targeted success
+means the target, per-sample budgets independent of each other.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+
+from advbench.attacks.base import WhiteBoxOracle
+from advbench.attacks.gradient import BIM, FGSM
+from advbench.attacks.steps import lp_norm
+from advbench.config import conf_dir, group_options
+from advbench.data.targets import target_classes
+from advbench.engine import SearchSettings, evaluate_batch
+from advbench.errors import AdvbenchError
+from advbench.threat import ThreatModel
+
+ATTACKS = group_options("attack")
+BUDGETS = {"linf": 0.1, "l2": 0.8}
+
+
+def make_attack(name: str):
+    cfg = OmegaConf.load(conf_dir() / "attack" / f"{name}.yaml")
+    OmegaConf.update(cfg, "params.seed", 0, force_add=True) if "seed" in cfg.params else None
+    return instantiate(cfg.params)
+
+
+@pytest.fixture(scope="module")
+def batch(digits_tensors):
+    _, _, x, y = digits_tensors
+    return x[:200], y[:200]
+
+
+@pytest.mark.parametrize("name", ATTACKS)
+@pytest.mark.parametrize("norm", ["linf", "l2"])
+@pytest.mark.parametrize("targeted", [False, True])
+def test_attack_contract(name: str, norm: str, targeted: bool, tiny_model, batch) -> None:
+    x, y = batch
+    oracle = WhiteBoxOracle(tiny_model)
+    target = target_classes(torch.arange(len(y)), y, 10, seed=0) if targeted else None
+    eps = torch.linspace(0.2, 1.0, len(y)) * BUDGETS[norm] * (3 if targeted else 1)
+    res = make_attack(name)(oracle, x, y, eps=eps, norm=norm, target=target)
+
+    assert res.x_adv.shape == x.shape
+    assert res.x_adv.min() >= 0 and res.x_adv.max() <= 1
+    assert (lp_norm(res.x_adv - x, norm) <= eps * (1 + 1e-5) + 1e-6).all()
+    pred = tiny_model(res.x_adv).argmax(1)
+    agrees = (pred == target) if targeted else (pred != y)
+    assert torch.equal(res.success, agrees), "success must be what the model says on the returned example"
+    assert torch.equal(res.success, res.first_success >= 0)
+    steps = getattr(make_attack(name), "steps")
+    assert (res.first_success <= steps).all() and (res.grad_evals <= steps).all()
+    assert res.success.float().mean() > 0.1, "the attack should break a natural model on some samples"
+    if targeted:
+        assert (pred[res.success] == target[res.success]).all()
+
+
+@pytest.mark.parametrize("name", ATTACKS)
+def test_zero_budget_changes_nothing(name: str, tiny_model, batch) -> None:
+    x, y = batch
+    res = make_attack(name)(WhiteBoxOracle(tiny_model), x, y, eps=torch.zeros(len(y)), norm="linf")
+    assert torch.equal(res.x_adv, x)
+    assert torch.equal(res.success, tiny_model(x).argmax(1) != y)
+
+
+@pytest.mark.parametrize("name", [n for n in ATTACKS if n != "pgd"])
+def test_samples_do_not_interact(name: str, tiny_model, batch) -> None:
+    """Attacking a batch equals attacking its halves: no cross-sample state leaks."""
+    x, y = batch
+    oracle = WhiteBoxOracle(tiny_model)
+    eps = torch.full((len(y),), 0.08)
+    whole = make_attack(name)(oracle, x, y, eps=eps, norm="linf")
+    a = make_attack(name)(oracle, x[:100], y[:100], eps=eps[:100], norm="linf")
+    b = make_attack(name)(oracle, x[100:], y[100:], eps=eps[100:], norm="linf")
+    assert torch.allclose(whole.x_adv, torch.cat([a.x_adv, b.x_adv]), atol=1e-5)
+    assert torch.equal(whole.first_success, torch.cat([a.first_success, b.first_success]))
+
+
+def test_negative_eps_is_rejected(tiny_model, batch) -> None:
+    x, y = batch
+    with pytest.raises(AdvbenchError, match="eps"):
+        BIM()(WhiteBoxOracle(tiny_model), x, y, eps=torch.full((len(y),), -0.1), norm="linf")
+
+
+def test_unknown_norm_is_rejected(tiny_model, batch) -> None:
+    x, y = batch
+    with pytest.raises(AdvbenchError, match="norms"):
+        BIM()(WhiteBoxOracle(tiny_model), x, y, eps=torch.full((len(y),), 0.1), norm="l1")
+
+
+def test_more_iterations_never_hurt_first_success(tiny_model, batch) -> None:
+    """The strength curve comes from one run: first_success at 20 steps agrees with a 10-step run."""
+    x, y = batch
+    oracle = WhiteBoxOracle(tiny_model)
+    eps = torch.full((len(y),), 0.1)
+    long = BIM(steps=20)(oracle, x, y, eps=eps, norm="linf")
+    short = BIM(steps=10)(oracle, x, y, eps=eps, norm="linf")
+    broke_early = (long.first_success >= 0) & (long.first_success <= 10)
+    assert torch.equal(broke_early, short.success)
+
+
+@pytest.mark.parametrize("norm", ["linf", "l2"])
+def test_bim_min_eps_below_fgsm_on_nearly_all_samples(norm: str, tiny_model, digits_tensors) -> None:
+    _, _, x, y = digits_tensors
+    oracle = WhiteBoxOracle(tiny_model)
+    threat = ThreatModel(norm=norm, goal="untargeted", eps=BUDGETS[norm])
+    search = SearchSettings(resolution=0.02)
+    fgsm = evaluate_batch(FGSM(), oracle, x, y, None, threat, search)
+    bim = evaluate_batch(BIM(), oracle, x, y, None, threat, search)
+    both = torch.isfinite(fgsm["min_eps"]) & torch.isfinite(bim["min_eps"])
+    tol = 0.02 * BUDGETS[norm]
+    share = float((bim["min_eps"][both] <= fgsm["min_eps"][both] + tol).float().mean())
+    assert share >= 0.95, f"BIM min-eps <= FGSM's on only {share:.1%} of samples"
+    assert float(torch.isinf(bim["min_eps"]).float().mean()) <= float(torch.isinf(fgsm["min_eps"]).float().mean())
+
+
+@pytest.mark.parametrize("goal", ["untargeted", "targeted"])
+def test_min_eps_brackets_are_consistent(goal: str, tiny_model, digits_tensors) -> None:
+    _, _, x, y = digits_tensors
+    x, y = x[:150], y[:150]
+    target = target_classes(torch.arange(len(y)), y, 10, seed=0) if goal == "targeted" else None
+    threat = ThreatModel(norm="linf", goal=goal, eps=0.1)
+    out = evaluate_batch(BIM(), WhiteBoxOracle(tiny_model), x, y, target, threat, SearchSettings())
+    assert (out["min_eps_lo"] <= out["min_eps"]).all()
+    succ = out["success_at_budget"]
+    assert (out["min_eps"][succ] <= 0.1 + 1e-6).all(), "success at the budget implies min_eps <= budget"
+    found = torch.isfinite(out["min_eps"])
+    width = (out["min_eps"] - out["min_eps_lo"])[found & (out["min_eps_lo"] > 0)]
+    assert (width <= 0.05 * 0.1 + 1e-6).all(), "bisection must reach the configured resolution"
+    adv_ok = (out["adv_pred"] == target) if target is not None else (out["adv_pred"] != y)
+    assert torch.equal(adv_ok, succ)
