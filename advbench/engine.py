@@ -202,8 +202,6 @@ def resolve_device(name: str) -> torch.device:
 
 def run_main(cfg: DictConfig) -> Path:
     """Hydra task of `advbench run`: one cell, records to parquet (skipped if present)."""
-    from advbench.defenses.training import load_defended_model
-
     device = resolve_device(str(cfg.device))
     dataset = instantiate(cfg.dataset)
     threat = build_threat(cfg, dataset.budgets)
@@ -212,15 +210,28 @@ def run_main(cfg: DictConfig) -> Path:
     out = part_path(Path(cfg.records_dir), identity)
     label = f"{cfg.dataset.name}/{cfg.defense.name}/{cfg.attack.name} {threat.norm} {threat.goal} ε={threat.eps:g}"
     if out.exists() and not cfg.force:
-        console.print(f"[dim]skip {label}: records exist at {out} (force=true to redo)[/dim]")
+        console.print(f"[dim]skip {label}: records exist at {out} (force=true to redo)[/dim]", soft_wrap=True)
         return out
 
-    model = load_defended_model(cfg, dataset).to(device).eval()
+    model = load_defended_model(cfg, dataset).to(device)
     frame = evaluate_cell(cfg, dataset, model, attack, threat, identity, out, label, device)
     write_part(frame, out)
     shutil.rmtree(_partial_dir(out), ignore_errors=True)
     summarize(frame, label, out)
     return out
+
+
+def load_defended_model(cfg: DictConfig, dataset: Any) -> torch.nn.Module:
+    """The defense's model: an explicit `checkpoint=` path, else the cache (trained on demand)."""
+    from advbench.defenses.training import load_trained_model
+    from advbench.models import instantiate_model
+    from advbench.models.checkpoint import load_checkpoint
+
+    if cfg.get("checkpoint"):
+        model = instantiate_model(cfg.model, dataset.num_classes, dataset.input_shape[0])
+        load_checkpoint(Path(cfg.checkpoint), model)
+        return model.eval().requires_grad_(False)
+    return load_trained_model(cfg, dataset)
 
 
 def _partial_dir(out: Path) -> Path:
@@ -305,4 +316,4 @@ def summarize(frame: pd.DataFrame, label: str, out: Path) -> None:
     clean = frame["clean_correct"].mean()
     robust = (frame["adv_pred"] == frame["label"]).mean()
     console.print(f"{label}: clean {clean:.1%}, adversarial accuracy {robust:.1%}, "
-                  f"median min-ε {frame['min_eps'].median():.4g}, {len(frame)} samples -> {out}")
+                  f"median min-ε {frame['min_eps'].median():.4g}, {len(frame)} samples -> {out}", soft_wrap=True)
