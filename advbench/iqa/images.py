@@ -176,8 +176,9 @@ def uap_images(data: str | Path | None, *, split: Split = "train", size: int = 2
     return crops[order[:limit]] if limit else crops[order]
 
 
-def as_batch(images: Dataset | torch.Tensor) -> torch.Tensor:
-    """All images of a data set stacked into one (N, 3, H, W) tensor (evaluation sets are small)."""
+def as_batch(images: Dataset | torch.Tensor, limit: int | None = None) -> torch.Tensor:
+    """The first `limit` (default: all) images of a data set stacked into one (N, 3, H, W) tensor."""
+    n = len(images) if limit is None else min(limit, len(images))
     if isinstance(images, torch.Tensor):
-        return images
-    return torch.stack([images[i] for i in range(len(images))])
+        return images[:n]
+    return torch.stack([images[i] for i in range(n)])
