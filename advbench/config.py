@@ -162,9 +162,24 @@ def guarded(task: Task, cfg: DictConfig) -> Any:
     """Inside a Hydra job: a user-facing error becomes one line and exit status 1."""
     try:
         return task(cfg)
-    except AdvbenchError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except Exception as exc:
+        cause = user_error(exc)
+        if cause is None:
+            raise
+        print(f"error: {cause}", file=sys.stderr)
         raise SystemExit(1) from None
+
+
+def user_error(exc: BaseException) -> AdvbenchError | None:
+    """The AdvbenchError behind `exc`, looking through wrappers like Hydra's InstantiationException."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, AdvbenchError):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def _validate(cfg: DictConfig) -> None:

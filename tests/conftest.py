@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import pickle
+from pathlib import Path
+
+import numpy as np
 import pytest
 import torch
 from sklearn.datasets import load_digits
@@ -48,3 +52,39 @@ def tiny_model(digits_tensors) -> TinyNet:
             nn.functional.cross_entropy(model(xtr[i:i + 64]), ytr[i:i + 64]).backward()
             opt.step()
     return model.eval()
+
+
+def write_fake_cifar(root: Path, per_batch: int = 4) -> Path:
+    """CIFAR-10 in torchvision's real python-pickle layout, a few random images per file."""
+    folder = root / "cifar-10-batches-py"
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    for name in [*(f"data_batch_{i}" for i in range(1, 6)), "test_batch"]:
+        entry = {
+            "batch_label": f"fake {name}",
+            "labels": rng.integers(0, 10, per_batch).tolist(),
+            "data": rng.integers(0, 256, (per_batch, 3072), dtype=np.uint8),
+            "filenames": [f"img_{i}.png" for i in range(per_batch)],
+        }
+        with open(folder / name, "wb") as fh:
+            pickle.dump(entry, fh)
+    with open(folder / "batches.meta", "wb") as fh:
+        pickle.dump({"label_names": [f"class{i}" for i in range(10)], "num_cases_per_batch": per_batch}, fh)
+    return root
+
+
+@pytest.fixture(scope="session")
+def fake_cifar_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_fake_cifar(tmp_path_factory.mktemp("cifar"))
+
+
+@pytest.fixture(scope="session")
+def trained_digits_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A cache folder holding a natural digits small_cnn, trained briefly once per session."""
+    from advbench.config import compose_config
+    from advbench.defenses.training import train_main
+
+    cache = tmp_path_factory.mktemp("cache")
+    cfg = compose_config("train", ["defense=natural", "defense.recipe.epochs=4", f"cache_dir={cache}"])
+    train_main(cfg)
+    return cache

@@ -1,0 +1,5 @@
+"""`python -m advbench` is the same as the `advbench` command."""
+
+from advbench.cli import main
+
+main()
