@@ -48,9 +48,19 @@ def groups(root: Path | None = None) -> list[str]:
 
 
 def describe(group: str, option: str) -> str:
-    """The option's one-line `description:` (top level, or under `params`)."""
-    data = yaml.safe_load((conf_dir() / group / f"{option}.yaml").read_text()) or {}
-    return str(data.get("description", "")).strip()
+    """The option's `description:` key, else the first comment line of its YAML file.
+
+    A comment serves options whose keys all go to a `_target_` (datasets, models, metrics),
+    where an extra `description` key would be passed to the constructor.
+    """
+    text = (conf_dir() / group / f"{option}.yaml").read_text()
+    data = yaml.safe_load(text) or {}
+    if data.get("description"):
+        return str(data["description"]).strip()
+    for line in text.splitlines():
+        if line.startswith("#") and not line.startswith("# @package"):
+            return line.lstrip("# ").strip()
+    return ""
 
 
 def split_args(args: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -124,6 +134,10 @@ def compose_config(config_name: str, overrides: Sequence[str]) -> DictConfig:
         OmegaConf.resolve(cfg)
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
         raise AdvbenchError(_one_line(exc)) from None
+    missing = sorted(OmegaConf.missing_keys(cfg))
+    if missing:
+        raise AdvbenchError(f"missing required value(s): {', '.join(missing)}; set them on the command line, "
+                            f"e.g. {missing[0]}=...")
     return cfg
 
 
