@@ -103,9 +103,11 @@ def plot(records: tuple[Path, ...], out_dir: Path) -> None:
 
         written = render_stability(frame, out_dir)
     else:
-        from advbench.plot import render_all
+        from advbench.curves import summary_table
+        from advbench.plot import print_tables, render_all
 
         written = render_all(frame, out_dir)
+        print_tables(summary_table(frame), console)
     for path in written:
         console.print(f"wrote {path}")
 
