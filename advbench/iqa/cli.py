@@ -122,7 +122,7 @@ def trained_uap(out_dir: str | Path, name: str) -> Path:
 
 
 def _uap_path(cfg: DictConfig, name: str) -> Path:
-    return Path(cfg.perturbation).expanduser() if cfg.perturbation else trained_uap(cfg.out_dir, name)
+    return Path(cfg.perturbation).expanduser() if cfg.perturbation else trained_uap(cfg.uap_dir, name)
 
 
 def _build(cfg: DictConfig) -> tuple[str, Any, torch.device]:
