@@ -287,8 +287,8 @@ def plot_ablation(records: pd.DataFrame, out: str | Path, amplitude: float | Non
     """One figure, one panel per ablation factor that varies: the spread of per-image gains.
 
     `records` are the `*.parquet` files `advbench uap train` writes (columns metric, seed,
-    n_train, epochs, amplitude, image, gain). Each panel holds one box of per-image gains per
-    factor level, with the runs' means as dots, at `amplitude` (default: the largest).
+    n_train, epochs, amplitude, gain; optionally data). Each panel holds one box of per-image
+    gains per factor level, with the runs' means as dots, at `amplitude` (default: the largest).
     """
     from matplotlib.figure import Figure
 
@@ -299,15 +299,15 @@ def plot_ablation(records: pd.DataFrame, out: str | Path, amplitude: float | Non
     df = records[np.isclose(records["amplitude"], amp)]
     if df.empty:
         raise AdvbenchError(f"no ablation records at amplitude {amp}; have {sorted(records['amplitude'].unique())}")
-    factors = [f for f in ("seed", "n_train", "epochs") if df[f].nunique() > 1] or ["seed"]
-    labels = {"seed": "training seed", "n_train": "training images", "epochs": "epochs"}
+    factors = [f for f in ("seed", "n_train", "epochs", "data") if f in df and df[f].nunique() > 1] or ["seed"]
+    labels = {"seed": "training seed", "n_train": "training images", "epochs": "epochs", "data": "training data"}
+    run_keys = [c for c in ("metric", "data", "seed", "n_train", "epochs") if c in df]
+    runs = df.groupby(run_keys)["gain"].mean().reset_index()
     fig = Figure(figsize=(4.2 * len(factors), 3.6), layout="constrained")
     axes = fig.subplots(1, len(factors), squeeze=False)[0]
     for ax, factor in zip(axes, factors):
         levels = sorted(df[factor].unique())
-        groups = [df.loc[df[factor] == v, "gain"].to_numpy() for v in levels]
-        ax.boxplot(groups, showfliers=False)
-        runs = df.groupby([factor, "metric", "seed", "n_train", "epochs"])["gain"].mean().reset_index()
+        ax.boxplot([df.loc[df[factor] == v, "gain"].to_numpy() for v in levels], showfliers=False)
         pos = runs[factor].map({v: i + 1 for i, v in enumerate(levels)})
         ax.scatter(pos, runs["gain"], color="C3", s=14, zorder=3, label="run mean")
         ax.set_xticks(range(1, len(levels) + 1), [str(v) for v in levels])
