@@ -1,0 +1,83 @@
+"""Checkpoint files: `{"state_dict": ..., "meta": {...}}`, read with `weights_only=True`.
+
+A checkpoint someone sends you must not be able to run code, so loading never unpickles
+arbitrary objects, and meta holds plain values only. Writes are atomic (temp + rename) so an
+interrupted training run never leaves a file that looks complete.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from advbench.errors import AdvbenchError
+
+META_KEYS = ("dataset", "architecture", "recipe", "clean_accuracy", "config", "created_at", "advbench_version")
+
+
+def save_checkpoint(path: Path, model: nn.Module, meta: Mapping[str, Any]) -> Path:
+    """Write `model`'s state dict and `meta` atomically; returns the path."""
+    missing = [k for k in META_KEYS if k not in meta]
+    if missing:
+        raise ValueError(f"checkpoint meta lacks {', '.join(missing)}")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    try:
+        torch.save({"state_dict": state, "meta": dict(meta)}, tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def read_torch_file(path: Path, what: str) -> Any:
+    """`torch.load` restricted to tensors and plain containers; failures become one line."""
+    try:
+        return torch.load(path, weights_only=True, map_location="cpu")
+    except Exception as exc:  # torch raises many types for bad files (pickle, zip, runtime)
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise AdvbenchError(f"'{path}' is not a readable {what} (corrupt, or not written by torch.save): {reason}") from None
+
+
+def first_mismatch(found: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Tensor]) -> str | None:
+    """Describe the first key (in the model's order) that is missing, extra or misshapen."""
+    for key, tensor in expected.items():
+        if key not in found:
+            return f"key '{key}' is missing from the file"
+        if tuple(found[key].shape) != tuple(tensor.shape):
+            return f"key '{key}' has shape {tuple(found[key].shape)} in the file, {tuple(tensor.shape)} in the model"
+    extra = [k for k in found if k not in expected]
+    return f"key '{extra[0]}' in the file is not in the model" if extra else None
+
+
+def load_checkpoint(path: Path, model: nn.Module, make_command: str | None = None) -> dict[str, Any]:
+    """Load weights into `model` (in place) and return the checkpoint's meta.
+
+    `make_command` is the `advbench train ...` line that creates this checkpoint; a missing
+    file's error names it so the user can fix it in one step.
+    """
+    path = Path(path)
+    if not path.is_file():
+        hint = f"; create it with: {make_command}" if make_command else ""
+        raise AdvbenchError(f"checkpoint '{path}' not found{hint}")
+    payload = read_torch_file(path, "checkpoint")
+    if not isinstance(payload, dict) or not isinstance(payload.get("state_dict"), dict) or not isinstance(payload.get("meta"), dict):
+        raise AdvbenchError(f"'{path}' is not an advbench checkpoint: expected a dict with 'state_dict' and 'meta'")
+    meta, state = payload["meta"], payload["state_dict"]
+    recorded, requested = meta.get("architecture"), getattr(model, "arch", type(model).__name__)
+    mismatch = first_mismatch(state, model.state_dict())
+    if mismatch or recorded != requested:
+        raise AdvbenchError(
+            f"checkpoint '{path}' was trained for architecture '{recorded}', requested '{requested}'"
+            + (f": {mismatch}" if mismatch else "")
+        )
+    model.load_state_dict(state)
+    return meta
