@@ -133,3 +133,12 @@ def list_options(group: str | None) -> None:
         for option in group_options(g):
             table.add_row(g, option, describe(g, option))
     Console().print(table)
+
+
+def _register_uap() -> None:
+    from advbench.iqa.cli import uap
+
+    main.add_command(uap)
+
+
+_register_uap()
