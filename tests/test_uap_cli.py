@@ -78,8 +78,8 @@ def test_train_eval_and_ablation_end_to_end(workdir: Path) -> None:
     assert result.exit_code == 0, result.output
     folder = out / "niqe"
     assert sorted(p.name for p in folder.glob("*.p*")) == [
-        "seed0-n8-ep1.parquet", "seed0-n8-ep1.png", "seed0-n8-ep1.pt",
-        "seed1-n8-ep1.parquet", "seed1-n8-ep1.png", "seed1-n8-ep1.pt",
+        "photos-seed0-n8-ep1.parquet", "photos-seed0-n8-ep1.png", "photos-seed0-n8-ep1.pt",
+        "photos-seed1-n8-ep1.parquet", "photos-seed1-n8-ep1.png", "photos-seed1-n8-ep1.pt",
     ]
     records = read_records([folder])
     assert set(records["seed"]) == {0, 1} and (records["train_images_per_s"] > 0).all()
@@ -87,11 +87,11 @@ def test_train_eval_and_ablation_end_to_end(workdir: Path) -> None:
     result = invoke("eval", "metric=niqe", f"uap_dir={out}", "n_images=3", "amplitudes=[0.04,0.4]",
                     "madc.steps=3", "progress=false")
     assert result.exit_code == 0, result.output
-    table = pd.read_csv(folder / "table1_seed1-n8-ep1.csv")
+    table = pd.read_csv(folder / "table1_photos-seed1-n8-ep1.csv")
     assert list(table["attack"]) == ["UAP", "MADC"]
     assert {"0.04", "0.4", "CPU time"} <= set(table.columns) and (table["seconds"] > 0).all()
     assert (table["0.4"].notna()).all()
-    assert "| attack | 0.04 | 0.4 | CPU time |" in (folder / "table1_seed1-n8-ep1.md").read_text()
+    assert "| attack | 0.04 | 0.4 | CPU time |" in (folder / "table1_photos-seed1-n8-ep1.md").read_text()
 
     figure = workdir / "ablation.png"
     result = invoke("ablation", str(folder), "--out", str(figure))

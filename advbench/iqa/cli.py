@@ -7,8 +7,8 @@ launcher plugins work; the tasks below are plain functions of the composed confi
 
 Outputs (relative to the working directory unless `out_dir` is absolute):
 
-* train: `<out_dir>/<metric>/seed<S>-n<N>-ep<E>.{pt,png}` (the UAP) and `.parquet` (per-image
-  gains on held-out images, the ablation records);
+* train: `<out_dir>/<metric>/<data>-seed<S>-n<N>-ep<E>.{pt,png}` (the UAP; <data> is the image
+  folder's name or `photos`) and `.parquet` (per-image gains on held-out images, the ablation records);
 * eval: `<out_dir>/<metric>/table1_<uap>.{md,csv}` and `table1_<uap>.parquet` (per image);
 * stability: RD records under `<out_dir>` (see `advbench.iqa.rd`), drawn by `advbench plot`.
 """
@@ -151,7 +151,8 @@ def train_main(cfg: DictConfig) -> Path:
     seconds = time.perf_counter() - start
     train_rate = hp.epochs * len(images) / seconds
     limit_rate = metric_throughput(metric, as_batch(images, hp.batch_size), device=device)
-    base = Path(cfg.out_dir).expanduser() / name / f"seed{cfg.seed}-n{len(images)}-ep{hp.epochs}"
+    data_tag = Path(str(cfg.data)).name if cfg.data else "photos"
+    base = Path(cfg.out_dir).expanduser() / name / f"{data_tag}-seed{cfg.seed}-n{len(images)}-ep{hp.epochs}"
     meta = {"metric": name, "data": _source(cfg.data), "n_train": len(images), "seed": cfg.seed,
             **OmegaConf.to_container(hp, resolve=True), "train_seconds": seconds, "device": device.type}
     pt, png = save_uap(p, base, meta)
