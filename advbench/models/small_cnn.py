@@ -5,7 +5,7 @@ from __future__ import annotations
 from torch import nn
 
 
-def small_cnn(num_classes: int, in_channels: int, width: int = 32, hidden: int = 128) -> nn.Module:
+def small_cnn(num_classes: int, in_channels: int, width: int = 16, hidden: int = 128) -> nn.Module:
     """Two 3x3 conv layers, one pooling, two dense layers.
 
     The adaptive pool fixes the dense input at 4x4, so the same net runs on other sizes.
