@@ -93,14 +93,13 @@ def test_yaml_has_target_and_metadata(name: str) -> None:
     lo, hi = metric.score_range
     assert lo < hi and metric.range_width == hi - lo
     assert isinstance(metric.higher_better, bool)
-    assert not metric.training and not any(p.requires_grad for p in metric.parameters())
 
 
 @pytest.mark.parametrize("name", cases(CATALOGUE))
 def test_scores_batch_independent_with_input_gradients(name: str) -> None:
     metric = small_metric(name)
     torch.manual_seed(0)
-    x = torch.rand(2, 3, 64, 80, requires_grad=True)
+    x = torch.rand(2, 3, 96, 112, requires_grad=True)
     scores = metric(x)
     assert scores.shape == (2,) and torch.isfinite(scores).all()
     alone = metric(x[1:].detach())
@@ -140,13 +139,23 @@ def test_bad_input_shape_is_one_line_error() -> None:
         small_metric("nima")(torch.rand(3, 32, 32))
 
 
-def test_train_mode_is_ignored() -> None:
-    metric = small_metric("paq2piq")
-    x = torch.rand(2, 3, 48, 48)
+@pytest.mark.parametrize("name", cases(CATALOGUE))
+def test_scores_do_not_depend_on_train_mode(name: str) -> None:
+    metric = small_metric(name)
+    x = torch.rand(2, 3, 96, 96)
     before = metric(x)
     metric.train()
-    assert not metric.training and not any(m.training for m in metric.modules())
-    torch.testing.assert_close(metric(x), before)
+    try:
+        torch.testing.assert_close(metric(x), before)
+    finally:
+        metric.eval()
+
+
+@pytest.mark.parametrize("name", SEED_METRICS)
+def test_seed_metrics_stay_frozen_in_eval_mode(name: str) -> None:
+    metric = small_metric(name).train()
+    assert not any(m.training for m in metric.modules())
+    assert not any(p.requires_grad for p in metric.parameters())
 
 
 def test_random_weights_warn() -> None:
@@ -391,7 +400,9 @@ def test_mdtvsfa_output_is_inside_its_mapping_range() -> None:
     assert ((scores > 0) & (scores < 1)).all()
 
 
-@pytest.mark.parametrize(("length", "patch", "stride"), [(512, 224, 112), (683, 224, 112), (224, 224, 112), (300, 100, 50)])
+@pytest.mark.parametrize(
+    ("length", "patch", "stride"), [(512, 224, 112), (683, 224, 112), (224, 224, 112), (300, 100, 50)]
+)
 def test_spaq_patch_grid(length: int, patch: int, stride: int) -> None:
     starts = patch_starts(length, patch, stride)
     assert starts[0] == 0 and starts[-1] == length - patch

@@ -28,12 +28,14 @@ _DATA_PARALLEL_PREFIX = "module."
 class WeightFile:
     """Where one weights option of a metric goes.
 
-    `module` is the sub-network whose state dict the file holds, `container` the key the
-    authors nest that state dict under (None: the file is the state dict), `ignore` key
-    prefixes present in the file but unused by the metric (e.g. a classifier's `fc.`).
+    `module` is the sub-network whose state dict the file holds, `source` names the published
+    file (for error messages), `container` the key the authors nest that state dict under
+    (None: the file is the state dict), `ignore` key prefixes present in the file but unused
+    by the metric (e.g. a classifier's `fc.`).
     """
 
     module: nn.Module
+    source: str
     container: str | None = None
     ignore: tuple[str, ...] = ()
 
@@ -43,13 +45,13 @@ def expand(path: str | os.PathLike[str]) -> Path:
     return Path(os.path.expandvars(os.path.expanduser(os.fspath(path))))
 
 
-def read_checkpoint(path: str | os.PathLike[str], metric: str, option: str) -> Any:
-    """The unpickled file, or an AdvbenchError naming the file and the metric."""
+def read_checkpoint(path: str | os.PathLike[str], metric: str, option: str, source: str) -> Any:
+    """The unpickled file, or an AdvbenchError naming the file, the metric and what belongs there."""
     file = expand(path)
     if not file.is_file():
         raise AdvbenchError(
-            f"{metric}: weights file '{file}' ({option}) not found; place the authors' checkpoint there "
-            f"or point {option} (or ADVBENCH_WEIGHTS) at it"
+            f"{metric}: weights file '{file}' not found; expected {source} there "
+            f"(set metric.{option}=PATH or ADVBENCH_WEIGHTS=DIR)"
         )
     try:
         return torch.load(file, map_location="cpu", weights_only=True)
@@ -70,14 +72,16 @@ def state_dict_in(obj: Any, container: str | None, metric: str, file: Path) -> d
     return dict(obj)
 
 
-def load_layout(module: nn.Module, state: Mapping[str, torch.Tensor], spec: WeightFile, metric: str, file: Path) -> None:
+def load_layout(
+    module: nn.Module, state: Mapping[str, torch.Tensor], spec: WeightFile, metric: str, file: Path
+) -> None:
     """Copy `state` into `module` after checking every key and shape; first mismatch -> error.
 
     BatchNorm's `num_batches_tracked` may be absent (files saved before PyTorch 0.4.1): it
     does not influence evaluation.
     """
     expected = module.state_dict()
-    used = {k: v for k, v in state.items() if not k.startswith(spec.ignore)} if spec.ignore else dict(state)
+    used = {k: v for k, v in state.items() if not k.startswith(spec.ignore)}
     prefix = f"{metric}: '{file}' does not match the expected layout: first bad key"
     for key, ref in expected.items():
         got = used.get(key)
@@ -95,7 +99,7 @@ def load_layout(module: nn.Module, state: Mapping[str, torch.Tensor], spec: Weig
 
 def load_weight_file(path: str | os.PathLike[str], spec: WeightFile, metric: str, option: str) -> Any:
     """Read `path`, load its state dict into `spec.module`, return the whole checkpoint object."""
-    obj = read_checkpoint(path, metric, option)
+    obj = read_checkpoint(path, metric, option, spec.source)
     file = expand(path)
     load_layout(spec.module, state_dict_in(obj, spec.container, metric, file), spec, metric, file)
     return obj

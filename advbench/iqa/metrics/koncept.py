@@ -46,7 +46,7 @@ class KonCept512(PretrainedMetric):
         self.load_weights(weights=weights)
 
     def weight_files(self) -> dict[str, WeightFile]:
-        return {"weights": WeightFile(self.net)}
+        return {"weights": WeightFile(self.net, "the KonCept512 state dict of ZhengyuZhao/koniq-PyTorch")}
 
     def score(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(self.normalize(resize(x, self.input_size)))

@@ -84,7 +84,7 @@ class Linearity(PretrainedMetric):
             self._set_mapping(loaded["weights"], weights)
 
     def weight_files(self) -> dict[str, WeightFile]:
-        return {"weights": WeightFile(self.net, container="model")}
+        return {"weights": WeightFile(self.net, "p1q2.pth of lidq92/LinearityIQA", container="model")}
 
     def _set_mapping(self, checkpoint: Any, path: WeightPath) -> None:
         try:

@@ -86,7 +86,7 @@ class NIMA(PretrainedMetric):
         self.load_weights(weights=weights)
 
     def weight_files(self) -> dict[str, WeightFile]:
-        return {"weights": WeightFile(self.net)}
+        return {"weights": WeightFile(self.net, "pretrain-model.pth of truskovskiyk/nima.pytorch v1")}
 
     def score(self, x: torch.Tensor) -> torch.Tensor:
         probs = self.net(self.normalize(resize(x, self.input_size)))

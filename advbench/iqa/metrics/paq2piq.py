@@ -68,7 +68,7 @@ class PaQ2PiQ(PretrainedMetric):
         self.load_weights(weights=weights)
 
     def weight_files(self) -> dict[str, WeightFile]:
-        return {"weights": WeightFile(self.net, container="model")}
+        return {"weights": WeightFile(self.net, "RoIPoolModel-fit.10.bs.120.pth of baidut/paq2piq", container="model")}
 
     def score(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)

@@ -54,7 +54,7 @@ class PyiqaMetric(PretrainedMetric):
         self.load_weights(weights=weights)
 
     def weight_files(self) -> dict[str, WeightFile]:
-        return {"weights": WeightFile(self.net, container="params")}
+        return {"weights": WeightFile(self.net, f"pyiqa's weights file for '{self.name}'", container="params")}
 
     def score(self, x: torch.Tensor) -> torch.Tensor:
         out = self.net(x)

@@ -63,7 +63,7 @@ class SPAQ(PretrainedMetric):
         self.load_weights(weights=weights)
 
     def weight_files(self) -> dict[str, WeightFile]:
-        return {"weights": WeightFile(self.net, container="state_dict")}
+        return {"weights": WeightFile(self.net, "BL_release.pt of h4nwei/SPAQ", container="state_dict")}
 
     def patches(self, x: torch.Tensor) -> torch.Tensor:
         """(N, 3, H, W) -> (N, P, 3, patch, patch) on the resized image."""

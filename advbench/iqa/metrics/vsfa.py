@@ -59,6 +59,7 @@ class FrameFeatures(nn.Module):
 
     def __init__(self, arch: str, metric: str) -> None:
         super().__init__()
+        self.arch = arch
         self.normalize = Normalize(IMAGENET_MEAN, IMAGENET_STD)
         self.trunk = resnet_trunk(arch, metric, named=True)
         self.dim = 2 * stage_channels(self.trunk.layer4)
@@ -75,6 +76,7 @@ class _VideoMetric(PretrainedMetric):
     input_size = None
     default_name: str
     head_cls: type[nn.Module]
+    head_source: str
 
     def __init__(
         self,
@@ -92,8 +94,10 @@ class _VideoMetric(PretrainedMetric):
 
     def weight_files(self) -> dict[str, WeightFile]:
         return {
-            "weights": WeightFile(self.net),
-            "backbone_weights": WeightFile(self.features.trunk, ignore=("fc.",)),
+            "weights": WeightFile(self.net, self.head_source),
+            "backbone_weights": WeightFile(
+                self.features.trunk, f"torchvision's ImageNet {self.features.arch} state dict", ignore=("fc.",)
+            ),
         }
 
     def score(self, x: torch.Tensor) -> torch.Tensor:
@@ -148,6 +152,7 @@ class VSFA(_VideoMetric):
     score_range = (0.0, 1.0)
     default_name = "vsfa"
     head_cls = VSFAHead
+    head_source = "models/VSFA.pt of lidq92/VSFA"
 
 
 class MDTVSFAHead(nn.Module):
@@ -186,3 +191,4 @@ class MDTVSFA(_VideoMetric):
     score_range = (0.0, 1.0)
     default_name = "mdtvsfa"
     head_cls = MDTVSFAHead
+    head_source = "models/MDTVSFA.pt of lidq92/MDTVSFA"
