@@ -20,11 +20,14 @@ from advbench.errors import AdvbenchError
 FOLDER = "cifar-10-batches-py"
 TRAIN_BATCHES = tuple(f"data_batch_{i}" for i in range(1, 6))
 TEST_BATCH = "test_batch"
+# What numpy 1.x/2.x pickles reference to rebuild an array (protocol 5 uses `_frombuffer`,
+# protocol 2 written by Python 3 encodes the raw bytes with `_codecs.encode`).
 _ALLOWED = {
-    ("numpy.core.multiarray", "_reconstruct"),
-    ("numpy._core.multiarray", "_reconstruct"),
+    *((f"numpy.{core}.multiarray", "_reconstruct") for core in ("core", "_core")),
+    *((f"numpy.{core}.numeric", "_frombuffer") for core in ("core", "_core")),
     ("numpy", "ndarray"),
     ("numpy", "dtype"),
+    ("_codecs", "encode"),
 }
 
 

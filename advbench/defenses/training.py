@@ -10,14 +10,15 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import hydra.utils
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from torch import nn
@@ -33,42 +34,38 @@ from advbench.models import Classifier, instantiate_model
 from advbench.models.checkpoint import load_checkpoint, save_checkpoint
 
 
-@dataclass(frozen=True)
+@dataclass
 class Recipe:
-    """The `recipe:` block of a `conf/defense` YAML, validated once before training starts."""
+    """The `recipe:` block of a `conf/defense` YAML, type-checked before training starts."""
 
-    type: str
-    epochs: int
-    batch_size: int
-    lr: float
+    type: str = MISSING
+    epochs: int = MISSING
+    batch_size: int = MISSING
+    lr: float = MISSING
     optimizer: str = "adam"
     momentum: float = 0.9
     weight_decay: float = 0.0
-    lr_milestones: tuple[int, ...] = field(default_factory=tuple)
+    lr_milestones: list[int] = field(default_factory=list)
     lr_gamma: float = 0.1
     augment: bool = True
     eps: float = 0.0
-    step_size: float | None = None
+    step_size: Optional[float] = None
     steps: int = 0
     beta: float = 6.0
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any]) -> Recipe:
-        plain = _plain(cfg)
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(plain) - known)
-        if unknown:
-            raise AdvbenchError(f"unknown recipe option(s) {', '.join(unknown)}; valid: {', '.join(sorted(known))}")
-        if plain.get("type") not in LOSSES:
-            raise AdvbenchError(f"unknown training recipe '{plain.get('type')}'; valid: {', '.join(sorted(LOSSES))}")
+        """Merge onto the schema: unknown keys, wrong types and missing values are errors."""
         try:
-            recipe = cls(**{**plain, "lr_milestones": tuple(plain.get("lr_milestones") or ())})
-        except TypeError as exc:
-            raise AdvbenchError(f"incomplete training recipe: {exc}") from None
+            recipe = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cls), _plain(cfg)))
+        except OmegaConfBaseException as exc:
+            raise AdvbenchError(f"bad training recipe: {str(exc).splitlines()[0]}") from None
         recipe.validate()
         return recipe
 
     def validate(self) -> None:
+        if self.type not in LOSSES:
+            raise AdvbenchError(f"unknown training recipe '{self.type}'; valid: {', '.join(sorted(LOSSES))}")
         if self.epochs < 1 or self.batch_size < 1 or self.lr <= 0:
             raise AdvbenchError(f"recipe needs epochs >= 1, batch_size >= 1, lr > 0; got {self.epochs}, {self.batch_size}, {self.lr}")
         if self.optimizer not in OPTIMIZERS:

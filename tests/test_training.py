@@ -1,0 +1,235 @@
+"""Training recipes, the inner PGD, checkpoint cache and `advbench train`'s entry point."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+import torch
+import hydra.utils
+import torchattacks
+from omegaconf import OmegaConf
+from torch import nn
+from torch.nn import functional as F
+from torchvision import models as tv_models
+
+from advbench.config import compose_config
+from advbench.data.digits import Digits
+from advbench.defenses.inner import cross_entropy_objective, kl_objective, pgd_linf
+from advbench.defenses.training import (
+    Recipe,
+    checkpoint_path,
+    ensure_checkpoint,
+    load_trained_model,
+    train_defense,
+    train_main,
+)
+from advbench.errors import AdvbenchError
+from advbench.models import build_model, instantiate_model
+from advbench.models.checkpoint import load_checkpoint
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+EPS = 0.1
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread() -> Iterator[None]:
+    """The digits nets are tiny: intra-op threads only add overhead (and thrash a busy CPU)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def digits() -> Digits:
+    return hydra.utils.instantiate(OmegaConf.load(CONF / "dataset" / "digits.yaml"))
+
+
+@pytest.fixture(scope="module")
+def eval_tensors(digits: Digits) -> tuple[torch.Tensor, torch.Tensor]:
+    ev = digits.eval_set()
+    return torch.stack([ev[i][0] for i in range(len(ev))]), torch.tensor([ev[i][1] for i in range(len(ev))])
+
+
+def _recipe(name: str, **changes) -> dict:
+    recipe = OmegaConf.to_container(OmegaConf.load(CONF / "defense" / f"{name}.yaml").recipe)
+    return {**recipe, **changes}
+
+
+def _arch() -> dict:
+    return OmegaConf.to_container(OmegaConf.load(CONF / "model" / "small_cnn.yaml"))
+
+
+@pytest.fixture(scope="module")
+def trained(digits: Digits, tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[nn.Module, dict]]:
+    """natural (YAML defaults), pgd_at (6 epochs) and trades (3 epochs), trained once."""
+    out = tmp_path_factory.mktemp("ckpt")
+    models = {}
+    for name, changes in [("natural", {}), ("pgd_at", {"epochs": 6}), ("trades", {"epochs": 3})]:
+        meta = train_defense(digits, _arch(), _recipe(name, **changes), out / f"{name}.pt", progress=False)
+        model = instantiate_model(_arch(), 10, 1)
+        assert load_checkpoint(out / f"{name}.pt", model) == meta
+        models[name] = (model.eval(), meta)
+    return models
+
+
+def _robust_accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+    torch.manual_seed(0)
+    x_adv = pgd_linf(cross_entropy_objective(model, y), x, EPS, EPS / 4, 20)
+    return float((model(x_adv).argmax(1) == y).float().mean())
+
+
+# ---------------------------------------------------------------- inner PGD
+
+
+def test_pgd_reaches_the_linear_optimum_inside_box_and_ball() -> None:
+    torch.manual_seed(0)
+    w = torch.randn(1, 2, 4, 4)
+    x = torch.rand(5, 2, 4, 4)
+    eps = torch.tensor([0.0, 0.05, 0.1, 0.3, 1.0])
+    x_adv = pgd_linf(lambda z: (z * w).sum(), x, eps, step_size=0.04, steps=30)
+    expected = (x + eps.view(-1, 1, 1, 1) * w.sign()).clamp(0, 1)
+    torch.testing.assert_close(x_adv, expected)
+    assert not x_adv.requires_grad
+
+
+@pytest.mark.parametrize("start", ["uniform", "gaussian", "none"])
+def test_pgd_stays_in_the_ball_and_raises_the_loss(start: str, trained, eval_tensors) -> None:
+    model, _ = trained["natural"]
+    x, y = eval_tensors[0][:64], eval_tensors[1][:64]
+    x_adv = pgd_linf(cross_entropy_objective(model, y), x, EPS, EPS / 4, 10, start=start)
+    assert (x_adv - x).abs().max() <= EPS + 1e-6 and x_adv.min() >= 0 and x_adv.max() <= 1
+    assert F.cross_entropy(model(x_adv), y) > 2 * F.cross_entropy(model(x), y)
+
+
+def test_pgd_matches_torchattacks(trained, eval_tensors) -> None:
+    model, _ = trained["natural"]
+    x, y = eval_tensors[0][:64], eval_tensors[1][:64]
+    ours = pgd_linf(cross_entropy_objective(model, y), x, EPS, 0.02, 7, start="none")
+    theirs = torchattacks.PGD(model, eps=EPS, alpha=0.02, steps=7, random_start=False)(x, y)
+    torch.testing.assert_close(ours, theirs)
+
+
+def test_trades_objective_is_zero_at_the_clean_point(trained, eval_tensors) -> None:
+    model, _ = trained["natural"]
+    x = eval_tensors[0][:16]
+    probs = F.softmax(model(x), 1).detach()
+    objective = kl_objective(model, probs)
+    x_adv = pgd_linf(objective, x, EPS, EPS / 4, 5, start="gaussian")
+    with torch.no_grad():
+        assert float(objective(x)) == pytest.approx(0.0, abs=1e-5)
+        assert float(objective(x_adv)) > 1.0
+
+
+# ---------------------------------------------------------------- recipes
+
+
+def test_natural_model_is_accurate_and_pgd_at_is_robust(trained, eval_tensors) -> None:
+    x, y = eval_tensors
+    natural, nat_meta = trained["natural"]
+    pgd_at, at_meta = trained["pgd_at"]
+    trades, _ = trained["trades"]
+    assert nat_meta["clean_accuracy"] >= 0.95
+    assert at_meta["clean_accuracy"] >= 0.9
+    nat, at, tr = (_robust_accuracy(m, x, y) for m in (natural, pgd_at, trades))
+    assert at >= nat + 0.15, f"robust accuracy at eps {EPS}: natural {nat:.3f}, pgd_at {at:.3f}"
+    assert tr >= nat + 0.1, f"robust accuracy at eps {EPS}: natural {nat:.3f}, trades {tr:.3f}"
+
+
+def test_checkpoint_meta_is_plain_and_complete(trained) -> None:
+    _, meta = trained["pgd_at"]
+    assert (meta["dataset"], meta["architecture"], meta["recipe"]) == ("digits", "small_cnn", "pgd_at")
+    assert meta["config"]["recipe"]["epochs"] == 6 and meta["config"]["model"]["arch"] == "small_cnn"
+    assert meta["config"]["budgets"]["linf"] > 0 and meta["train_seconds"] > 0
+    assert meta["created_at"].endswith("+00:00") and meta["advbench_version"]
+
+
+def test_training_is_seeded(digits: Digits, tmp_path: Path) -> None:
+    recipe = _recipe("natural", epochs=1)
+    metas = [train_defense(digits, _arch(), recipe, tmp_path / f"{i}.pt", progress=False, seed=3) for i in range(2)]
+    states = [torch.load(tmp_path / f"{i}.pt", weights_only=True)["state_dict"] for i in range(2)]
+    assert metas[0]["clean_accuracy"] == metas[1]["clean_accuracy"]
+    assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        ({"type": "mixup"}, "unknown training recipe 'mixup'; valid: natural, pgd_at, trades"),
+        ({"momentum_typo": 0.9}, "bad training recipe: Key 'momentum_typo' not in 'Recipe'"),
+        ({"optimizer": "lbfgs"}, "unknown optimizer 'lbfgs'"),
+        ({"epochs": 0}, "epochs >= 1"),
+        ({"eps": 0.0}, "recipe 'pgd_at' needs eps > 0"),
+        ({"lr": None}, "bad training recipe: Incompatible value 'None' for field of type 'float'"),
+        ({"epochs": "many"}, "bad training recipe: Value 'many' of type 'str' could not be converted to Integer"),
+    ],
+)
+def test_bad_recipes_are_one_line_errors(changes: dict, expected: str) -> None:
+    with pytest.raises(AdvbenchError, match=expected):
+        Recipe.from_config(_recipe("pgd_at", **changes))
+
+
+def test_recipe_step_defaults_to_a_quarter_of_eps() -> None:
+    assert Recipe.from_config(_recipe("pgd_at")).inner_step == pytest.approx(0.025)
+    assert Recipe.from_config(_recipe("trades", step_size=0.01)).inner_step == 0.01
+
+
+def test_divergence_is_reported(digits: Digits, tmp_path: Path) -> None:
+    with pytest.raises(AdvbenchError, match="training diverged"):
+        train_defense(digits, _arch(), _recipe("natural", epochs=2, lr=1e12, optimizer="sgd"), tmp_path / "x.pt", progress=False)
+    assert not (tmp_path / "x.pt").exists()
+
+
+# ---------------------------------------------------------------- CLI entry points and the cache
+
+
+def test_train_main_saves_to_the_cache_and_prints_one_line(tmp_path: Path, capsys) -> None:
+    cfg = compose_config("train", ["defense=natural", "defense.recipe.epochs=1", f"cache_dir={tmp_path}"])
+    path = train_main(cfg)
+    assert path == checkpoint_path(tmp_path, "digits", "small_cnn", "natural") == tmp_path / "checkpoints/digits/small_cnn/natural.pt"
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("trained small_cnn/natural on digits: clean accuracy") and str(path) in lines[0]
+    model = load_trained_model(cfg, Digits())
+    assert not model.training and not any(p.requires_grad for p in model.parameters())
+
+
+def test_ensure_checkpoint_trains_digits_once(tmp_path: Path) -> None:
+    cfg = compose_config("train", ["defense=natural", "defense.recipe.epochs=1", f"cache_dir={tmp_path}"])
+    path = ensure_checkpoint(cfg)
+    stamp = path.stat().st_mtime_ns
+    assert ensure_checkpoint(cfg) == path and path.stat().st_mtime_ns == stamp
+
+
+def test_missing_cifar_checkpoint_names_the_command(tmp_path: Path, fake_cifar_root: Path) -> None:
+    cfg = compose_config(
+        "train", ["dataset=cifar10", f"dataset.root={fake_cifar_root}", "model=resnet56", "defense=trades", f"cache_dir={tmp_path}"]
+    )
+    with pytest.raises(AdvbenchError) as err:
+        ensure_checkpoint(cfg)
+    assert str(err.value).endswith("create it with: advbench train dataset=cifar10 model=resnet56 defense=trades")
+    assert not any(tmp_path.iterdir())
+
+
+def test_defense_without_recipe_cannot_be_trained(tmp_path: Path) -> None:
+    cfg = compose_config("train", [f"cache_dir={tmp_path}"])
+    del cfg.defense.recipe
+    with pytest.raises(AdvbenchError, match="has no training recipe"):
+        train_main(cfg)
+
+
+def test_pretrained_natural_model_needs_no_checkpoint(tmp_path: Path, fake_cifar_root: Path) -> None:
+    """A natural torchvision model with `weights_path` uses those weights, not the cache."""
+    torch.manual_seed(0)
+    reference = tv_models.resnet50(weights=None, num_classes=10).eval()
+    torch.save(reference.state_dict(), tmp_path / "w.pth")
+    overrides = ["dataset=cifar10", f"dataset.root={fake_cifar_root}", "model=resnet50", f"cache_dir={tmp_path}"]
+    cfg = compose_config("train", [*overrides, "defense=natural", f"model.weights_path={tmp_path / 'w.pth'}"])
+    dataset = hydra.utils.instantiate(cfg.dataset)
+    model = load_trained_model(cfg, dataset)
+    x = torch.rand(2, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), reference((x - model.mean) / model.std))
+    with pytest.raises(AdvbenchError, match="defense=pgd_at"):
+        load_trained_model(compose_config("train", [*overrides, "defense=pgd_at", f"model.weights_path={tmp_path / 'w.pth'}"]), dataset)
