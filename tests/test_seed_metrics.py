@@ -74,7 +74,7 @@ def published_metric(name: str) -> PretrainedMetric:
 
 
 def cases(rows: Iterable[Any]) -> list[Any]:
-    """Parametrize rows (a value or a tuple); rows of HEAVY metrics are marked slow."""
+    """Parametrize rows (a value or a tuple); HEAVY metrics and entries not in KNOWN run as slow."""
     params = []
     for row in rows:
         values = row if isinstance(row, tuple) else (row,)
