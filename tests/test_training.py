@@ -26,7 +26,7 @@ from advbench.defenses.training import (
     train_main,
 )
 from advbench.errors import AdvbenchError
-from advbench.models import build_model, instantiate_model
+from advbench.models import instantiate_model
 from advbench.models.checkpoint import load_checkpoint
 
 CONF = Path(__file__).resolve().parents[1] / "conf"

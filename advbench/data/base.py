@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import Dataset
 
 from advbench.errors import AdvbenchError
@@ -33,7 +34,9 @@ class ImageDataset(ABC):
         if n_samples is not None and n_samples < 1:
             raise AdvbenchError(f"dataset n_samples must be >= 1 or null, got {n_samples}")
         self.name = name
-        self.budgets: dict[str, Any] = dict(budgets or {})
+        self.budgets: dict[str, Any] = (
+            OmegaConf.to_container(budgets, resolve=True) if isinstance(budgets, DictConfig) else dict(budgets or {})
+        )
         self.n_samples = n_samples
 
     @abstractmethod

@@ -7,6 +7,7 @@ the digits models on first use (seconds on a CPU) and otherwise names the exact
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -189,12 +190,13 @@ def train_defense(
             bar.reset(batches)
             for x, y in loader:
                 loss = loss_of(model, x.to(device), y.to(device), recipe)
-                if not torch.isfinite(loss):
-                    raise AdvbenchError(f"training diverged: loss {float(loss)} in epoch {epoch + 1}; lower defense.recipe.lr")
+                value = float(loss.detach())  # one device sync per batch, for the check and the bar
+                if not math.isfinite(value):
+                    raise AdvbenchError(f"training diverged: loss {value} in epoch {epoch + 1}; lower defense.recipe.lr")
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 optimizer.step()
-                bar.update(batches, advance=1, status=f"loss {float(loss.detach()):.3f}")
+                bar.update(batches, advance=1, status=f"loss {value:.3f}")
             schedule.step()
             bar.update(epochs, advance=1)
     seconds = time.perf_counter() - started
