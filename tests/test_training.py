@@ -186,7 +186,7 @@ def test_divergence_is_reported(digits: Digits, tmp_path: Path) -> None:
 
 
 def test_train_main_saves_to_the_cache_and_prints_one_line(tmp_path: Path, capsys) -> None:
-    cfg = compose_config("train", ["defense=natural", "defense.recipe.epochs=1", f"cache_dir={tmp_path}"])
+    cfg = compose_config("train", ["defense=natural", "defense.recipe.epochs=1", f"cache_dir={tmp_path}", "device=auto"])
     path = train_main(cfg)
     assert path == checkpoint_path(tmp_path, "digits", "small_cnn", "natural") == tmp_path / "checkpoints/digits/small_cnn/natural.pt"
     lines = capsys.readouterr().out.strip().splitlines()

@@ -144,6 +144,13 @@ def _progress(enabled: bool) -> Progress:
     )
 
 
+def _resolve_device(name: str) -> str:
+    """`auto` (allowed by `advbench run`, which may train digits on demand) picks CUDA if present."""
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return name
+
+
 def evaluate_accuracy(model: nn.Module, data: Dataset, device: str = "cpu", batch_size: int = 512) -> float:
     """Top-1 accuracy on a data set whose items start with `(x, y)`."""
     model.eval()
@@ -170,6 +177,7 @@ def train_defense(
 ) -> dict[str, Any]:
     """Train `arch_cfg` on `dataset` with a recipe, save a checkpoint at `out`, return its meta."""
     recipe = Recipe.from_config(recipe_cfg)
+    device = _resolve_device(device)
     torch.manual_seed(seed)
     model = instantiate_model(arch_cfg, dataset.num_classes, dataset.input_shape[0]).to(device)
     loader = DataLoader(
@@ -260,11 +268,12 @@ def _uses_pretrained_weights(cfg: DictConfig) -> bool:
 
 
 def load_trained_model(cfg: DictConfig, dataset: ImageDataset) -> Classifier:
-    """Model of `cfg.model` with the weights of `cfg.defense`, in eval mode, parameters frozen.
+    """Model of `cfg.model` with the weights of `cfg.defense`, on the CPU, in eval mode, frozen.
 
-    Frozen parameters keep attack gradients (w.r.t. the input) from also filling weight grads.
+    Frozen parameters keep attack gradients (w.r.t. the input) from also filling weight grads;
+    the caller moves the model to its device.
     """
     model = instantiate_model(cfg.model, dataset.num_classes, dataset.input_shape[0])
     if not _uses_pretrained_weights(cfg):
         load_checkpoint(ensure_checkpoint(cfg), model, make_command=train_command(cfg))
-    return model.to(cfg.device).eval().requires_grad_(False)
+    return model.eval().requires_grad_(False)
