@@ -30,8 +30,12 @@ Definitions that had to be aligned, checked against torchattacks' source:
 
 from __future__ import annotations
 
+import importlib.util
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
@@ -97,3 +101,39 @@ def test_matches_torchattacks(name: str, tiny_model, digits_tensors) -> None:
     never = ~ours.success
     gap = (ours.x_adv[never] - theirs_x[never]).flatten(1).abs().amax(dim=1)
     assert (gap <= 1e-5).float().mean() >= 0.98, f"trajectories differ: max gap {gap.max():.3g} on unbroken samples"
+
+
+def load_bench() -> ModuleType:
+    """scripts/ is not a package; load the benchmark script as a module."""
+    path = Path(__file__).resolve().parents[1] / "scripts" / "bench_attacks.py"
+    spec = importlib.util.spec_from_file_location("bench_attacks", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bench_script_compares_on_equal_work(tmp_path: Path) -> None:
+    """The cost benchmark runs end to end on a tiny WRN and its figures are comparable.
+
+    Our per-iteration figure is only fair if no sample left the active set, and the search
+    figures only mean something if the search did work beyond the fixed-budget run.
+    """
+    out = tmp_path / "bench.json"
+    args = ["--model", "wrn34_10", "--depth", "10", "--width", "1", "--batch", "6", "--iters", "3",
+            "--repeats", "1", "--warmup", "0", "--device", "cpu", "--out", str(out)]
+    assert load_bench().main(args) == 0
+    result = json.loads(out.read_text())
+    rows, search = result["rows"], result["search"]
+    assert rows["advbench BIM-3"]["grad_evals"] == 6 * 3
+    assert rows["advbench BIM-3"]["note"].startswith("100%")
+    assert {"forward+backward (limit)", "torchattacks PGD-3"} <= set(rows)
+    assert all(row["x_limit"] > 0 for row in rows.values() if "x_limit" in row)
+    assert search["search_grad_evals"] > search["fixed_grad_evals"] > 0
+    assert result["input_shape"] == [6, 3, 32, 32]
+
+
+def test_bench_script_reports_a_missing_device(tmp_path: Path, capsys) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("needs a machine without CUDA")
+    assert load_bench().main(["--model", "small_cnn", "--device", "cuda", "--out", str(tmp_path / "b.json")]) == 1
+    assert capsys.readouterr().err.startswith("error: device 'cuda' requested")

@@ -1,0 +1,270 @@
+"""Attack cost against its limit, the model's own forward+backward, in one run on one batch.
+
+Measures, on the same model, batch and device:
+  (a) forward + backward to the input of one batch, what one attack iteration cannot beat
+      (timed as a loop of as many passes as the attacks take iterations, like them);
+  (b) our BIM per iteration, at a budget so small that every sample stays active, so early
+      stopping cannot flatter the figure;
+  (c) torchattacks PGD per iteration, and (d) Foolbox LinfPGD if `import foolbox` works;
+  (e) a full minimum-ε search against one fixed-budget run (`evaluate_batch`, search on/off).
+Times are the minimum over repeats (other load only ever adds time); every repeat is kept in
+the JSON.
+Inputs are uniform noise labelled with the model's own predictions and the weights are
+random (no data set or checkpoint is read): cost per iteration does not depend on either,
+but the search cost does depend on how many samples break at `--eps`, so it is printed too.
+
+    python scripts/bench_attacks.py --model resnet56 --batch 128 --out bench.json
+    python scripts/bench_attacks.py --model wrn34_10 --device cuda --amp --channels-last
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.metadata
+import json
+import math
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+import torchattacks
+from rich.console import Console
+from rich.table import Table
+from torch import nn
+
+from advbench.attacks.base import WhiteBoxOracle
+from advbench.attacks.gradient import BIM
+from advbench.engine import SearchSettings, evaluate_batch, resolve_device
+from advbench.errors import AdvbenchError
+from advbench.models import build_model
+from advbench.threat import ThreatModel
+
+# Input shape of each architecture's data set, and the flags that map to its size options.
+INPUTS = {"small_cnn": (1, 8, 8), "resnet56": (3, 32, 32), "wrn34_10": (3, 32, 32)}
+SIZE_OPTIONS = {"small_cnn": {"width": "width"}, "resnet56": {"depth": "depth", "width": "base_width"},
+                "wrn34_10": {"depth": "depth", "width": "widen_factor"}}
+# A budget no sample can be broken at: the per-iteration figures keep every sample active.
+TINY_EPS = 1e-6
+REL_STEPSIZE = 0.15
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", choices=sorted(INPUTS), default="resnet56")
+    p.add_argument("--depth", type=int, help="network depth (resnet56: 6n+2, wrn34_10: 6n+4)")
+    p.add_argument("--width", type=int, help="width option: small_cnn width, resnet base width, WRN widen factor")
+    p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 or auto")
+    p.add_argument("--iters", type=int, default=20, help="attack iterations (BIM-20 by default)")
+    p.add_argument("--repeats", type=int, default=5, help="timed repeats; the fastest is reported")
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--eps", type=float, default=8 / 255, help="ℓ∞ budget of the fixed-budget vs search measurement")
+    p.add_argument("--search-repeats", type=int, default=1, help="timed repeats of the fixed-budget and search runs")
+    p.add_argument("--amp", action="store_true", help="bf16 autocast around every measurement")
+    p.add_argument("--channels-last", action="store_true", help="model and inputs in channels_last")
+    p.add_argument("--threads", type=int, help="torch CPU threads")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, default=Path("bench_attacks.json"))
+    args = p.parse_args(argv)
+    for name in ("batch", "iters", "repeats", "search_repeats"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    return args
+
+
+def build(args: argparse.Namespace, device: torch.device) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
+    """The model (random weights, eval mode) and a noise batch labelled with its predictions."""
+    torch.manual_seed(args.seed)
+    shape = INPUTS[args.model]
+    options = {opt: getattr(args, flag) for flag, opt in SIZE_OPTIONS[args.model].items()
+               if getattr(args, flag) is not None}
+    model = build_model(args.model, num_classes=10, in_channels=shape[0], **options).to(device)
+    x = torch.rand(args.batch, *shape, device=device)
+    calibrate_batchnorm(model, x)
+    if args.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+        x = x.contiguous(memory_format=torch.channels_last)
+    with torch.inference_mode(), autocast(args, device):
+        y = model(x).argmax(dim=1)
+    return model, x, y.clone()
+
+
+def calibrate_batchnorm(model: nn.Module, x: torch.Tensor) -> None:
+    """Set BatchNorm statistics to those of `x`, then switch to eval mode.
+
+    At initialisation the running statistics are (0, 1), which leaves a deep random network
+    with exploding activations and margins no small budget can cross; with its statistics
+    re-estimated it breaks at budgets like a trained one, so the search figures mean something.
+    """
+    norms = [m for m in model.modules() if isinstance(m, nn.BatchNorm2d)]
+    for m in norms:
+        m.reset_running_stats()
+        m.momentum = None  # cumulative average: one pass gives the batch statistics exactly
+    with torch.no_grad():
+        model.train()(x)
+    model.eval()
+
+
+def autocast(args: argparse.Namespace, device: torch.device) -> contextlib.AbstractContextManager[Any]:
+    return torch.autocast(device.type, dtype=torch.bfloat16) if args.amp else contextlib.nullcontext()
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def interleaved(fns: dict[str, Callable[[], Any]], device: torch.device, warmup: int,
+                repeats: int) -> dict[str, tuple[list[float], Any]]:
+    """Wall seconds of each callable per repeat, and its last result.
+
+    Repeats run round-robin over the callables, so a change of machine load (other jobs, CPU
+    clocks) hits every measurement alike and their ratios stay meaningful.
+    """
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    outs: dict[str, Any] = {}
+    for _ in range(repeats):
+        for key, fn in fns.items():
+            sync(device)
+            tic = time.perf_counter()
+            outs[key] = fn()
+            sync(device)
+            times[key].append(time.perf_counter() - tic)
+    return {k: (times[k], outs[k]) for k in fns}
+
+
+def forward_backward(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The work of one attack iteration and nothing else: logits, loss, input gradient."""
+    xr = x.detach().requires_grad_(True)
+    loss = F.cross_entropy(model(xr), y, reduction="sum")
+    return torch.autograd.grad(loss, xr)[0]
+
+
+def foolbox_pgd(model: nn.Module, eps: float, steps: int) -> Callable[[torch.Tensor, torch.Tensor], Any] | None:
+    """Foolbox LinfPGD with our step size, or None when foolbox is not installed."""
+    try:
+        import foolbox
+    except ImportError:
+        return None
+    fmodel = foolbox.PyTorchModel(model, bounds=(0.0, 1.0))
+    attack = foolbox.attacks.LinfPGD(rel_stepsize=REL_STEPSIZE, steps=steps, random_start=True)
+    return lambda x, y: attack(fmodel, x, y, epsilons=eps)
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    device = resolve_device(args.device)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    load_before = os.getloadavg()[0]
+    model, x, y = build(args, device)
+    n, steps = x.shape[0], args.iters
+    oracle = WhiteBoxOracle(model)
+    tiny = torch.full((n,), TINY_EPS, device=device)
+    bim = BIM(steps=steps, rel_stepsize=REL_STEPSIZE)
+    ta = torchattacks.PGD(model, eps=TINY_EPS, alpha=REL_STEPSIZE * TINY_EPS, steps=steps, random_start=True)
+    fb = foolbox_pgd(model, TINY_EPS, steps)
+
+    limit_key, ours_key = "forward+backward (limit)", f"advbench BIM-{steps}"
+    per_iter: dict[str, Callable[[], Any]] = {
+        limit_key: lambda: [forward_backward(model, x, y) for _ in range(steps)],
+        ours_key: lambda: bim(oracle, x, y, eps=tiny, norm="linf"),
+        f"torchattacks PGD-{steps}": lambda: ta(x, y),
+    }
+    if fb is not None:
+        per_iter[f"foolbox LinfPGD-{steps}"] = lambda: fb(x, y)
+    threat = ThreatModel(norm="linf", goal="untargeted", eps=args.eps)
+    search_keys = (f"fixed budget (BIM-{steps}, early stop)", "with minimum-ε search")
+    search = {key: (lambda s=settings: evaluate_batch(bim, oracle, x, y, None, threat, s))
+              for key, settings in zip(search_keys, (SearchSettings(enabled=False), SearchSettings()))}
+    with autocast(args, device):
+        timed = interleaved(per_iter, device, args.warmup, args.repeats)
+        timed.update(interleaved(search, device, 0, args.search_repeats))
+
+    limit = min(timed[limit_key][0])
+    rows: dict[str, dict[str, Any]] = {}
+    for key, (times, _) in timed.items():
+        sec = min(times)
+        rows[key] = {"seconds": sec, "times": times, "grad_evals": n * steps}
+        if key in per_iter:
+            rows[key].update(per_iter=sec / steps, x_limit=sec / limit)
+    active = float(timed[ours_key][1].grad_evals.float().mean()) / steps
+    rows[ours_key].update(grad_evals=int(timed[ours_key][1].grad_evals.sum()),
+                          note=f"{active:.0%} of samples active throughout")
+
+    fixed, searched = (timed[k][1] for k in search_keys)
+    fixed_evals = int(fixed["grad_evals"].sum())
+    search_evals = fixed_evals + int(searched["search_grad_evals"].sum())
+    success = float(fixed["success_at_budget"].float().mean())
+    wall_ratio = rows[search_keys[1]]["seconds"] / rows[search_keys[0]]["seconds"]
+    rows[search_keys[0]].update(grad_evals=fixed_evals, note=f"ε={args.eps:.4g}, {success:.0%} broken at the budget")
+    rows[search_keys[1]].update(grad_evals=search_evals, note=f"{search_evals / fixed_evals:.2f}x grad evals, "
+                                                              f"{wall_ratio:.2f}x wall of the fixed budget "
+                                                              f"({search_evals / (n * steps):.2f}x its full {n * steps})")
+    quartiles = torch.quantile(searched["min_eps"].double(), torch.tensor([0.25, 0.5, 0.75], dtype=torch.float64),
+                               interpolation="nearest").tolist()
+    return {
+        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "environment": environment(device) | {"load_avg_1min": [load_before, os.getloadavg()[0]]},
+        "model_parameters": sum(p.numel() for p in model.parameters()),
+        "input_shape": list(x.shape),
+        "search": {"eps": args.eps, "success_at_budget": success, "fixed_grad_evals": fixed_evals,
+                   "search_grad_evals": search_evals, "grad_eval_ratio": search_evals / fixed_evals,
+                   "wall_ratio": wall_ratio, "full_budget_grad_evals": n * steps,
+                   "min_eps_quartiles": [q if math.isfinite(q) else None for q in quartiles]},
+        "rows": rows,
+    }
+
+
+def environment(device: torch.device) -> dict[str, Any]:
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine()
+    versions = {}
+    for package in ("torch", "torchattacks", "foolbox"):
+        try:
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            versions[package] = None
+    return {"device": str(device), "device_name": name, "threads": torch.get_num_threads(),
+            "python": platform.python_version(), **versions}
+
+
+def render(result: dict[str, Any]) -> Table:
+    cfg = result["config"]
+    title = (f"{cfg['model']} ({result['model_parameters']:,} parameters), batch {cfg['batch']} "
+             f"on {result['environment']['device']}{', bf16' if cfg['amp'] else ''}"
+             f"{', channels_last' if cfg['channels_last'] else ''}")
+    table = Table(title=title)
+    for col in ("measurement", "ms/batch", "ms/iter", "x limit", "grad evals", "note"):
+        table.add_column(col, justify="left" if col in ("measurement", "note") else "right")
+    for name, row in result["rows"].items():
+        per_iter = f"{row['per_iter'] * 1e3:.1f}" if "per_iter" in row else ""
+        ratio = f"{row['x_limit']:.2f}" if "x_limit" in row else ""
+        table.add_row(name, f"{row['seconds'] * 1e3:.1f}", per_iter, ratio, str(row["grad_evals"]), row.get("note", ""))
+    return table
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        result = measure(args)
+    except AdvbenchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    Console(width=160).print(render(result))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2))
+    print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
