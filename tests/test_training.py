@@ -21,6 +21,7 @@ from advbench.defenses.training import (
     Recipe,
     checkpoint_path,
     ensure_checkpoint,
+    evaluate_accuracy,
     load_trained_model,
     train_defense,
     train_main,
@@ -196,8 +197,11 @@ def test_train_main_saves_to_the_cache_and_prints_one_line(tmp_path: Path, capsy
 
 
 def test_ensure_checkpoint_trains_digits_once(tmp_path: Path) -> None:
-    cfg = compose_config("train", ["defense=natural", "defense.recipe.epochs=1", f"cache_dir={tmp_path}"])
+    cfg = compose_config("train", ["defense=natural", "defense.recipe.epochs=1", f"cache_dir={tmp_path}", "dataset.n_samples=10"])
     path = ensure_checkpoint(cfg)
+    model = instantiate_model(cfg.model, 10, 1)
+    accuracy = load_checkpoint(path, model)["clean_accuracy"]
+    assert accuracy == evaluate_accuracy(model, Digits().eval_set())
     stamp = path.stat().st_mtime_ns
     assert ensure_checkpoint(cfg) == path and path.stat().st_mtime_ns == stamp
 

@@ -241,7 +241,9 @@ def train_main(cfg: DictConfig) -> Path:
     recipe = cfg.defense.get("recipe")
     if recipe is None:
         raise AdvbenchError(f"defense '{cfg.defense.name}' has no training recipe; trainable: natural, pgd_at, trades")
-    dataset = hydra.utils.instantiate(cfg.dataset)
+    # Clean accuracy in the checkpoint is over the whole evaluation set, whatever smoke-run
+    # `n_samples` the triggering config carried.
+    dataset = hydra.utils.instantiate(cfg.dataset, n_samples=None)
     path = _cfg_checkpoint_path(cfg)
     meta = train_defense(dataset, cfg.model, recipe, path, device=cfg.device, seed=cfg.seed)
     print(
