@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 import torch
@@ -34,6 +35,15 @@ META = {
     "created_at": "2026-01-01T00:00:00+00:00",
     "advbench_version": "0.1.0",
 }
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread() -> Iterator[None]:
+    """Tiny batches: intra-op threads only add overhead, and thrash a busy 2-core CPU."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 def test_every_architecture_has_a_case() -> None:
