@@ -42,7 +42,9 @@ def assert_one_line_error(result: Result, *needles: str) -> None:
 
 @pytest.mark.parametrize("command", [[], ["train"], ["eval"], ["stability"], ["ablation"]])
 def test_help(command: list[str]) -> None:
-    result = invoke(*command, "--help")
+    from advbench.cli import main
+
+    result = CliRunner().invoke(main, ["uap", *command, "--help"])
     assert result.exit_code == 0, result.output
     assert "Usage:" in result.output and len(result.output.splitlines()) > 5
 
