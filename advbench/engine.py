@@ -31,6 +31,7 @@ from advbench.attacks.steps import lp_norm
 from advbench.data.targets import target_classes
 from advbench.errors import AdvbenchError
 from advbench.records import read_records, write_part
+from advbench.runtime import resolve_device, set_threads
 from advbench.threat import ThreatModel, distances, goal_met
 
 console = Console(stderr=True)
@@ -192,16 +193,9 @@ def build_threat(cfg: DictConfig, budgets: dict[str, Any]) -> ThreatModel:
     return ThreatModel(norm=norm, goal=str(t.goal), knowledge=str(t.knowledge), eps=float(eps), normalized_l2=normalized)
 
 
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise AdvbenchError(f"device '{name}' requested but no CUDA device is available; use device=cpu")
-    return torch.device(name)
-
-
 def run_main(cfg: DictConfig) -> Path:
     """Hydra task of `advbench run`: one cell, records to parquet (skipped if present)."""
+    set_threads(cfg.get("threads"))
     device = resolve_device(str(cfg.device))
     dataset = instantiate(cfg.dataset)
     threat = build_threat(cfg, dataset.budgets)

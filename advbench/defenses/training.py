@@ -33,6 +33,7 @@ from advbench.defenses.inner import cross_entropy_objective, kl_objective, pgd_l
 from advbench.errors import AdvbenchError
 from advbench.models import Classifier, instantiate_model
 from advbench.models.checkpoint import load_checkpoint, save_checkpoint
+from advbench.runtime import resolve_device, set_threads
 
 
 @dataclass
@@ -144,13 +145,6 @@ def _progress(enabled: bool) -> Progress:
     )
 
 
-def _resolve_device(name: str) -> str:
-    """`auto` (allowed by `advbench run`, which may train digits on demand) picks CUDA if present."""
-    if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return name
-
-
 def evaluate_accuracy(model: nn.Module, data: Dataset, device: str = "cpu", batch_size: int = 512) -> float:
     """Top-1 accuracy on a data set whose items start with `(x, y)`."""
     model.eval()
@@ -177,7 +171,7 @@ def train_defense(
 ) -> dict[str, Any]:
     """Train `arch_cfg` on `dataset` with a recipe, save a checkpoint at `out`, return its meta."""
     recipe = Recipe.from_config(recipe_cfg)
-    device = _resolve_device(device)
+    device = resolve_device(device)
     torch.manual_seed(seed)
     model = instantiate_model(arch_cfg, dataset.num_classes, dataset.input_shape[0]).to(device)
     loader = DataLoader(
@@ -243,6 +237,7 @@ def train_main(cfg: DictConfig) -> Path:
         raise AdvbenchError(f"defense '{cfg.defense.name}' has no training recipe; trainable: natural, pgd_at, trades")
     # Clean accuracy in the checkpoint is over the whole evaluation set, whatever smoke-run
     # `n_samples` the triggering config carried.
+    set_threads(cfg.get("threads"))
     dataset = hydra.utils.instantiate(cfg.dataset, n_samples=None)
     path = _cfg_checkpoint_path(cfg)
     meta = train_defense(dataset, cfg.model, recipe, path, device=cfg.device, seed=cfg.seed)
