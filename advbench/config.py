@@ -180,7 +180,7 @@ def guarded(task: Task, cfg: DictConfig) -> Any:
         cause = user_error(exc)
         if cause is None:
             raise
-        print(f"error: {cause}", file=sys.stderr)
+        print(f"Error: {cause}", file=sys.stderr)
         raise SystemExit(1) from None
 
 
