@@ -287,8 +287,10 @@ def plot_ablation(records: pd.DataFrame, out: str | Path, amplitude: float | Non
     """One figure, one panel per ablation factor that varies: the spread of per-image gains.
 
     `records` are the `*.parquet` files `advbench uap train` writes (columns metric, seed,
-    n_train, epochs, amplitude, gain; optionally data). Each panel holds one box of per-image
-    gains per factor level, with the runs' means as dots, at `amplitude` (default: the largest).
+    n_train, epochs, amplitude, gain; optionally data). Sweeps vary one factor at a time, so
+    each panel keeps the runs whose other factors sit at their most common value (the
+    reference run) and shows one box of per-image gains per level of its factor, with the
+    runs' means as dots, at `amplitude` (default: the largest).
     """
     from matplotlib.figure import Figure
 
@@ -303,13 +305,17 @@ def plot_ablation(records: pd.DataFrame, out: str | Path, amplitude: float | Non
     labels = {"seed": "training seed", "n_train": "training images", "epochs": "epochs", "data": "training data"}
     run_keys = [c for c in ("metric", "data", "seed", "n_train", "epochs") if c in df]
     runs = df.groupby(run_keys)["gain"].mean().reset_index()
+    baseline = {f: runs[f].mode().iloc[0] for f in factors}
     fig = Figure(figsize=(4.2 * len(factors), 3.6), layout="constrained")
     axes = fig.subplots(1, len(factors), squeeze=False)[0]
     for ax, factor in zip(axes, factors):
-        levels = sorted(df[factor].unique())
-        ax.boxplot([df.loc[df[factor] == v, "gain"].to_numpy() for v in levels], showfliers=False)
-        pos = runs[factor].map({v: i + 1 for i, v in enumerate(levels)})
-        ax.scatter(pos, runs["gain"], color="C3", s=14, zorder=3, label="run mean")
+        others = [f for f in factors if f != factor]
+        rows = df[(df[others] == pd.Series(baseline)[others]).all(axis=1)] if others else df
+        panel_runs = runs[(runs[others] == pd.Series(baseline)[others]).all(axis=1)] if others else runs
+        levels = sorted(rows[factor].unique())
+        ax.boxplot([rows.loc[rows[factor] == v, "gain"].to_numpy() for v in levels], showfliers=False)
+        pos = panel_runs[factor].map({v: i + 1 for i, v in enumerate(levels)})
+        ax.scatter(pos, panel_runs["gain"], color="C3", s=14, zorder=3, label="run mean")
         ax.set_xticks(range(1, len(levels) + 1), [str(v) for v in levels])
         ax.set_xlabel(labels[factor])
         ax.set_ylabel("metric gain (per image)")
