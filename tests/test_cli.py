@@ -126,9 +126,10 @@ def test_cfg_job_prints_the_config(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_smoke_run_then_plot_end_to_end(tmp_path: Path, trained_digits_cache: Path) -> None:
+def test_parallel_smoke_sweep_then_plot_end_to_end(tmp_path: Path, trained_digits_cache: Path) -> None:
     env = {"ADVBENCH_CACHE": str(trained_digits_cache)}
-    proc = run_cli("run", "-m", "experiment=smoke", "attack=fgsm,bim", "threat=linf,l2_targeted", env_extra=env, cwd=tmp_path)
+    proc = run_cli("run", "-m", "experiment=smoke", "attack=fgsm,bim", "threat=linf,l2_targeted",
+                   "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", env_extra=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     parts = sorted((tmp_path / "advbench-out/smoke/records").glob("*.parquet"))
     assert len(parts) == 4
