@@ -115,6 +115,34 @@ def ablation(records: tuple[Path, ...], out: Path, amplitude: float | None) -> N
     Console().print(f"wrote {draw()}")
 
 
+@uap.command()
+@click.argument("published", type=click.Path(path_type=Path))
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("results/table2_published"),
+              show_default=True, help="Folder for table2.md/.csv and one gain-vs-loss figure per source.")
+@click.option("--srcc", type=click.Path(path_type=Path), default=None,
+              help="CSV with a `metric` column and SRCC columns to add to the table.")
+def table2(published: Path, out_dir: Path, srcc: Path | None) -> None:
+    """Table 2 from the seed's published RD data (scores/, real_bitrates/, areas_under_rd_curves/).
+
+    Computes the stability scores twice, from the stored per-video areas and from a clean
+    recomputation of the raw scores and real bitrates; the `source` column says which is which.
+    """
+    from advbench.cli import one_line_errors
+    from advbench.iqa.report import plot_gain_vs_loss, published_table2, write_table2
+    from advbench.iqa.stability import load_srcc
+
+    @one_line_errors
+    def make() -> list[Path]:
+        table, curves = published_table2(published, load_srcc(srcc) if srcc else None)
+        written = write_table2(table, out_dir)
+        for source, part in curves.groupby("source"):
+            written.append(plot_gain_vs_loss(part, out_dir / f"gain_vs_loss_{str(source).replace(' ', '_')}.png"))
+        return written
+
+    for path in make():
+        Console().print(f"wrote {path}")
+
+
 def metric_name(cfg: DictConfig) -> str:
     """The metric option the user chose (`metric=...`), outside Hydra the config's `name`."""
     from hydra.core.hydra_config import HydraConfig
