@@ -297,6 +297,10 @@ def plot_ablation(records: pd.DataFrame, out: str | Path, amplitude: float | Non
     needed = {"metric", "seed", "n_train", "epochs", "amplitude", "gain"}
     if needed - set(records.columns):
         raise AdvbenchError(f"ablation records need columns {sorted(needed)}, missing {sorted(needed - set(records.columns))}")
+    # `uap eval` writes its Table-1 records into the same folder; they carry no training keys.
+    records = records.dropna(subset=["seed", "n_train", "epochs"])
+    if records.empty:
+        raise AdvbenchError("no `advbench uap train` records among the files given")
     amp = float(records["amplitude"].max()) if amplitude is None else float(amplitude)
     df = records[np.isclose(records["amplitude"], amp)]
     if df.empty:
