@@ -135,3 +135,17 @@ def test_min_eps_brackets_are_consistent(goal: str, tiny_model, digits_tensors) 
     assert (width <= 0.05 * 0.1 + 1e-6).all(), "bisection must reach the configured resolution"
     adv_ok = (out["adv_pred"] == target) if target is not None else (out["adv_pred"] != y)
     assert torch.equal(adv_ok, succ)
+
+
+def test_normalized_l2_budget_is_in_per_pixel_units(tiny_model, batch) -> None:
+    """ImageNet's ℓ2 budget is ‖δ‖₂/√d: the engine scales it to the raw norm and back."""
+    x, y = batch
+    d = x[0].numel()
+    threat = ThreatModel(norm="l2", goal="untargeted", eps=0.1, normalized_l2=True)
+    assert threat.scale(x) == pytest.approx(d ** 0.5)
+    out = evaluate_batch(BIM(), WhiteBoxOracle(tiny_model), x, y, None, threat, SearchSettings())
+    assert (out["dist_l2_norm"] <= 0.1 * (1 + 1e-5)).all()
+    assert torch.allclose(out["dist_l2_norm"] * d ** 0.5, out["dist_l2"], rtol=1e-5)
+    found = torch.isfinite(out["min_eps"])
+    assert (out["min_eps"][found] <= 4 * 0.1 + 1e-6).all()
+    assert (out["min_eps"][out["success_at_budget"]] <= 0.1 + 1e-6).all()
