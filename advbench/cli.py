@@ -7,45 +7,14 @@ plugins, `--cfg job`); `plot` and `list` are plain commands. Library errors beco
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
-from typing import Any, Callable
 
 import click
 
 from advbench import __version__
+from advbench.commands import HYDRA_ARGS, hydra_command, one_line_errors
 from advbench.errors import AdvbenchError
-
-HYDRA_ARGS = {"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": ["--help"]}
-
-
-def one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn library errors into click's one-line error and exit 1."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except AdvbenchError as exc:
-            raise click.ClickException(str(exc)) from None
-
-    return wrapper
-
-
-def hydra_command(config_name: str, task_path: str, prog: str) -> Callable[[tuple[str, ...]], None]:
-    """A click callback that forwards its raw arguments to a Hydra app running `task_path`."""
-
-    @one_line_errors
-    def callback(args: tuple[str, ...]) -> None:
-        from importlib import import_module
-
-        from advbench.config import run_hydra
-
-        module, _, name = task_path.rpartition(".")
-        run_hydra(config_name, getattr(import_module(module), name), list(args), prog=prog)
-
-    return callback
-
+from advbench.iqa.cli import uap
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="advbench")
@@ -135,10 +104,4 @@ def list_options(group: str | None) -> None:
     Console().print(table)
 
 
-def _register_uap() -> None:
-    from advbench.iqa.cli import uap
-
-    main.add_command(uap)
-
-
-_register_uap()
+main.add_command(uap)

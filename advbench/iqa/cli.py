@@ -26,18 +26,8 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.table import Table
 
+from advbench.commands import HYDRA_ARGS, hydra_command, one_line_errors
 from advbench.errors import AdvbenchError
-
-# advbench.cli registers this group when it is imported, so this module reaches into it only
-# inside functions; the context settings mirror advbench.cli.HYDRA_ARGS.
-HYDRA_ARGS = {"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": ["--help"]}
-
-
-def _forward(config_name: str, task: str, prog: str, args: tuple[str, ...]) -> None:
-    """Hand the raw arguments to the Hydra app running `task` (as `advbench run` does)."""
-    from advbench.cli import hydra_command
-
-    hydra_command(config_name, task, prog)(args)
 
 
 @click.group(name="uap", context_settings={"help_option_names": ["-h", "--help"]})
@@ -66,7 +56,7 @@ def train(args: tuple[str, ...]) -> None:
     `advbench uap train -m seed=0,1,2,3,4`, `-m subset=16,32,64`, `-m uap.epochs=1,3,5`;
     then `advbench uap ablation <out_dir>/<metric>`.
     """
-    _forward("uap_train", "advbench.iqa.cli.train_main", "advbench uap train", args)
+    hydra_command("uap_train", "advbench.iqa.cli.train_main", "advbench uap train")(args)
 
 
 @uap.command(name="eval", context_settings=HYDRA_ARGS)
@@ -80,7 +70,7 @@ def eval_(args: tuple[str, ...]) -> None:
     data=FOLDER, n_images=N, madc.steps=1000, methods=[uap], csf=true, device=cpu|cuda.
     Writes Markdown, CSV and per-image parquet to <out_dir>/<metric>/.
     """
-    _forward("uap_eval", "advbench.iqa.cli.eval_main", "advbench uap eval", args)
+    hydra_command("uap_eval", "advbench.iqa.cli.eval_main", "advbench uap eval")(args)
 
 
 @uap.command(context_settings=HYDRA_ARGS)
@@ -94,7 +84,7 @@ def stability(args: tuple[str, ...]) -> None:
     max_frames=N, out_dir=DIR. Resumes: finished points are skipped unless force=true.
     Then `advbench plot <out_dir>` computes Table 2 and the gain-vs-loss figure.
     """
-    _forward("uap_stability", "advbench.iqa.cli.stability_main", "advbench uap stability", args)
+    hydra_command("uap_stability", "advbench.iqa.cli.stability_main", "advbench uap stability")(args)
 
 
 @uap.command()
@@ -104,7 +94,6 @@ def stability(args: tuple[str, ...]) -> None:
 @click.option("--amplitude", type=float, default=None, help="Amplitude to show (default: the largest recorded).")
 def ablation(records: tuple[Path, ...], out: Path, amplitude: float | None) -> None:
     """Draw the spread of per-image gains across the runs of an ablation sweep of `uap train`."""
-    from advbench.cli import one_line_errors
     from advbench.iqa.uap import plot_ablation
     from advbench.records import read_records
 
@@ -127,7 +116,6 @@ def table2(published: Path, out_dir: Path, srcc: Path | None) -> None:
     Computes the stability scores twice, from the stored per-video areas and from a clean
     recomputation of the raw scores and real bitrates; the `source` column says which is which.
     """
-    from advbench.cli import one_line_errors
     from advbench.iqa.report import plot_gain_vs_loss, published_table2, write_table2
     from advbench.iqa.stability import load_srcc
 
