@@ -62,7 +62,7 @@ def seed_uap() -> torch.Tensor:
 def test_seed_png_loads_in_range(seed_uap: torch.Tensor) -> None:
     assert seed_uap.shape == (3, 256, 256)
     assert seed_uap.min() >= -0.1 and seed_uap.max() <= 0.1
-    assert seed_uap.abs().max() == pytest.approx(0.1, abs=1e-6)  # the trained UAP uses its full range
+    assert seed_uap.abs().max().item() == pytest.approx(0.1, abs=1e-6)  # the trained UAP uses its full range
 
 
 def test_png_and_pt_round_trips(tmp_path: Path, seed_uap: torch.Tensor) -> None:
@@ -89,13 +89,13 @@ def test_out_of_range_or_malformed_uaps_are_rejected(tmp_path: Path) -> None:
 def test_amplitude_bounds_the_pixel_change(seed_uap: torch.Tensor, amplitude: float) -> None:
     frames = torch.full((2, 3, 256, 256), 0.5)
     change = apply_uap(frames, seed_uap, amplitude) - frames
-    assert change.abs().max() == pytest.approx(amplitude, abs=1e-6)
+    assert change.abs().max().item() == pytest.approx(amplitude, abs=1e-6)
     assert torch.allclose(change, seed_uap * 10 * amplitude, atol=1e-6)
 
 
 def test_application_clips_to_the_image_range(seed_uap: torch.Tensor) -> None:
     out = apply_uap(torch.ones(1, 3, 256, 256), seed_uap, 0.6)
-    assert out.max() == 1.0 and out.min() == pytest.approx(0.4, abs=1e-6)
+    assert out.max().item() == 1.0 and out.min().item() == pytest.approx(0.4, abs=1e-6)
 
 
 def test_tiles_to_full_hd(seed_uap: torch.Tensor) -> None:
