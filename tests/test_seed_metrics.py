@@ -256,7 +256,7 @@ def _authors_file(name: str, option: str, state: dict[str, torch.Tensor]) -> Any
         return {"model": state, "opt": {"lr": 1e-3}}
     if name == "linearity":
         return {"model": state, "optimizer": {}, "amp": {"loss_scaler0": {"loss_scale": 1.0}},
-                "k": [1.0, 1.0, 2.5], "b": [0.0, 0.0, 10.0]}
+                "k": [2.5, 0.5, 7.0], "b": [10.0, -3.0, 1.5]}
     if name == "spaq":
         return {"state_dict": state, "epoch": 7}
     return state
@@ -287,6 +287,7 @@ def test_load_file_in_authors_format(name: str, option: str, tmp_path: Path) -> 
 
 
 def test_linearity_applies_checkpoint_rescaling(tmp_path: Path) -> None:
+    """The overall output is mapped with k[0], b[0] (the authors' i=0); k[1:], b[1:] map side outputs."""
     base = small_metric("linearity")
     path = tmp_path / "p1q2.pth"
     torch.save(_authors_file("linearity", "weights", base.net.state_dict()), path)

@@ -3,8 +3,10 @@
 Replica of `IQAModel` from lidq92/LinearityIQA with the released settings (`p1q2.pth`:
 ResNeXt-101 32x8d, average pooling, P6 = P7 = 1, no end BatchNorm, KonIQ-10k at 498x664).
 Features of stages 6 (layer3) and 7 (layer4) are pooled, reduced to 64-d each and regressed
-together; the final output is linearly re-scaled with the `k`, `b` stored in the checkpoint,
-as the authors' test demo does. Checkpoint: `{'model': state_dict, 'k': [..], 'b': [..]}`.
+together; the overall output is linearly re-scaled with `k[0]`, `b[0]` stored in the checkpoint,
+as the authors' `IQAPerformance.linear_mapping(..., i=0)` and fixed test demo do (`k[1]`, `b[1]`
+and `k[2]`, `b[2]` map the stage-wise side outputs). Checkpoint: `{'model': state_dict, 'k': [..],
+'b': [..]}`.
 """
 
 from __future__ import annotations
@@ -76,7 +78,7 @@ class Linearity(PretrainedMetric):
         self.input_size = tuple(resize_to) if resize_to is not None else None
         self.normalize = Normalize(IMAGENET_MEAN, IMAGENET_STD)
         self.net = IQAModel(arch)
-        # Linear re-scaling of the overall output fitted on the training set (k[-1], b[-1]).
+        # Linear re-scaling of the overall output fitted on the training set (k[0], b[0]).
         self.register_buffer("k", torch.tensor(1.0))
         self.register_buffer("b", torch.tensor(0.0))
         loaded = self.load_weights(weights=weights)
@@ -88,7 +90,7 @@ class Linearity(PretrainedMetric):
 
     def _set_mapping(self, checkpoint: Any, path: WeightPath) -> None:
         try:
-            k, b = float(checkpoint["k"][-1]), float(checkpoint["b"][-1])
+            k, b = float(checkpoint["k"][0]), float(checkpoint["b"][0])
         except (KeyError, IndexError, TypeError, ValueError):
             raise AdvbenchError(
                 f"{self.name}: '{expand(path)}' lacks the linear mapping; expected keys 'k' and 'b' "
