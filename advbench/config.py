@@ -18,6 +18,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+import advbench.paths  # noqa: F401  (registers the ${advbench:cache|data|weights} resolver the YAML uses)
 from advbench.errors import AdvbenchError
 
 Task = Callable[[DictConfig], Any]
