@@ -132,16 +132,17 @@ def _plain(cfg: Mapping[str, Any]) -> dict[str, Any]:
     return OmegaConf.to_container(OmegaConf.create(dict(cfg)), resolve=True)
 
 
-def _progress(enabled: bool) -> Progress:
+def _progress(console: Console) -> Progress:
+    """A live bar, drawn on a terminal only; rich draws nothing into logs and pipes."""
     return Progress(
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TextColumn("{task.fields[status]}"),
         TimeElapsedColumn(),
-        console=Console(stderr=True),
+        console=console,
         transient=True,
-        disable=not enabled,
+        disable=not console.is_terminal,
     )
 
 
@@ -168,8 +169,14 @@ def train_defense(
     *,
     seed: int = 0,
     progress: bool = True,
+    reason: str = "",
 ) -> dict[str, Any]:
-    """Train `arch_cfg` on `dataset` with a recipe, save a checkpoint at `out`, return its meta."""
+    """Train `arch_cfg` on `dataset` with a recipe, save a checkpoint at `out`, return its meta.
+
+    With `progress`, stderr says what trains and why (`reason`) before the first batch, then
+    shows a live bar on a terminal or one line per epoch elsewhere (logs, pipes, CI), so a
+    run that trains a defense on first use is never silent.
+    """
     recipe = Recipe.from_config(recipe_cfg)
     device = resolve_device(device)
     torch.manual_seed(seed)
@@ -183,8 +190,12 @@ def train_defense(
     optimizer = OPTIMIZERS[recipe.optimizer](model.parameters(), recipe)
     schedule = torch.optim.lr_scheduler.MultiStepLR(optimizer, list(recipe.lr_milestones), recipe.lr_gamma)
     loss_of = LOSSES[recipe.type]
+    console = Console(stderr=True, quiet=not progress)
+    why = f" ({reason})" if reason else ""
+    console.print(f"training {recipe.type} {model.arch} on {dataset.name}{why}: {recipe.epochs} epochs "
+                  f"of {len(loader)} batches on {device}", markup=False, highlight=False, soft_wrap=True)
     started = time.perf_counter()
-    with _progress(progress) as bar:
+    with _progress(console) as bar:
         epochs = bar.add_task(f"{recipe.type} {model.arch} on {dataset.name}: epochs", total=recipe.epochs, status="")
         batches = bar.add_task("batches", total=len(loader), status="")
         for epoch in range(recipe.epochs):
@@ -201,6 +212,9 @@ def train_defense(
                 bar.update(batches, advance=1, status=f"loss {value:.3f}")
             schedule.step()
             bar.update(epochs, advance=1)
+            if not console.is_terminal:
+                console.print(f"  epoch {epoch + 1}/{recipe.epochs}: loss {value:.3f}, {time.perf_counter() - started:.1f} s",
+                              markup=False, highlight=False, soft_wrap=True)
     seconds = time.perf_counter() - started
     meta = {
         "dataset": dataset.name,
@@ -230,8 +244,11 @@ def _cfg_checkpoint_path(cfg: DictConfig) -> Path:
     return checkpoint_path(cfg.cache_dir, cfg.dataset.name, cfg.model.name, cfg.defense.name)
 
 
-def train_main(cfg: DictConfig) -> Path:
-    """`advbench train`: instantiate the data set, train the recipe, save, print one line."""
+def train_main(cfg: DictConfig, reason: str = "") -> Path:
+    """`advbench train`: instantiate the data set, train the recipe, save, print one line.
+
+    `reason` says on stderr why a model is trained when the user did not ask for it.
+    """
     recipe = cfg.defense.get("recipe")
     if recipe is None:
         raise AdvbenchError(f"defense '{cfg.defense.name}' has no training recipe; trainable: natural, pgd_at, trades")
@@ -240,7 +257,7 @@ def train_main(cfg: DictConfig) -> Path:
     set_threads(cfg.get("threads"))
     dataset = hydra.utils.instantiate(cfg.dataset, n_samples=None)
     path = _cfg_checkpoint_path(cfg)
-    meta = train_defense(dataset, cfg.model, recipe, path, device=cfg.device, seed=cfg.seed)
+    meta = train_defense(dataset, cfg.model, recipe, path, device=cfg.device, seed=cfg.seed, reason=reason)
     print(
         f"trained {cfg.model.name}/{cfg.defense.name} on {dataset.name}: clean accuracy "
         f"{meta['clean_accuracy']:.2%} in {meta['train_seconds']:.1f} s -> {path}"
@@ -254,7 +271,7 @@ def ensure_checkpoint(cfg: DictConfig) -> Path:
     if path.is_file():
         return path
     if issubclass(hydra.utils.get_class(cfg.dataset._target_), Digits):
-        return train_main(cfg)
+        return train_main(cfg, reason=f"first use: no cached checkpoint at {path}")
     raise AdvbenchError(f"no trained model at '{path}'; create it with: {train_command(cfg)}")
 
 

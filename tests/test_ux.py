@@ -1,0 +1,48 @@
+"""What a new user meets first: the README's commands and the output of a first run."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from advbench.config import compose_config
+from advbench.defenses.training import ensure_checkpoint
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def _setup_command() -> list[str]:
+    """The one-line set-up command of README's 'Set up and run', split into words."""
+    section = README.read_text(encoding="utf-8").split("## Set up and run", 1)[1]
+    block = re.search(r"```bash\n(.*?)\n```", section, re.S)
+    assert block, "README's set-up section has no bash block"
+    return shlex.split(block.group(1))
+
+
+def test_readme_setup_does_not_overwrite_committed_results() -> None:
+    words = _setup_command()
+    plots = [words[i + 1] for i, w in enumerate(words) if w == "--out"]
+    assert plots, "the set-up command draws its figures somewhere explicit"
+    for out in plots:
+        assert not Path(out).parts or Path(out).parts[0] != "results", f"set-up writes into committed {out}"
+    assert not any(w.startswith(("out_dir=results", "records_dir=results")) for w in words)
+
+
+def test_readme_says_how_much_results_vary() -> None:
+    text = README.read_text(encoding="utf-8")
+    assert "How close your numbers will be" in text and "decision boundary" in text
+
+
+def test_training_on_first_use_says_what_and_why_on_stderr(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = compose_config("config", ["defense=natural", "defense.recipe.epochs=2", f"cache_dir={tmp_path}"])
+    path = ensure_checkpoint(cfg)
+    err = capsys.readouterr().err
+    assert "training natural small_cnn on digits (first use: no cached checkpoint at" in err
+    assert str(path) in err
+    # not a terminal here: rich draws no bar, so every epoch gets its own line
+    assert re.search(r"epoch 1/2: loss \d+\.\d{3}, [\d.]+ s", err) and "epoch 2/2" in err
+    ensure_checkpoint(cfg)
+    assert "training" not in capsys.readouterr().err, "a cached model is loaded silently"
