@@ -16,7 +16,7 @@ import pandas as pd
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.ticker import PercentFormatter
+from matplotlib.ticker import MaxNLocator, PercentFormatter
 from rich.console import Console
 from rich.table import Table
 
@@ -28,6 +28,7 @@ from advbench.curves import (
     summary_table,
 )
 from advbench.errors import AdvbenchError
+from advbench.terminal import print_table
 
 FIGURE_KEY = ["dataset", "norm", "goal", "knowledge"]
 """One figure per threat model and data set; panels are attacks, lines are defenses."""
@@ -36,9 +37,12 @@ NORM_LABELS = {"linf": "ℓ∞", "l2": "ℓ₂"}
 KNOWLEDGE_LABELS = {"white": "white-box", "transfer": "transfer-based", "score": "score-based", "decision": "decision-based"}
 STRENGTH_UNITS = {"white": "iterations", "transfer": "iterations", "score": "queries", "decision": "queries"}
 LINESTYLES = ("-", "--", "-.", ":")
-MAX_COLUMNS = 4
-"""Panels per row at most; rows are then filled evenly (5 attacks: 3 + 2, not 4 + 1)."""
+MAX_COLUMNS = 2
+"""Panels per row at most, so a figure stays legible at README width (four attacks: a 2 × 2
+grid, 1260 × 945 px at 150 dpi); rows are then filled evenly."""
 PANEL_SIZE = (3.4, 2.9)
+FEW_STEPS = 5
+"""Strength axes up to this many iterations/queries mark every step (FGSM is one step)."""
 
 
 def defense_styles(defenses: Iterable[str]) -> dict[str, dict[str, str | tuple]]:
@@ -85,13 +89,22 @@ def _figure(curves: pd.DataFrame, x: str, xlabel: str, styles: dict, show_budget
     drawstyle = "default" if show_budget else "steps-post"
     for ax, attack in zip(axes, attacks):
         panel = curves[curves["attack"] == attack]
+        top = panel[x].max()
+        few = not show_budget and top <= FEW_STEPS
         for defense, line in panel.groupby("defense", sort=True):
-            ax.plot(line[x], line[metric], drawstyle=drawstyle, linewidth=1.6, **styles[defense])
+            ax.plot(line[x], line[metric], drawstyle=drawstyle, linewidth=1.6, marker="o" if few else None,
+                    markersize=4, **styles[defense])
         if show_budget:
             for budget in panel["eps_budget"].unique():
                 ax.axvline(budget, color="0.35", linestyle=":", linewidth=1.2)
+            ax.set_xlim(0, top or 1)
+        elif few:  # a handful of whole steps: every step a tick, the end points inside the frame
+            ax.set_xticks(range(int(top) + 1))
+            ax.set_xlim(-0.3, top + 0.3)
+        else:  # iterations and queries are whole numbers
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.set_xlim(0, top or 1)
         ax.set_title(attack, fontsize=11)
-        ax.set_xlim(0, panel[x].max() or 1)
         ax.set_ylim(-0.02, 1.02)
         ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
         ax.grid(True, color="0.88", linewidth=0.8)
@@ -184,17 +197,17 @@ def write_tables(tidy: pd.DataFrame, out_dir: Path | str) -> list[Path]:
 
 
 def print_tables(tidy: pd.DataFrame, console: Console | None = None) -> None:
-    """Show every Table 3 in the terminal with rich."""
+    """Show every Table 3 with rich, whole at any width (see :func:`advbench.terminal.print_table`)."""
     console = console or Console()
     for (norm, goal), table in format_table3(tidy).items():
         rows = tidy[(tidy["norm"] == norm) & (tidy["goal"] == goal)]
         flat = table.reset_index()
         out = Table(title=_caption(rows, norm, goal), show_lines=False)
         for i, column in enumerate(flat.columns):
-            out.add_column(str(column), justify="left" if i < table.index.nlevels else "right", no_wrap=True)
+            out.add_column(str(column), justify="left" if i < table.index.nlevels else "right")
         for row in flat.itertuples(index=False):
             out.add_row(*map(str, row))
-        console.print(out)
+        print_table(out, console)
 
 
 def render_all(df: pd.DataFrame, out_dir: Path | str, formats: Sequence[str] = ("png", "svg"), grid_points: int = 101) -> list[Path]:

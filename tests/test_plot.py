@@ -154,3 +154,60 @@ def test_render_all_writes_figures_and_tables(tmp_path):
         "table3_linf_untargeted.md",
     ]
     assert all(p.stat().st_size > 0 for p in written)
+
+
+def one_and_many_step_records() -> pd.DataFrame:
+    """FGSM takes one step (strength budget 1), BIM ten: both in one strength figure."""
+    df = records(attacks=["fgsm", "bim"], goals=("untargeted",))
+    fgsm = df["attack"] == "fgsm"
+    df.loc[fgsm, "strength_budget"] = 1
+    df.loc[fgsm, "first_success_strength"] = np.where(df.loc[fgsm, "success_at_budget"], 1, -1)
+    return df
+
+
+def visible_ticks(ax) -> np.ndarray:
+    lo, hi = ax.get_xlim()
+    ticks = np.asarray(ax.get_xticks())
+    return ticks[(ticks >= lo) & (ticks <= hi)]
+
+
+def test_strength_axes_tick_whole_steps_and_mark_a_one_step_attack():
+    fig = strength_figure(strength_curve(one_and_many_step_records()))
+    fig.canvas.draw()
+    panels = {ax.get_title(): ax for ax in fig.axes}
+    fgsm, bim = panels["fgsm"], panels["bim"]
+    assert visible_ticks(fgsm).tolist() == [0, 1]
+    assert [t.get_text() for t in fgsm.get_xticklabels()] == ["0", "1"]
+    assert fgsm.get_xlim()[0] < 0 < 1 < fgsm.get_xlim()[1], "both steps drawn inside the frame"
+    assert all(line.get_marker() == "o" for line in fgsm.get_lines()), "a one-step curve is drawn as points"
+    ticks = visible_ticks(bim)
+    assert len(ticks) >= 3 and np.array_equal(ticks, np.round(ticks))
+    assert all(float(t.get_text()).is_integer() for t in bim.get_xticklabels() if t.get_text())
+
+
+def test_four_attacks_are_a_two_by_two_grid_readable_at_readme_width():
+    fig = budget_figure(budget_curve(records(attacks=["fgsm", "bim", "mim", "pgd"], goals=("untargeted",))))
+    rows = {round(ax.get_position().y0, 3) for ax in fig.axes}
+    columns = {round(ax.get_position().x0, 3) for ax in fig.axes}
+    assert len(rows) == 2 and len(columns) == 2
+    width, height = fig.get_size_inches() * 150
+    assert width <= 1300 and width / height < 1.5
+    assert [ax.get_ylabel() for ax in fig.axes] == ["accuracy", "", "accuracy", ""]
+
+
+@pytest.mark.parametrize("terminal", [False, True], ids=["pipe", "terminal"])
+def test_rich_table_is_not_cut_at_80_columns(terminal: bool):
+    from io import StringIO
+
+    many = [f"defense-{i}" for i in range(9)]
+    tidy = summary_table(records(defenses=many, attacks=["pgd"], goals=("untargeted",)))
+    out = StringIO()
+    print_tables(tidy, Console(file=out, width=80, force_terminal=terminal, color_system=None))
+    text = out.getvalue()
+    assert "…" not in text
+    if terminal:  # wrapped to the window: no line longer than the terminal
+        assert max(map(len, text.splitlines())) <= 80
+    else:  # printed whole, every cell on one line
+        assert max(map(len, text.splitlines())) > 80
+        for _, row in tidy.iterrows():
+            assert f"{row['median_min_eps']:.3f} / {100 * row['accuracy']:.1f}%" in text
