@@ -18,6 +18,7 @@ from advbench.iqa.uap import (
     csf_mask,
     evaluate_uap,
     load_uap,
+    ablation_figure,
     plot_ablation,
     save_uap,
     signed_gain,
@@ -185,3 +186,26 @@ def test_plot_ablation_draws_one_figure(tmp_path: Path) -> None:
         plot_ablation(pd.DataFrame(rows), tmp_path / "x.png", amplitude=0.5)
     with pytest.raises(AdvbenchError, match="missing"):
         plot_ablation(pd.DataFrame(rows).drop(columns="epochs"), tmp_path / "x.png")
+
+
+def test_ablation_figure_ticks_whole_numbers_defines_whiskers_and_wraps_panels() -> None:
+    gen = torch.Generator().manual_seed(0)
+    rows = [{"metric": "toy", "seed": s, "n_train": n, "epochs": e, "amplitude": 0.1, "image": i,
+             "gain": float(torch.randn(1, generator=gen))}
+            for s, n, e in [(0, 64, 5), (1, 64, 5), (2, 64, 5), (0, 16, 5), (0, 64, 1)] for i in range(6)]
+    table1 = {"metric": "toy", "seed": None, "n_train": None, "epochs": None, "amplitude": 0.1, "image": 0, "gain": 9.0}
+    frame = pd.DataFrame([*rows, table1])  # Table-1 rows leave NaN in the training keys: floats
+    assert frame["seed"].dtype == float
+    fig = ablation_figure(frame)
+    fig.canvas.draw()
+    panels = {ax.get_xlabel(): ax for ax in fig.axes}
+    assert set(panels) == {"training seed", "training images", "epochs"}
+    assert [t.get_text() for t in panels["training seed"].get_xticklabels()] == ["0", "1", "2"]
+    assert [t.get_text() for t in panels["training images"].get_xticklabels()] == ["16", "64"]
+    assert [t.get_text() for t in panels["epochs"].get_xticklabels()] == ["1", "5"]
+    assert len({round(ax.get_position().y0, 3) for ax in fig.axes}) == 2, "three panels: two rows, not one"
+    legend = " ".join(t.get_text() for t in fig.legends[0].get_texts())
+    assert "min–max (whiskers)" in legend and "quartiles" in legend
+    seed0 = frame[(frame["seed"] == 0) & (frame["n_train"] == 64) & (frame["epochs"] == 5)]["gain"]
+    ends = {round(y, 6) for line in panels["training seed"].get_lines() for y in line.get_ydata()}
+    assert {round(seed0.min(), 6), round(seed0.max(), 6)} <= ends, "whiskers reach the extreme gains"
