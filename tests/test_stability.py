@@ -147,6 +147,21 @@ def test_incomplete_or_baseline_free_records_are_refused() -> None:
         S.rd_areas(rd.drop(columns="psnr"))
 
 
+def test_mixed_psnr_kinds_or_stale_settings_are_refused() -> None:
+    rd = synthetic_rd({"m": 1.0, "n": 0.5}).assign(psnr_kind="rgb", settings_key="k0")
+    S.rd_areas(rd)
+    luma = rd.assign(psnr_kind=np.where(rd["metric"] == "n", "luma", "rgb"))
+    with pytest.raises(AdvbenchError, match=r"mix PSNR kinds \['luma', 'rgb'\]"):
+        S.rd_areas(luma)
+    older = pd.concat([rd[rd["metric"] == "m"], rd[rd["metric"] == "n"].drop(columns="psnr_kind")])
+    with pytest.raises(AdvbenchError, match="mix PSNR kinds"):  # records without the column were luma
+        S.rd_areas(older)
+    stale = rd.assign(settings_key=np.where(rd["amplitude"] > 0.05, "k1", "k0"))
+    with pytest.raises(AdvbenchError, match="metric=m video=v0 come from 2 different settings"):
+        S.rd_areas(stale)
+    S.rd_areas(rd.assign(settings_key=rd["video"]))  # each video has its own key (its bytes)
+
+
 def test_disjoint_loss_ranges_have_no_shared_interval() -> None:
     curves = pd.DataFrame({"metric": ["a", "a", "b", "b"], "amplitude": [0.02, 0.04] * 2,
                            "loss": [0.1, 0.2, 0.3, 0.4], "gain": [0.0, 0.1, 0.0, 0.1]})

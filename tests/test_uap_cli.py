@@ -93,7 +93,7 @@ def test_train_eval_and_ablation_end_to_end(workdir: Path) -> None:
     assert list(table["attack"]) == ["UAP", "MADC"]
     assert {"0.04", "0.4", "CPU time"} <= set(table.columns) and (table["seconds"] > 0).all()
     assert (table["0.4"].notna()).all()
-    assert "| attack | 0.04 | 0.4 | CPU time |" in (folder / "table1_photos-seed1-n8-ep1.md").read_text()
+    assert "| attack | a = 0.04 | a = 0.4 | CPU time |" in (folder / "table1_photos-seed1-n8-ep1.md").read_text()
 
     figure = workdir / "ablation.png"
     result = invoke("ablation", str(folder), "--out", str(figure))
@@ -111,6 +111,36 @@ def test_stability_records_rd_points(workdir: Path) -> None:
     assert list(rd["amplitude"]) == [0.0, 0.1]
     assert rd["psnr"].iloc[1] < rd["psnr"].iloc[0] - 3  # the perturbation costs PSNR against the source
     assert (rd["metric"] == "niqe").all()
+
+
+def test_stability_reruns_when_the_uap_file_or_csf_changes(workdir: Path) -> None:
+    """Same path, other content; csf on: the points are recomputed, not skipped; a plain rerun skips."""
+    from PIL import Image
+
+    uap_file = workdir / "moving_uap.png"
+    shutil.copy(SEED_PNG, uap_file)
+    out = workdir / "stability-key"
+    args = ("stability", "metric=niqe", f"perturbation={uap_file}", f"out_dir={out}", "synthetic.n=1",
+            "synthetic.size=[96,96]", "synthetic.frames=2", "amplitudes=[0.1]", "bitrates_kbps=[2000]",
+            "progress=false")
+
+    def run(*extra: str) -> pd.DataFrame:
+        result = invoke(*args, *extra)
+        assert result.exit_code == 0, result.output
+        return read_records([out]).sort_values("amplitude", ignore_index=True)
+
+    first = run()
+    assert "0 RD points written, 2 already there" in invoke(*args).output
+    with Image.open(SEED_PNG) as im:
+        im.transpose(Image.Transpose.FLIP_LEFT_RIGHT).save(uap_file)
+    flipped = run()
+    assert flipped["settings_key"].nunique() == 1 and flipped["settings_key"][0] != first["settings_key"][0]
+    assert flipped["metric_score"][1] != first["metric_score"][1]  # the perturbed clip changed
+    assert flipped["metric_score"][0] == first["metric_score"][0]  # the clean one did not
+    masked = run("csf=true")
+    assert masked["psnr"][1] > flipped["psnr"][1]  # the CSF mask weakens the perturbation
+    assert "uap=" in masked["settings"][0] and "csf=True" in masked["settings"][0]
+    assert masked["settings_key"][0] not in set(flipped["settings_key"])
 
 
 def test_eval_uses_the_seed_png_on_a_folder(workdir: Path) -> None:

@@ -16,8 +16,8 @@ from advbench.iqa.report import is_rd_records, render_stability
 from advbench.records import read_records
 
 RD_COLUMNS = {"run_id", "metric", "higher_better", "video", "amplitude", "target_bitrate_kbps",
-              "real_bitrate_kbps", "metric_score", "psnr", "n_frames", "codec_seconds",
-              "metric_seconds", "created_at"}
+              "real_bitrate_kbps", "metric_score", "metric_scoring", "psnr", "psnr_kind", "n_frames",
+              "codec_seconds", "metric_seconds", "settings", "settings_key", "created_at"}
 
 
 class Sharpness(QualityMetric):
@@ -62,7 +62,7 @@ def test_round_trip_bitrate_and_psnr_follow_the_target(clips) -> None:
     assert low.frames.shape == high.frames.shape == source.shape
     assert 0 < low.real_bitrate_kbps < high.real_bitrate_kbps
     assert low.real_bitrate_kbps < 3 * 50
-    assert V.psnr_y(source, high.frames).mean() > V.psnr_y(source, low.frames).mean() + 3
+    assert V.psnr(source, high.frames).mean() > V.psnr(source, low.frames).mean() + 3
 
 
 def test_raw_yuv_needs_its_format_and_reads_with_it(tmp_path: Path) -> None:
@@ -91,31 +91,37 @@ def test_unreadable_or_odd_videos_are_one_line_errors(tmp_path: Path) -> None:
     with pytest.raises(AdvbenchError, match="even frame size"):
         V.H264Transcoder(65, 64, 25, 200)
     with pytest.raises(AdvbenchError, match="cannot read video"):
-        run_rd([junk], Sharpness(), tiled_noise(), tmp_path / "rd", metric_name="s", progress=False)
+        run_rd([junk], Sharpness(), tiled_noise(), tmp_path / "rd", metric_name="s", perturbation_key="n0",
+               progress=False)
     assert not (tmp_path / "rd").exists()
 
 
-def test_psnr_y_known_values() -> None:
+def test_psnr_known_values_rgb_and_luma() -> None:
     ref = np.full((2, 8, 8, 3), 0.5, np.float32)
-    assert np.allclose(V.psnr_y(ref, ref), V.PSNR_CAP_DB)
-    assert np.allclose(V.psnr_y(ref, ref + 0.1), 20.0, atol=1e-4)  # luma error 0.1 -> 20 dB
+    for kind in V.PSNR_KINDS:
+        assert np.allclose(V.psnr(ref, ref, kind), V.PSNR_CAP_DB)
+        assert np.allclose(V.psnr(ref, ref + 0.1, kind), 20.0, atol=1e-4)  # error 0.1 everywhere -> 20 dB
     chroma_only = ref + np.array([0.1, -0.1 * 0.299 / 0.587, 0.0], np.float32)
-    assert np.allclose(V.psnr_y(ref, chroma_only), V.PSNR_CAP_DB)
+    assert np.allclose(V.psnr(ref, chroma_only, "luma"), V.PSNR_CAP_DB)
+    mse = (0.1**2 + (0.1 * 0.299 / 0.587) ** 2) / 3  # RGB: mean over the three channels
+    assert np.allclose(V.psnr(ref, chroma_only), 10 * np.log10(1 / mse), atol=1e-3)
+    with pytest.raises(AdvbenchError, match="unknown PSNR kind 'y'; valid: rgb, luma"):
+        V.psnr(ref, ref, "y")
 
 
 def test_amplitude_outside_unit_interval_is_refused(clips, tmp_path: Path) -> None:
     for bad in (-0.02, 1.5, float("nan")):
         with pytest.raises(AdvbenchError, match="amplitude"):
-            run_rd(clips, Sharpness(), tiled_noise(), tmp_path, metric_name="s", amplitudes=[bad],
-                   progress=False)
+            run_rd(clips, Sharpness(), tiled_noise(), tmp_path, metric_name="s", perturbation_key="n0",
+                   amplitudes=[bad], progress=False)
     assert not any(tmp_path.iterdir())
 
 
 def test_rd_job_end_to_end_resume_and_report(tmp_path: Path) -> None:
     clip = make_synthetic_videos(tmp_path / "v", n=1, size=64, frames=2)
     out = tmp_path / "rd"
-    kwargs = dict(metric_name="sharp", amplitudes=[0.04, 0.08], bitrates_kbps=[60, 600],
-                  chunk_frames=1, progress=False)
+    kwargs = dict(metric_name="sharp", perturbation_key="noise0", amplitudes=[0.04, 0.08],
+                  bitrates_kbps=[60, 600], chunk_frames=1, progress=False)
     first = run_rd(clip, Sharpness(), tiled_noise(), out, **kwargs)
     assert len(first.written) == 3 * 2 and not first.skipped
     df = read_records([out])
@@ -127,14 +133,17 @@ def test_rd_job_end_to_end_resume_and_report(tmp_path: Path) -> None:
     # streamed PSNR (chunk of 1 frame, encoder look-ahead) equals the whole-clip round trip
     source = V.read_video(clip[0])
     whole = V.transcode(source, 25, 600)
-    assert clean.loc[600, "psnr"] == pytest.approx(V.psnr_y(source, whole.frames).mean(), rel=1e-6)
+    assert (df["psnr_kind"] == "rgb").all() and (df["metric_scoring"] == "frame mean").all()
+    assert clean.loc[600, "psnr"] == pytest.approx(V.psnr(source, whole.frames).mean(), rel=1e-6)
+    decoded = torch.from_numpy(whole.frames).permute(0, 3, 1, 2)
+    assert clean.loc[600, "metric_score"] == pytest.approx(float(Sharpness()(decoded).mean()), rel=1e-5)
     loud = df[df["amplitude"] == 0.08].set_index("target_bitrate_kbps")
     assert loud.loc[600, "metric_score"] > clean.loc[600, "metric_score"]
     assert loud.loc[600, "psnr"] < clean.loc[600, "psnr"]
 
     stamp = {p: p.stat().st_mtime_ns for p in first.written}
     again = run_rd(clip, Sharpness(), tiled_noise(), out, **kwargs)
-    assert not again.written and sorted(again.skipped) == sorted(first.written)
+    assert not again.written and not again.stale and sorted(again.skipped) == sorted(first.written)
     assert {p: p.stat().st_mtime_ns for p in first.written} == stamp
 
     target = part_path(out, "sharp", clip[0].stem, 0.04, 60)
@@ -142,9 +151,112 @@ def test_rd_job_end_to_end_resume_and_report(tmp_path: Path) -> None:
     healed = run_rd(clip, Sharpness(), tiled_noise(), out, **{**kwargs, "progress": True})
     assert healed.written == [target]
     forced = run_rd(clip, Sharpness(), tiled_noise(), out, force=True, **kwargs)
-    assert len(forced.written) == 6
+    assert len(forced.written) == 6 and not forced.stale
+
+    luma = run_rd(clip, Sharpness(), tiled_noise(), out, **{**kwargs, "psnr_kind": "luma"})
+    assert sorted(luma.stale) == sorted(luma.written) == sorted(first.written)
+    df = read_records([out])
+    assert (df["psnr_kind"] == "luma").all()
+    clean = df[df["amplitude"] == 0].set_index("target_bitrate_kbps")
+    assert clean.loc[600, "psnr"] == pytest.approx(V.psnr(source, whole.frames, "luma").mean(), rel=1e-6)
 
     paths = render_stability(read_records([out]), tmp_path / "report")
     assert {p.name for p in paths} == {"table2.md", "table2.csv", "gain_vs_loss.csv", "gain_vs_loss.png"}
     assert all(p.stat().st_size > 0 for p in paths)
     assert "sharp" in (tmp_path / "report" / "table2.md").read_text()
+
+
+@pytest.mark.filterwarnings("ignore::advbench.iqa.metrics.common.RandomWeightsWarning")
+@pytest.mark.parametrize("name", ["vsfa", "mdtvsfa"])
+def test_video_metrics_score_each_decoded_clip_as_a_video(name: str, tmp_path: Path) -> None:
+    """The GRU and temporal pooling act over the whole decoded clip, not over 1-frame videos."""
+    from advbench.iqa.metrics.registry import build_metric
+
+    torch.manual_seed(0)
+    metric = build_metric(name, weights=None, backbone_weights=None, backbone="resnet18")
+    clip = make_synthetic_videos(tmp_path / "v", n=1, size=64, frames=6)
+    out = tmp_path / "rd"
+    run_rd(clip, metric, tiled_noise(), out, metric_name=name, perturbation_key="noise0", amplitudes=[0.08],
+           bitrates_kbps=[100, 1000], chunk_frames=4, batch_size=4, progress=False)
+    df = read_records([out]).set_index(["amplitude", "target_bitrate_kbps"])
+    assert (df["metric_scoring"] == "video").all() and (df["n_frames"] == 6).all()
+    source = torch.from_numpy(V.read_video(clip[0])).permute(0, 3, 1, 2)
+    for amplitude in (0.0, 0.08):
+        sent = tiled_noise()(source, amplitude).clamp(0, 1) if amplitude else source
+        for kbps in (100, 1000):
+            decoded = V.transcode(sent.permute(0, 2, 3, 1).numpy(), 25, kbps).frames
+            frames = torch.from_numpy(decoded).permute(0, 3, 1, 2)
+            with torch.inference_mode():
+                video, frame_mean = float(metric.score_video(frames)), float(metric(frames).mean())
+            assert abs(video - frame_mean) > 1e-3  # the random head's temporal model matters
+            assert df.loc[(amplitude, kbps), "metric_score"] == pytest.approx(video, rel=1e-4, abs=1e-6)
+
+
+def _settings_run(tmp_path: Path, metric: QualityMetric | None = None, clip_seed: int = 0, **changes) -> object:
+    """One tiny RD run into a shared folder; `changes` override the run's settings."""
+    clip_dir = tmp_path / f"v{clip_seed}"
+    if not clip_dir.exists():  # same name, other content for clip_seed != 0
+        frames = make_synthetic_videos(tmp_path / "src", n=2, size=64, frames=2)[clip_seed]
+        clip_dir.mkdir()
+        (clip_dir / "clip.y4m").write_bytes(frames.read_bytes())
+    kwargs = dict(metric_name="sharp", perturbation_key="noise0", amplitudes=[0.08], bitrates_kbps=[300],
+                  progress=False, perturb=tiled_noise())
+    kwargs.update(changes)
+    perturb = kwargs.pop("perturb")
+    return run_rd([clip_dir / "clip.y4m"], metric or Sharpness(), perturb, tmp_path / "rd", **kwargs)
+
+
+class ScaledSharpness(Sharpness):
+    """Sharpness with a learnt scale: a metric whose weights can change under one name."""
+
+    def __init__(self, scale: float) -> None:
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.tensor(scale))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x) * self.scale
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param(dict(perturb=tiled_noise(1), perturbation_key="noise1"), id="perturbation"),
+        pytest.param(dict(perturbation_key="noise0 csf=True"), id="csf"),
+        pytest.param(dict(preset="ultrafast"), id="preset"),
+        pytest.param(dict(max_frames=1), id="max_frames"),
+        pytest.param(dict(psnr_kind="luma"), id="psnr_kind"),
+        pytest.param(dict(metric=ScaledSharpness(2.0)), id="metric_weights"),
+        pytest.param(dict(clip_seed=1), id="video_content"),
+    ],
+)
+def test_changed_settings_recompute_instead_of_skipping(change: dict, tmp_path: Path) -> None:
+    base = dict(metric=ScaledSharpness(1.0)) if "metric" in change else {}
+    first = _settings_run(tmp_path, **base)
+    assert len(first.written) == 2 and not first.skipped
+    before = set(read_records([tmp_path / "rd"])["settings_key"])
+    again = _settings_run(tmp_path, **base)
+    assert not again.written and len(again.skipped) == 2
+    changed = _settings_run(tmp_path, **change)
+    assert sorted(changed.written) == sorted(first.written) == sorted(changed.stale) and not changed.skipped
+    after = set(read_records([tmp_path / "rd"])["settings_key"])
+    assert len(after) == 1 and not after & before
+    assert not _settings_run(tmp_path, **change).written  # and the new settings are reused in turn
+
+
+def test_unreadable_or_keyless_parts_are_recomputed(tmp_path: Path) -> None:
+    first = _settings_run(tmp_path)
+    broken, older = sorted(first.written)
+    broken.write_bytes(b"not parquet")
+    read_records([older]).drop(columns=["settings", "settings_key"]).to_parquet(older)  # an older run's part
+    healed = _settings_run(tmp_path)
+    assert sorted(healed.written) == sorted(healed.stale) == [broken, older] and not healed.skipped
+    assert read_records([tmp_path / "rd"])["settings_key"].notna().all()
+
+
+def test_image_metrics_score_a_video_as_the_mean_of_its_frames() -> None:
+    videos = torch.rand(2, 5, 3, 16, 16)
+    expected = Sharpness()(videos.flatten(0, 1)).view(2, 5).mean(1)
+    torch.testing.assert_close(Sharpness().score_video(videos), expected)
+    torch.testing.assert_close(Sharpness().score_video(videos[1]), expected[1:])
+    with pytest.raises(AdvbenchError, match=r"Sharpness: expected a float tensor \(N, T, 3, H, W\)"):
+        Sharpness().score_video(torch.rand(2, 0, 3, 16, 16))

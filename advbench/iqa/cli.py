@@ -81,7 +81,9 @@ def stability(args: tuple[str, ...]) -> None:
     ARGS are Hydra overrides: metric=NAME, videos=DIR (or one file; default: short synthetic
     clips made from the sample photos), perturbation=PATH, amplitudes=[...],
     bitrates_kbps=[200,1000,5000,12000], raw.width=/raw.height= for .yuv, csf=true,
-    max_frames=N, out_dir=DIR. Resumes: finished points are skipped unless force=true.
+    max_frames=N, psnr=rgb|luma, out_dir=DIR. Resumes: points finished with the same settings
+    (UAP content, csf, metric, preset, max_frames, psnr, video bytes) are skipped unless
+    force=true; points made with other settings are recomputed.
     Then `advbench plot <out_dir>` computes Table 2 and the gain-vs-loss figure.
     """
     hydra_command("uap_stability", "advbench.iqa.cli.stability_main", "advbench uap stability")(args)
@@ -316,7 +318,7 @@ def _videos(cfg: DictConfig) -> list[Path]:
 
 def stability_main(cfg: DictConfig) -> Any:
     """Perturb, encode and score every video x amplitude x bitrate; RD records to parquet."""
-    from advbench.iqa.rd import run_rd
+    from advbench.iqa.rd import run_rd, tensor_digest
     from advbench.iqa.uap import apply_uap, check_amplitude, load_uap
     from advbench.iqa.video import RawFormat
 
@@ -329,10 +331,13 @@ def stability_main(cfg: DictConfig) -> Any:
     def perturb(frames: torch.Tensor, amplitude: float) -> torch.Tensor:
         return apply_uap(frames, delta, amplitude, csf=cfg.csf)
 
+    perturbation_key = f"uap={tensor_digest(delta)} csf={bool(cfg.csf)}"
     result = run_rd(videos, metric, perturb, Path(cfg.out_dir).expanduser(), metric_name=name,
-                    amplitudes=amplitudes, bitrates_kbps=list(cfg.bitrates_kbps), preset=cfg.preset, raw=raw,
+                    perturbation_key=perturbation_key, amplitudes=amplitudes,
+                    bitrates_kbps=list(cfg.bitrates_kbps), preset=cfg.preset, psnr_kind=cfg.psnr, raw=raw,
                     max_frames=cfg.max_frames, batch_size=cfg.batch_size, device=device, force=cfg.force,
                     progress=cfg.progress)
-    Console().print(f"{name}: {len(result.written)} RD points written, {len(result.skipped)} already there "
+    stale = f", {len(result.stale)} of them replacing points made with other settings" if result.stale else ""
+    Console().print(f"{name}: {len(result.written)} RD points written{stale}, {len(result.skipped)} already there "
                     f"(run {result.run_id}); next: advbench plot {cfg.out_dir}")
     return result

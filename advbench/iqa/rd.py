@@ -2,34 +2,46 @@
 
 For each video × amplitude × bitrate the perturbation is applied to the raw frames *before*
 encoding (as a preprocessing step would be), the clip goes through libx264 and back, and the
-target metric (on decoded frames) and luma PSNR (decoded vs the *unperturbed* source) are
-averaged over frames. One parquet part per (video, amplitude, bitrate) is written
-atomically, so a killed run resumes where it stopped.
+target metric scores the decoded clip: a video metric (VSFA, MDTVSFA) scores it as one
+video, its temporal model acting over all frames (`QualityMetric.score_video`, computed as
+per-frame features streamed in chunks, then one pooling over the clip, all bitrates of a
+(video, amplitude) in one batch); an image metric's frame scores are averaged. PSNR of the
+decoded vs the *unperturbed* source frames, over RGB by default (the seed authors' choice)
+or luma, is averaged over frames. One parquet part per (video, amplitude, bitrate) is
+written atomically, so a killed run resumes where it stopped.
 
 RD record columns: run_id, metric, higher_better, video, amplitude, target_bitrate_kbps,
-real_bitrate_kbps, metric_score (mean over frames), psnr (mean luma PSNR over frames, dB),
-n_frames, codec_seconds, metric_seconds, created_at (UTC). `higher_better` lets the
-stability score treat lower-is-better metrics correctly.
+real_bitrate_kbps, metric_score, metric_scoring ("video" or "frame mean"), psnr (mean over
+frames, dB), psnr_kind ("rgb" or "luma"), n_frames, codec_seconds, metric_seconds, settings
+(JSON of everything the numbers depend on), settings_key (its hash; a part is reused only
+when it matches), created_at (UTC). `higher_better` lets the stability score treat
+lower-is-better metrics correctly.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import torch
 import torch.nn.functional as F
+from torch import nn
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from advbench.errors import AdvbenchError
 from advbench.iqa.metrics.base import QualityMetric
-from advbench.iqa.video import H264Transcoder, RawFormat, VideoInfo, iter_chunks, probe, psnr_y, write_y4m
+from advbench.iqa.video import PSNR_KINDS, H264Transcoder, RawFormat, VideoInfo, iter_chunks, probe, psnr, write_y4m
 from advbench.records import write_part
 
 Perturbation = Callable[[torch.Tensor, float], torch.Tensor]
@@ -38,6 +50,8 @@ Perturbation = Callable[[torch.Tensor, float], torch.Tensor]
 
 DEFAULT_AMPLITUDES = (0.02, 0.04, 0.06, 0.08)
 DEFAULT_BITRATES_KBPS = (200, 1000, 5000, 12000)
+# Bump when the way RD numbers are computed changes, so older parts are recomputed.
+SETTINGS_VERSION = 2
 SYNTHETIC_SOURCES = ("astronaut", "coffee", "chelsea", "rocket", "immunohistochemistry", "hubble_deep_field")
 
 
@@ -57,29 +71,74 @@ def _check_bitrates(bitrates_kbps: Sequence[float]) -> list[float]:
 
 
 def part_path(out_dir: Path, metric: str, video: str, amplitude: float, bitrate_kbps: float) -> Path:
-    """Where the record of one (video, amplitude, bitrate) point lives; its presence means done."""
+    """Where the record of one (video, amplitude, bitrate) point lives."""
     return out_dir / metric / video / f"a{amplitude:.4f}_b{bitrate_kbps:g}k.parquet"
 
 
-def score_frames(
-    metric: QualityMetric, frames: np.ndarray, batch_size: int, device: torch.device | str
-) -> np.ndarray:
-    """Metric score per frame of a float RGB (T, H, W, 3) array, in batches."""
-    x = torch.from_numpy(np.ascontiguousarray(frames)).permute(0, 3, 1, 2)
-    with torch.inference_mode():
-        scores = [metric(batch.to(device)).float().cpu() for batch in x.split(batch_size)]
-    return torch.cat(scores).numpy()
+def tensor_digest(tensor: torch.Tensor) -> str:
+    """sha256 of a tensor's dtype, shape and bytes: a perturbation's identity, whatever its file."""
+    digest = hashlib.sha256()
+    _update(digest, "", tensor)
+    return digest.hexdigest()
+
+
+def module_digest(module: nn.Module) -> str:
+    """sha256 of a model's class, the scalar options of every submodule and every state-dict tensor.
+
+    Two metric builds get one digest exactly when they compute the same function: other
+    weights, another backbone or another input size all change it; file paths do not.
+    """
+    digest = hashlib.sha256()
+    for name, sub in module.named_modules():
+        options = sorted(
+            (k, v) for k, v in vars(sub).items()
+            if not k.startswith("_") and k != "training" and isinstance(v, (bool, int, float, str, tuple, type(None)))
+        )
+        digest.update(repr((name, type(sub).__qualname__, options)).encode())
+    for key, tensor in module.state_dict().items():
+        _update(digest, key, tensor)
+    return digest.hexdigest()
+
+
+def _update(digest: Any, key: str, tensor: torch.Tensor) -> None:
+    flat = tensor.detach().cpu().contiguous().reshape(-1)
+    digest.update(f"{key}:{flat.dtype}:{tuple(tensor.shape)}".encode())
+    digest.update(flat.view(torch.uint8).numpy())
+
+
+def file_digest(path: Path) -> str:
+    """sha256 of a video file's bytes, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def settings_key(settings: str) -> str:
+    """The short hash of a run's settings JSON that decides whether a part can be reused."""
+    return hashlib.sha256(settings.encode()).hexdigest()[:16]
+
+
+def _settings_key_of(path: Path) -> str | None:
+    """The settings key stored in an existing part; None when it is missing, unreadable or keyless."""
+    try:
+        keys = pq.read_table(path, columns=["settings_key"]).column(0).to_pylist()
+    except (OSError, pa.ArrowException):
+        return None
+    return keys[0] if len(keys) == 1 else None
 
 
 @dataclass
 class _Point:
-    """One bitrate of one (video, amplitude): its transcoder and running sums."""
+    """One bitrate of one (video, amplitude): its transcoder, frame features and PSNRs so far."""
 
     bitrate_kbps: float
     codec: H264Transcoder
     reference: Iterator[np.ndarray]
-    scores: list[np.ndarray] = field(default_factory=list)
+    features: list[torch.Tensor] = field(default_factory=list)
     psnrs: list[np.ndarray] = field(default_factory=list)
+    score: float = math.nan
     metric_seconds: float = 0.0
     _ref_buffer: np.ndarray | None = None
 
@@ -99,11 +158,15 @@ class _Point:
 
 @dataclass(frozen=True)
 class RDRun:
-    """What a run did: the parts it wrote and the ones it found already done."""
+    """What a run did: the parts it wrote, the ones it found done, and the stale ones it replaced.
+
+    `stale` (a subset of `written`) are parts that existed but were made with other settings.
+    """
 
     run_id: str
     written: list[Path]
     skipped: list[Path]
+    stale: list[Path]
 
 
 def run_rd(
@@ -113,9 +176,11 @@ def run_rd(
     out_dir: str | Path,
     *,
     metric_name: str,
+    perturbation_key: str,
     amplitudes: Sequence[float] = DEFAULT_AMPLITUDES,
     bitrates_kbps: Sequence[float] = DEFAULT_BITRATES_KBPS,
     preset: str = "medium",
+    psnr_kind: str = "rgb",
     raw: RawFormat | None = None,
     max_frames: int | None = None,
     chunk_frames: int = 16,
@@ -125,13 +190,20 @@ def run_rd(
     run_id: str | None = None,
     progress: bool = True,
 ) -> RDRun:
-    """Record RD points for every video × amplitude × bitrate; skip parts that exist unless force.
+    """Record RD points for every video × amplitude × bitrate; skip parts that are done unless force.
 
-    Each (video, amplitude) is read and perturbed once and fed to one encoder per missing
-    bitrate, so memory stays at a chunk plus the encoders' look-ahead.
+    `perturbation_key` must identify what `perturb` does (the UAP's content hash and how it is
+    applied, e.g. the CSF switch). A part counts as done only if its `settings_key` equals this
+    run's: a hash of that key, the video's bytes, the metric (`module_digest`), the codec
+    preset, the frame limit, the raw format and the PSNR kind. Parts made with other settings,
+    or unreadable ones, are recomputed. Each (video, amplitude) is read and perturbed once and
+    fed to one encoder per missing bitrate, so memory stays at a chunk plus the encoders'
+    look-ahead (and per-frame features of video metrics).
     """
     levels = check_amplitudes(amplitudes)
     rates = _check_bitrates(bitrates_kbps)
+    if psnr_kind not in PSNR_KINDS:
+        raise AdvbenchError(f"unknown PSNR kind '{psnr_kind}'; valid: {', '.join(PSNR_KINDS)}")
     paths = [Path(v) for v in videos]
     if not paths:
         raise AdvbenchError("no videos given: expected at least one Y4M/.yuv/video file")
@@ -141,17 +213,25 @@ def run_rd(
     infos = {path: probe(path, raw) for path in paths}  # fail on a bad file before any work
     out = Path(out_dir)
     run_id = run_id or uuid.uuid4().hex[:12]
-    job = _Job(metric.to(device).eval(), perturb, preset, raw, max_frames, chunk_frames, batch_size, device)
+    shared = {
+        "version": SETTINGS_VERSION, "metric": module_digest(metric), "perturbation": perturbation_key,
+        "preset": preset, "max_frames": max_frames, "psnr_kind": psnr_kind,
+        "raw": None if raw is None else asdict(raw),
+    }
+    settings = {path: json.dumps({**shared, "video": file_digest(path)}, sort_keys=True) for path in paths}
+    keys = {path: settings_key(text) for path, text in settings.items()}
+    job = _Job(metric.to(device).eval(), perturb, preset, psnr_kind, raw, max_frames, chunk_frames, batch_size, device)
 
     def part(path: Path, amp: float, rate: float) -> Path:
         return part_path(out, metric_name, path.stem, amp, rate)
 
-    todo = [
-        (path, amp, [r for r in rates if force or not part(path, amp, r).exists()])
-        for path in paths
-        for amp in levels
-    ]
-    skipped = [part(path, amp, r) for path, amp, missing in todo for r in rates if r not in missing]
+    found = {
+        (path, amp, r): _settings_key_of(part(path, amp, r)) for path in paths for amp in levels for r in rates
+    }
+    done = {point for point, key in found.items() if not force and key == keys[point[0]]}
+    todo = [(path, amp, [r for r in rates if (path, amp, r) not in done]) for path in paths for amp in levels]
+    skipped = [part(*point) for point in done]
+    stale = [part(*point) for point, key in found.items() if key != keys[point[0]] and part(*point).exists()]
     written: list[Path] = []
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
     with Progress(*columns, disable=not progress) as bar:
@@ -161,10 +241,10 @@ def run_rd(
                 continue
             bar.update(task, description=f"RD {metric_name} {path.stem} a={amp:g}")
             for point in job.run(path, infos[path], amp, missing):
-                record = _record(point, run_id, metric_name, metric, path.stem, amp)
+                record = _record(point, run_id, metric_name, metric, path.stem, amp, psnr_kind, settings[path])
                 written.append(write_part(record, part(path, amp, point.bitrate_kbps)))
                 bar.advance(task)
-    return RDRun(run_id, written, skipped)
+    return RDRun(run_id, written, skipped, stale)
 
 
 @dataclass(frozen=True)
@@ -174,6 +254,7 @@ class _Job:
     metric: QualityMetric
     perturb: Perturbation
     preset: str
+    psnr_kind: str
     raw: RawFormat | None
     max_frames: int | None
     chunk_frames: int
@@ -184,12 +265,29 @@ class _Job:
         return iter_chunks(path, self.chunk_frames, self.raw, self.max_frames)
 
     def _consume(self, point: _Point, decoded: np.ndarray) -> None:
+        """Per-frame metric features (in batches) and PSNR of the frames the decoder released."""
         if not len(decoded):
             return
         start = time.perf_counter()
-        point.scores.append(score_frames(self.metric, decoded, self.batch_size, self.device))
+        frames = torch.from_numpy(np.ascontiguousarray(decoded)).permute(0, 3, 1, 2)
+        with torch.inference_mode():
+            point.features += [self.metric.frame_features(b.to(self.device)).float()
+                               for b in frames.split(self.batch_size)]
         point.metric_seconds += time.perf_counter() - start
-        point.psnrs.append(psnr_y(point.take_reference(len(decoded)), decoded))
+        point.psnrs.append(psnr(point.take_reference(len(decoded)), decoded, self.psnr_kind))
+
+    def _pool(self, points: list[_Point]) -> None:
+        """Score every bitrate's decoded clip as one video, all bitrates in one batch."""
+        lengths = {sum(len(f) for f in p.features) for p in points}
+        if len(lengths) != 1:
+            raise AdvbenchError(f"decoded clips differ in length across bitrates ({sorted(lengths)} frames)")
+        start = time.perf_counter()
+        with torch.inference_mode():
+            scores = self.metric.pool_video(torch.stack([torch.cat(p.features) for p in points])).float().cpu()
+        share = (time.perf_counter() - start) / len(points)
+        for point, value in zip(points, scores.tolist()):
+            point.score, point.metric_seconds = value, point.metric_seconds + share
+            point.features = []
 
     def run(self, path: Path, info: VideoInfo, amplitude: float, bitrates: list[float]) -> list[_Point]:
         """Stream one (video, amplitude) through one transcoder per bitrate."""
@@ -207,15 +305,17 @@ class _Job:
                 self._consume(point, point.codec.push(chunk))
         for point in points:
             self._consume(point, point.codec.flush())
+        self._pool(points)
         return points
 
 
 def _record(
-    point: _Point, run_id: str, metric_name: str, metric: QualityMetric, video: str, amplitude: float
+    point: _Point, run_id: str, metric_name: str, metric: QualityMetric, video: str, amplitude: float,
+    psnr_kind: str, settings: str,
 ) -> pd.DataFrame:
-    scores, psnrs = np.concatenate(point.scores), np.concatenate(point.psnrs)
-    if not np.isfinite(scores).all():
-        raise AdvbenchError(f"metric {metric_name} returned non-finite scores on {video} a={amplitude:g}")
+    psnrs = np.concatenate(point.psnrs)
+    if not math.isfinite(point.score):
+        raise AdvbenchError(f"metric {metric_name} returned a non-finite score on {video} a={amplitude:g}")
     return pd.DataFrame(
         {
             "run_id": [run_id],
@@ -225,11 +325,15 @@ def _record(
             "amplitude": amplitude,
             "target_bitrate_kbps": point.bitrate_kbps,
             "real_bitrate_kbps": point.codec.real_bitrate_kbps,
-            "metric_score": float(scores.mean()),
+            "metric_score": point.score,
+            "metric_scoring": "video" if metric.is_video else "frame mean",
             "psnr": float(psnrs.mean()),
-            "n_frames": len(scores),
+            "psnr_kind": psnr_kind,
+            "n_frames": len(psnrs),
             "codec_seconds": point.codec.seconds,
             "metric_seconds": point.metric_seconds,
+            "settings": settings,
+            "settings_key": settings_key(settings),
             "created_at": pd.Timestamp.now(tz="UTC"),
         }
     )

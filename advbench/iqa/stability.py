@@ -89,6 +89,7 @@ def _check_complete(rd: pd.DataFrame) -> None:
         raise AdvbenchError("no RD records: expected rows for at least one metric and video")
     if rd[["metric_score", "psnr", "real_bitrate_kbps"]].isna().to_numpy().any():
         raise AdvbenchError("RD records contain NaN scores, PSNR or bitrates")
+    _check_one_setting(rd)
     dup = rd.duplicated([*CURVE_KEYS, "target_bitrate_kbps"])
     if dup.any():
         m, v, a, b = rd.loc[dup, [*CURVE_KEYS, "target_bitrate_kbps"]].iloc[0]
@@ -118,6 +119,32 @@ def _check_complete(rd: pd.DataFrame) -> None:
             raise AdvbenchError(
                 f"metric={metric} video={video} has amplitudes {sorted(levels)}; "
                 f"expected {sorted(expected)} like its other videos"
+            )
+
+
+def _check_one_setting(rd: pd.DataFrame) -> None:
+    """One PSNR kind for the whole frame, one settings key per (metric, video), where recorded.
+
+    PSNR is normalised over every curve of every metric, so RGB and luma values must not mix;
+    points of one video made with other settings (another UAP, csf, preset, ...) are stale.
+    Records older than these columns had luma PSNR and no key.
+    """
+    if "psnr_kind" in rd.columns:
+        kinds = sorted(rd["psnr_kind"].fillna("luma").unique())
+        if len(kinds) > 1:
+            raise AdvbenchError(
+                f"RD records mix PSNR kinds {kinds}; expected one (rerun `advbench uap stability` "
+                "with one psnr= setting for every metric)"
+            )
+    if "settings_key" in rd.columns:
+        counts = rd.groupby(["metric", "video"])["settings_key"].nunique(dropna=False)
+        mixed = counts[counts > 1]
+        if len(mixed):
+            (metric, video), n = mixed.index[0], mixed.iloc[0]
+            raise AdvbenchError(
+                f"RD records of metric={metric} video={video} come from {n} different settings "
+                "(UAP, csf, preset, max_frames, psnr, metric or video); rerun `advbench uap stability` "
+                "with one setting: it replaces the stale points"
             )
 
 

@@ -4,9 +4,11 @@ Frames travel as float32 arrays (T, H, W, 3), RGB in [0, 1]. Videos are read in 
 FullHD clip never has to sit in memory whole; `H264Transcoder` takes chunks and returns the
 decoded frames as the encoder releases them (x264 holds a look-ahead of frames back).
 
-PSNR is computed on luma, Y' = 0.299 R + 0.587 G + 0.114 B (BT.601 weights, full range,
-peak 1) of the RGB frames, per frame, then averaged over frames: luma PSNR is the video
-convention, and computing it from RGB treats the source and the decoded video identically.
+PSNR (`psnr`) is computed per frame, peak 1, then averaged over frames by the caller. The
+default, `kind="rgb"`, takes the mean squared error over all three RGB channels, as the seed
+authors' notebook does; `kind="luma"` takes it on Y' = 0.299 R + 0.587 G + 0.114 B (BT.601
+weights, full range) of the RGB frames, the usual video-coding convention. Both are computed
+from RGB, so the source and the decoded video are treated identically.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from advbench.errors import AdvbenchError
 
 LUMA = np.array([0.299, 0.587, 0.114], dtype=np.float32)
 PSNR_CAP_DB = 100.0
+PSNR_KINDS = ("rgb", "luma")
 
 
 @dataclass(frozen=True)
@@ -209,12 +212,16 @@ def transcode(
     return Transcoded(decoded, codec.real_bitrate_kbps, codec.seconds)
 
 
-def psnr_y(reference: np.ndarray, test: np.ndarray) -> np.ndarray:
-    """Per-frame luma PSNR in dB (peak 1) of (T, H, W, 3) RGB arrays; identical frames cap at 100."""
+def psnr(reference: np.ndarray, test: np.ndarray, kind: str = "rgb") -> np.ndarray:
+    """Per-frame PSNR in dB (peak 1) of (T, H, W, 3) RGB arrays over RGB or luma; identical frames cap at 100."""
+    if kind not in PSNR_KINDS:
+        raise AdvbenchError(f"unknown PSNR kind '{kind}'; valid: {', '.join(PSNR_KINDS)}")
     if reference.shape != test.shape:
         raise AdvbenchError(f"PSNR needs frames of one shape; got {reference.shape} and {test.shape}")
-    diff = (np.asarray(reference, np.float32) - np.asarray(test, np.float32)) @ LUMA
-    mse = np.mean(diff.astype(np.float64) ** 2, axis=(1, 2))
+    diff = np.asarray(reference, np.float32) - np.asarray(test, np.float32)
+    if kind == "luma":
+        diff = diff @ LUMA
+    mse = np.mean(diff.astype(np.float64) ** 2, axis=tuple(range(1, diff.ndim)))
     return np.minimum(10.0 * np.log10(1.0 / np.maximum(mse, 1e-30)), PSNR_CAP_DB)
 
 

@@ -18,7 +18,7 @@ import torchvision
 from torch import nn
 
 from advbench.errors import AdvbenchError
-from advbench.iqa.metrics.base import QualityMetric
+from advbench.iqa.metrics.base import QualityMetric, check_images
 from advbench.iqa.metrics.checkpoint import WeightFile, load_weight_file
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -85,13 +85,6 @@ def resnet_trunk(arch: str, metric: str, named: bool = False) -> nn.Sequential:
 def stage_channels(stage: nn.Module) -> int:
     """Output channels of a ResNet stage (its last BatchNorm)."""
     return [m for m in stage.modules() if isinstance(m, nn.BatchNorm2d)][-1].num_features
-
-
-def check_images(x: torch.Tensor, metric: str, dims: int = 4) -> None:
-    """Images (N, 3, H, W) or videos (N, T, 3, H, W), else a one-line AdvbenchError."""
-    layout = "(N, 3, H, W)" if dims == 4 else "(N, T, 3, H, W)"
-    if x.dim() != dims or x.shape[-3] != 3 or x.shape[0] == 0:
-        raise AdvbenchError(f"{metric}: expected a float tensor {layout} in [0, 1], got shape {tuple(x.shape)}")
 
 
 class PretrainedMetric(QualityMetric):

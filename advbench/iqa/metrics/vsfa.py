@@ -32,7 +32,6 @@ from advbench.iqa.metrics.common import (
     Normalize,
     PretrainedMetric,
     WeightPath,
-    check_images,
     resnet_trunk,
     stage_channels,
 )
@@ -70,7 +69,11 @@ class FrameFeatures(nn.Module):
 
 
 class _VideoMetric(PretrainedMetric):
-    """Shared video plumbing: chunked frame features, a head over time, images as 1-frame videos."""
+    """Shared video plumbing: chunked frame features, a head over time, images as 1-frame videos.
+
+    `score_video` (from `QualityMetric`) is `pool_video(frame_features(...))`; the RD job calls
+    the two halves itself so a clip streams through the CNN chunk by chunk.
+    """
 
     is_video = True
     input_size = None
@@ -102,21 +105,15 @@ class _VideoMetric(PretrainedMetric):
 
     def score(self, x: torch.Tensor) -> torch.Tensor:
         """A batch of images is a batch of 1-frame videos."""
-        return self.net(self._frame_features(x.unsqueeze(1)))
+        return self.pool_video(self.frame_features(x).unsqueeze(1))
 
-    def score_video(self, frames: torch.Tensor) -> torch.Tensor:
-        """Videos (N, T, 3, H, W) or one video (T, 3, H, W) in [0, 1] -> (N,) scores."""
-        if frames.dim() == 4:
-            frames = frames.unsqueeze(0)
-        check_images(frames, self.name, dims=5)
-        return self.net(self._frame_features(frames))
+    def frame_features(self, frames: torch.Tensor) -> torch.Tensor:
+        """(M, 3, H, W) -> (M, D) content-aware features, pushed through the CNN in chunks."""
+        return torch.cat([self.features(chunk) for chunk in frames.split(self.frame_batch_size)])
 
-    def _frame_features(self, frames: torch.Tensor) -> torch.Tensor:
-        """(N, T, 3, H, W) -> (N, T, D), frames pushed through the CNN in chunks."""
-        n, t = frames.shape[:2]
-        flat = frames.flatten(0, 1)
-        feats = torch.cat([self.features(chunk) for chunk in flat.split(self.frame_batch_size)])
-        return feats.view(n, t, -1)
+    def pool_video(self, features: torch.Tensor) -> torch.Tensor:
+        """(N, T, D) -> (N,): the authors' head, GRU and temporal pooling over each whole clip."""
+        return self.net(features)
 
 
 class ANN(nn.Module):
