@@ -46,3 +46,33 @@ def test_training_on_first_use_says_what_and_why_on_stderr(tmp_path: Path, capsy
     assert re.search(r"epoch 1/2: loss \d+\.\d{3}, [\d.]+ s", err) and "epoch 2/2" in err
     ensure_checkpoint(cfg)
     assert "training" not in capsys.readouterr().err, "a cached model is loaded silently"
+
+
+def test_table1_headers_name_amplitudes_and_numbers_share_one_format() -> None:
+    import pandas as pd
+
+    from advbench.iqa.cli import _seconds, table1_display, table1_markdown
+
+    table = pd.DataFrame([{"attack": "UAP", "0.02": 0.02, "0.6": 0.9, "CPU time": _seconds(0.0373)},
+                          {"attack": "MADC", "0.02": 7.73, "0.6": 7.7, "CPU time": _seconds(123.66)}])
+    md = table1_markdown(table1_display(table, ["0.02", "0.6"]), "caption").splitlines()
+    assert md[2] == "| attack | a = 0.02 | a = 0.6 | CPU time |"
+    assert md[4] == "| UAP | 0.02 | 0.90 | 0.0373 s |"
+    assert md[5] == "| MADC | 7.73 | 7.70 | 124 s |"
+    assert [_seconds(s) for s in (0.0, 2.1, 45.25, 1500.0)] == ["0 s", "2.10 s", "45.2 s", "1500 s"]
+
+
+def test_table2_numbers_have_fixed_decimals(tmp_path: Path) -> None:
+    from io import StringIO
+
+    import pandas as pd
+    from rich.console import Console
+
+    from advbench.iqa.report import write_table2
+
+    table = pd.DataFrame({"metric": ["spaq", "vsfa"], "stability": [2.55, -3.8], "source": "stored areas",
+                          "loss_lo": [0.104141, 0.104141], "loss_hi": [0.36, 0.36], "KonIQ": [0.9, float("nan")]})
+    write_table2(table, tmp_path, Console(file=StringIO()))
+    rows = (tmp_path / "table2.md").read_text(encoding="utf-8").splitlines()[-2:]
+    assert rows == ["| spaq | 2.55 | stored areas | 0.1041 | 0.3600 | 0.900 |",
+                    "| vsfa | -3.80 | stored areas | 0.1041 | 0.3600 |  |"]

@@ -15,6 +15,7 @@ Outputs (relative to the working directory unless `out_dir` is absolute):
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from rich.table import Table
 
 from advbench.commands import HYDRA_ARGS, hydra_command, one_line_errors
 from advbench.errors import AdvbenchError
+from advbench.terminal import print_table
 
 
 @click.group(name="uap", context_settings={"help_option_names": ["-h", "--help"]})
@@ -218,8 +220,18 @@ def train_main(cfg: DictConfig) -> Path:
     return pt
 
 
-def _duration(seconds: float) -> str:
-    return f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
+def _seconds(seconds: float) -> str:
+    """Attack time in one unit with three significant digits: '0.0373 s' next to '124 s'."""
+    if seconds <= 0:
+        return "0 s"
+    decimals = max(0, 2 - math.floor(math.log10(seconds)))
+    return f"{seconds:.{decimals}f} s"
+
+
+def table1_display(table: pd.DataFrame, amplitude_columns: list[str]) -> pd.DataFrame:
+    """Table 1 as printed: amplitude columns headed 'a = 0.02', gains with two decimals."""
+    gains = {c: table[c].map("{:.2f}".format) for c in amplitude_columns}
+    return table.assign(**gains).rename(columns={c: f"a = {c}" for c in amplitude_columns})
 
 
 def table1_markdown(table: pd.DataFrame, caption: str) -> str:
@@ -261,7 +273,7 @@ def eval_main(cfg: DictConfig) -> pd.DataFrame:
     for method, (scores, seconds) in attacked.items():
         gains = signed_gain(metric, clean, scores)
         rows.append({"attack": method, **{f"{a:g}": round(float(g), 2) for a, g in zip(amplitudes, gains.mean(1))},
-                     time_col: _duration(seconds), "seconds": seconds})
+                     time_col: _seconds(seconds), "seconds": seconds})
         for i, a in enumerate(amplitudes):
             records.append(pd.DataFrame({"metric": name, "uap": str(path), "attack": method, "amplitude": a,
                                          "image": range(len(images)), "score_clean": clean.numpy(),
@@ -271,9 +283,9 @@ def eval_main(cfg: DictConfig) -> pd.DataFrame:
     out = Path(cfg.out_dir).expanduser() / name
     out.mkdir(parents=True, exist_ok=True)
     stem = out / f"table1_{path.stem}"
-    shown = table.drop(columns="seconds")
+    shown = table1_display(table.drop(columns="seconds"), [f"{a:g}" for a in amplitudes])
     flipped = "" if metric.higher_better else " (lower-better: sign flipped)"
-    caption = (f"Table 1 · {name}: mean gain{flipped}, {len(images)} images; UAP {path.name}; "
+    caption = (f"Table 1 · {name}: mean gain{flipped} at each amplitude a, {len(images)} images; UAP {path.name}; "
                f"MADC {cfg.madc.steps} steps, MSE <= a^{cfg.madc.mse_power:g}")
     stem.with_suffix(".md").write_text(table1_markdown(shown, caption), encoding="utf-8")
     table.to_csv(stem.with_suffix(".csv"), index=False)
@@ -285,7 +297,7 @@ def eval_main(cfg: DictConfig) -> pd.DataFrame:
     for row in shown.itertuples(index=False):
         rich_table.add_row(*map(str, row))
     console = Console()
-    console.print(rich_table)
+    print_table(rich_table, console)
     if {"UAP", "MADC"} <= attacked.keys():
         uap_gain, madc_gain = (signed_gain(metric, clean, attacked[k][0]).mean() for k in ("UAP", "MADC"))
         share = float(uap_gain / madc_gain) if float(madc_gain) else float("nan")

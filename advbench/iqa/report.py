@@ -10,8 +10,12 @@ from rich.console import Console
 from rich.table import Table
 
 from advbench.iqa import stability
+from advbench.terminal import print_table
 
 RD_MARKER_COLUMN = "target_bitrate_kbps"
+TABLE2_DECIMALS = {"stability": 2, "loss_lo": 4, "loss_hi": 4}
+"""Fixed decimals per Table-2 column (other numbers, e.g. SRCC columns, get 3), so -3.80 and
+-4.18 line up instead of reading -3.8 and -4.18."""
 
 
 def is_rd_records(df: pd.DataFrame) -> bool:
@@ -75,10 +79,9 @@ def write_table2(table: pd.DataFrame, out_dir: str | Path, console: Console | No
     out_dir.mkdir(parents=True, exist_ok=True)
     csv_path, md_path = out_dir / "table2.csv", out_dir / "table2.md"
     table.to_csv(csv_path, index=False)
-    shown = table.round({"stability": 2, "loss_lo": 5, "loss_hi": 5})
-    header = "| " + " | ".join(shown.columns) + " |"
-    rule = "| " + " | ".join("---" for _ in shown.columns) + " |"
-    cells = [["" if pd.isna(v) else str(v) for v in row] for row in shown.itertuples(index=False)]
+    header = "| " + " | ".join(table.columns) + " |"
+    rule = "| " + " | ".join("---" for _ in table.columns) + " |"
+    cells = [[_cell(column, value) for column, value in zip(table.columns, row)] for row in table.itertuples(index=False)]
     rows = ["| " + " | ".join(row) + " |" for row in cells]
     md_path.write_text(
         "Stability score (−100 × area under the mean gain-vs-loss curve; higher is more stable)\n\n"
@@ -86,12 +89,21 @@ def write_table2(table: pd.DataFrame, out_dir: str | Path, console: Console | No
         + "\n"
     )
     rich_table = Table(title="Table 2: stability scores")
-    for column in shown.columns:
-        rich_table.add_column(str(column), justify="right" if column != "metric" else "left")
+    for column in table.columns:
+        rich_table.add_column(str(column), justify="left" if column in ("metric", "source") else "right")
     for row in cells:
         rich_table.add_row(*row)
-    (console or Console()).print(rich_table)
+    print_table(rich_table, console)
     return [md_path, csv_path]
+
+
+def _cell(column: str, value: object) -> str:
+    """A Table-2 value as text: fixed decimals per column, empty for a missing value."""
+    if isinstance(value, str):
+        return value
+    if pd.isna(value):
+        return ""
+    return f"{float(value):.{TABLE2_DECIMALS.get(column, 3)}f}"
 
 
 def render_stability(df: pd.DataFrame, out_dir: str | Path, console: Console | None = None) -> list[Path]:
