@@ -26,7 +26,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from torch.utils.data import DataLoader, Subset
 
 from advbench import __version__
-from advbench.attacks.base import Attack, WhiteBoxOracle
+from advbench.attacks.base import Attack
+from advbench.attacks.oracles import Oracle, build_oracle
 from advbench.attacks.steps import lp_norm
 from advbench.data.targets import target_classes
 from advbench.errors import AdvbenchError
@@ -55,33 +56,37 @@ class SearchSettings:
     max_probes: int = 12
 
 
-def evaluate_batch(attack: Attack, oracle: WhiteBoxOracle, x: torch.Tensor, y: torch.Tensor,
-                   target: torch.Tensor | None, threat: ThreatModel, search: SearchSettings) -> dict[str, torch.Tensor]:
+def evaluate_batch(attack: Attack, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
+                   target: torch.Tensor | None, threat: ThreatModel, search: SearchSettings, *,
+                   sample_id: torch.Tensor | None = None,
+                   substitute: torch.nn.Module | None = None) -> dict[str, torch.Tensor]:
     """All per-sample measurements of one batch, as CPU tensors keyed by record column."""
     norm = threat.norm
     scale = threat.scale(x)
     budget = threat.eps * scale
-    clean_logits = oracle.logits(x)
+    clean_logits = _judge(model, x)
     if not bool(torch.isfinite(clean_logits).all()):
         raise AdvbenchError("the model returned NaN or infinite logits on clean inputs; check the checkpoint")
     clean_pred = clean_logits.argmax(dim=1)
 
+    oracle = build_oracle(threat.knowledge, model, x.shape[0], substitute, num_classes=clean_logits.shape[1])
     eps = torch.full((x.shape[0],), budget, device=x.device, dtype=x.dtype)
-    result = attack(oracle, x, y, eps=eps, norm=norm, target=target)
+    result = attack(oracle, x, y, eps=eps, norm=norm, target=target, sample_id=sample_id)
     check_contract(result.x_adv, x, eps, norm, oracle.bounds, type(attack).__name__)
-    adv_logits = oracle.logits(result.x_adv)
+    adv_logits = _judge(model, result.x_adv)
     if not bool(torch.isfinite(adv_logits).all()):
         raise AdvbenchError(f"the model returned NaN or infinite logits on {type(attack).__name__}'s examples")
     adv_pred = adv_logits.argmax(dim=1)
     success = goal_met(adv_pred, y, target)
     first = torch.where(success, result.first_success, torch.full_like(result.first_success, -1))
 
+    budget_evals = oracle.grad_evals.clone()
     if search.enabled:
-        hi, lo, search_evals = min_eps_search(attack, oracle, x, y, target, norm, budget, result.x_adv, success, search)
+        hi, lo = min_eps_search(attack, oracle, model, x, y, target, norm, budget, result.x_adv, success, search,
+                                sample_id)
     else:
         hi = torch.where(success, lp_norm(result.x_adv - x, norm), torch.full_like(eps, math.inf))
         lo = torch.zeros_like(eps)
-        search_evals = torch.zeros_like(result.grad_evals)
 
     d = distances(result.x_adv, x)
     out = {
@@ -91,8 +96,9 @@ def evaluate_batch(attack: Attack, oracle: WhiteBoxOracle, x: torch.Tensor, y: t
         "min_eps": hi / scale,
         "min_eps_lo": lo / scale,
         "first_success_strength": first,
-        "grad_evals": result.grad_evals,
-        "search_grad_evals": search_evals,
+        "grad_evals": oracle.grad_evals,
+        "search_grad_evals": oracle.grad_evals - budget_evals,
+        "queries": oracle.queries,
         "dist_linf": d["linf"],
         "dist_l2": d["l2"],
         "dist_l2_norm": d["l2_norm"],
@@ -113,9 +119,10 @@ def check_contract(x_adv: torch.Tensor, x: torch.Tensor, eps: torch.Tensor, norm
         raise AdvbenchError(f"{name} exceeded its {norm} budget on {int(over.sum())} samples")
 
 
-def min_eps_search(attack: Attack, oracle: WhiteBoxOracle, x: torch.Tensor, y: torch.Tensor,
+def min_eps_search(attack: Attack, oracle: Oracle, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
                    target: torch.Tensor | None, norm: str, budget: float, x_adv: torch.Tensor,
-                   success: torch.Tensor, search: SearchSettings) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                   success: torch.Tensor, search: SearchSettings,
+                   sample_id: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-sample bracket [lo, hi] of the smallest budget at which the attack succeeds.
 
     Every probe is one batched attack call over the samples whose bracket is still wider than
@@ -126,7 +133,7 @@ def min_eps_search(attack: Attack, oracle: WhiteBoxOracle, x: torch.Tensor, y: t
     inf = torch.full_like(success, math.inf, dtype=x.dtype)
     hi = torch.where(success, torch.clamp(lp_norm(x_adv - x, norm), max=budget), inf)
     lo = torch.where(success, torch.zeros_like(hi), torch.full_like(hi, budget))
-    evals = torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
+    ids = sample_id.to(x.device) if sample_id is not None else torch.arange(x.shape[0], device=x.device)
     resolution = search.resolution * budget
     max_eps = search.max_factor * budget
     for _ in range(search.max_probes):
@@ -137,15 +144,20 @@ def min_eps_search(attack: Attack, oracle: WhiteBoxOracle, x: torch.Tensor, y: t
         h, l = hi[idx], lo[idx]
         probe = torch.where(torch.isinf(h), torch.clamp(2 * l, max=max_eps), torch.where(l == 0, h / 2, (l + h) / 2))
         t = target[idx] if target is not None else None
-        res = attack(oracle, x[idx], y[idx], eps=probe, norm=norm, target=t)
+        res = attack(oracle.subset(idx), x[idx], y[idx], eps=probe, norm=norm, target=t, sample_id=ids[idx])
         check_contract(res.x_adv, x[idx], probe, norm, oracle.bounds, type(attack).__name__)
-        evals[idx] += res.grad_evals
-        won = goal_met(oracle.logits(res.x_adv).argmax(dim=1), y[idx], t)
+        won = goal_met(_judge(model, res.x_adv).argmax(dim=1), y[idx], t)
         found = torch.minimum(probe, lp_norm(res.x_adv - x[idx], norm))
         hi[idx] = torch.where(won, torch.minimum(h, found), h)
         lo[idx] = torch.where(won, l, probe)
         lo = torch.minimum(lo, hi)
-    return hi, lo, evals
+    return hi, lo
+
+
+def _judge(model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """The deployed model's logits: how the engine decides success, outside any oracle's count."""
+    with torch.inference_mode():
+        return model(x).clone()
 
 
 def cell_identity(cfg: DictConfig, threat: ThreatModel, attack: Attack) -> dict[str, Any]:
@@ -240,7 +252,6 @@ def evaluate_cell(cfg: DictConfig, dataset: Any, model: torch.nn.Module, attack:
     chunk = int(cfg.chunk_size)
     partial = _partial_dir(out)
     search = SearchSettings(**OmegaConf.to_container(cfg.search))  # type: ignore[arg-type]
-    oracle = WhiteBoxOracle(model)
     run_id = str(cfg.get("run_id") or datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S"))
     static = {
         "run_id": run_id,
@@ -278,7 +289,7 @@ def evaluate_cell(cfg: DictConfig, dataset: Any, model: torch.nn.Module, attack:
                 x, y = x.to(device), y.to(device)
                 target = target_classes(sample_id, y.cpu(), dataset.num_classes, int(cfg.seed)).to(device) \
                     if threat.targeted else None
-                measured = evaluate_batch(attack, oracle, x, y, target, threat, search)
+                measured = evaluate_batch(attack, model, x, y, target, threat, search, sample_id=sample_id)
                 seconds = (time.perf_counter() - tic) / len(y)
                 rows.append(_batch_frame(measured, y.cpu(), sample_id, target, seconds))
                 progress.advance(task, len(y))
@@ -300,7 +311,6 @@ def _batch_frame(measured: dict[str, torch.Tensor], y: torch.Tensor, sample_id: 
     cols.update({k: v.numpy() for k, v in measured.items()})
     frame = pd.DataFrame(cols)
     frame["clean_correct"] = frame["clean_pred"] == frame["label"]
-    frame["queries"] = 0
     frame["seconds"] = seconds
     return frame
 

@@ -19,8 +19,9 @@ Definitions that had to be aligned, checked against torchattacks' source:
 * BIM: torchattacks clamps to [max(x−ε, 0), x+ε] then to ≤ 1, which is our Π_ε then clip.
 * MIFGSM: g ← μ·g + ∇/mean|∇|; mean|∇| = ‖∇‖₁/d, so its momentum is d times ours and
   sign(g) is the same.
-* PGD ℓ∞: torchattacks draws `uniform_(-ε, ε)` from the global generator; seeding it with
-  our `seed` gives the bit-identical start our attack draws from its own generator.
+* PGD ℓ∞: torchattacks draws `torch.empty_like(x).uniform_(-ε, ε)` from the global generator,
+  ours draws per sample from (seed, sample_id); the test hands torchattacks our draw in place
+  of its own, so both start from the bit-identical point.
 * PGDL2: it averages the loss over the batch and divides the gradient by ‖∇‖₂ + 1e-10, so on
   confident samples (tiny gradients, shrunk again by 1/N) that constant shortens the step;
   `eps_for_division=1e-30` makes it the plain g/‖g‖₂ step. Its random start draws the radius
@@ -42,8 +43,9 @@ import torch
 import torchattacks
 from torch import nn
 
-from advbench.attacks.base import WhiteBoxOracle
 from advbench.attacks.gradient import BIM, FGSM, MIM, PGD, IterativeGradientAttack
+from advbench.attacks.oracles import WhiteBoxOracle
+from advbench.attacks.random import uniform
 
 pytestmark = pytest.mark.slow
 
@@ -77,19 +79,32 @@ CASES = {
 }
 
 
+class _Drawn:
+    """Stands in for torchattacks' `torch.empty_like(x)`: its `uniform_` yields our draw."""
+
+    def __init__(self, delta: torch.Tensor) -> None:
+        self.delta = delta
+
+    def uniform_(self, low: float, high: float) -> torch.Tensor:
+        return self.delta
+
+
 def predict(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     with torch.inference_mode():
         return model(x).argmax(dim=1)
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_matches_torchattacks(name: str, tiny_model, digits_tensors) -> None:
+def test_matches_torchattacks(name: str, tiny_model, digits_tensors, monkeypatch) -> None:
     case = CASES[name]
     _, _, x, y = digits_tensors
     eps = EPS[case.norm]
-    ours = case.ours(WhiteBoxOracle(tiny_model), x, y, eps=torch.full((len(y),), eps), norm=case.norm)
-    torch.manual_seed(SEED)
+    ours = case.ours(WhiteBoxOracle(tiny_model, len(y)), x, y, eps=torch.full((len(y),), eps), norm=case.norm)
+    if getattr(case.ours, "random_init", False):
+        delta = (uniform(SEED, torch.arange(len(y)), tuple(x.shape[1:]), 0) * 2 - 1) * eps
+        monkeypatch.setattr(torch, "empty_like", lambda _: _Drawn(delta))
     theirs_x = case.theirs(tiny_model, eps, case.ours)(x, y)
+    monkeypatch.undo()
 
     ours_broken = predict(tiny_model, ours.x_adv) != y
     theirs_broken = predict(tiny_model, theirs_x) != y

@@ -1,89 +1,79 @@
 """What every attack sees (an oracle) and returns (an AttackResult).
 
 The base class owns `__call__`: it checks inputs once, so subclasses implement `run` and
-never see a raw model. A white-box oracle hands out logits and input gradients and counts
-gradient evaluations per sample; later knowledge levels (score, decision) expose less.
+never see a raw model, only an oracle (`advbench.attacks.oracles`) of the knowledge levels
+they declare; the oracle counts their cost per sample.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import torch
-import torch.nn.functional as F
-from torch import nn
 
+from advbench.attacks.oracles import Oracle
 from advbench.errors import AdvbenchError
-from advbench.threat import goal_met
+from advbench.threat import GOALS, goal_met
 
 
 @dataclass
 class AttackResult:
     """Per-sample outcome of one batched attack call.
 
-    `first_success` is the iteration after which the sample first met the goal (0: already
-    adversarial before any step, -1: never); `success` refers to the returned `x_adv`.
+    `success` refers to the returned `x_adv`. `first_success` is the iteration after which the
+    sample first met the goal within the budget `eps` (0: already adversarial before any step,
+    -1: never). `info` holds extra per-sample record columns (name -> tensor (n,)). Cost is not
+    here: the oracle counts it.
     """
 
     x_adv: torch.Tensor
     success: torch.Tensor
     first_success: torch.Tensor
-    grad_evals: torch.Tensor
-
-
-class WhiteBoxOracle:
-    """Logits and cross-entropy input gradients of a model, with per-sample cost counting."""
-
-    knowledge = "white"
-
-    def __init__(self, model: nn.Module) -> None:
-        self.model = model
-        self.bounds: tuple[float, float] = tuple(getattr(model, "bounds", (0.0, 1.0)))  # type: ignore[assignment]
-
-    def logits(self, x: torch.Tensor) -> torch.Tensor:
-        with torch.inference_mode():
-            return self.model(x)
-
-    def loss_grad(self, x: torch.Tensor, labels: torch.Tensor, targeted: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        """Logits at x and the gradient of the attacker's objective (to be ascended).
-
-        Untargeted: CE(logits, y). Targeted: −CE(logits, target), so ascending it moves
-        towards the target class. Per-sample losses are summed, so each sample's gradient is
-        its own (models are in eval mode).
-        """
-        x = x.detach().requires_grad_(True)
-        with torch.enable_grad():
-            logits = self.model(x)
-            loss = F.cross_entropy(logits, labels, reduction="sum")
-            grad, = torch.autograd.grad(-loss if targeted else loss, x)
-        return logits.detach(), grad
+    info: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 class Attack:
-    """Base class: hyperparameters in `__init__`, data at call time."""
+    """Base class: hyperparameters in `__init__`, data at call time.
+
+    `kind` says how the engine gets a minimum ε: "budgeted" attacks stay inside `eps` and are
+    searched over ε; "minimizing" attacks return the smallest example they found, whatever
+    `eps` (which then only dates `first_success`), and its norm is the minimum ε.
+    """
 
     kind: ClassVar[str] = "budgeted"
     knowledge: ClassVar[tuple[str, ...]] = ("white",)
     norms: ClassVar[tuple[str, ...]] = ("linf", "l2")
+    goals: ClassVar[tuple[str, ...]] = GOALS
 
-    def __call__(self, oracle: WhiteBoxOracle, x: torch.Tensor, y: torch.Tensor, *, eps: torch.Tensor,
-                 norm: str, target: torch.Tensor | None = None) -> AttackResult:
+    def __call__(self, oracle: Oracle, x: torch.Tensor, y: torch.Tensor, *, eps: torch.Tensor,
+                 norm: str, target: torch.Tensor | None = None,
+                 sample_id: torch.Tensor | None = None) -> AttackResult:
+        name = type(self).__name__
         if norm not in self.norms:
-            raise AdvbenchError(f"{type(self).__name__} supports norms {', '.join(self.norms)}, got '{norm}'")
+            raise AdvbenchError(f"{name} supports norms {', '.join(self.norms)}, got '{norm}'")
         if oracle.knowledge not in self.knowledge:
-            raise AdvbenchError(f"{type(self).__name__} needs {'/'.join(self.knowledge)} access, got a {oracle.knowledge} oracle")
+            raise AdvbenchError(f"{name} needs {'/'.join(self.knowledge)} access, got a {oracle.knowledge} oracle")
+        goal = "targeted" if target is not None else "untargeted"
+        if goal not in self.goals:
+            raise AdvbenchError(f"{name} supports {'/'.join(self.goals)} attacks, not {goal}")
         n = x.shape[0]
+        if len(oracle) != n:
+            raise ValueError(f"the oracle counts cost for {len(oracle)} samples, the batch has {n}")
         if eps.shape != (n,):
             raise ValueError(f"eps must have shape ({n},), got {tuple(eps.shape)}")
         if bool((eps < 0).any()) or not bool(torch.isfinite(eps).all()):
             raise AdvbenchError("eps must be finite and >= 0 for every sample")
         if target is not None and target.shape != y.shape:
             raise ValueError(f"target must have shape {tuple(y.shape)}, got {tuple(target.shape)}")
-        return self.run(oracle, x, y, eps=eps.to(x), norm=norm, target=target)
+        if sample_id is None:
+            sample_id = torch.arange(n, device=x.device)
+        elif sample_id.shape != (n,):
+            raise ValueError(f"sample_id must have shape ({n},), got {tuple(sample_id.shape)}")
+        return self.run(oracle, x, y, eps=eps.to(x), norm=norm, target=target, sample_id=sample_id.to(x.device))
 
-    def run(self, oracle: WhiteBoxOracle, x: torch.Tensor, y: torch.Tensor, *, eps: torch.Tensor,
-            norm: str, target: torch.Tensor | None) -> AttackResult:  # pragma: no cover - abstract
+    def run(self, oracle: Oracle, x: torch.Tensor, y: torch.Tensor, *, eps: torch.Tensor, norm: str,
+            target: torch.Tensor | None, sample_id: torch.Tensor) -> AttackResult:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def params(self) -> dict[str, object]:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from advbench.attacks.base import Attack, AttackResult, WhiteBoxOracle, success_of
+from advbench.attacks.base import Attack, AttackResult, success_of
+from advbench.attacks.oracles import WhiteBoxOracle
 from advbench.attacks.steps import ascend, lp_norm, per_sample, random_start, unit_direction
 
 
@@ -33,32 +34,29 @@ class IterativeGradientAttack(Attack):
         self.seed = seed
 
     def run(self, oracle: WhiteBoxOracle, x: torch.Tensor, y: torch.Tensor, *, eps: torch.Tensor,
-            norm: str, target: torch.Tensor | None) -> AttackResult:
+            norm: str, target: torch.Tensor | None, sample_id: torch.Tensor) -> AttackResult:
         targeted = target is not None
         labels = target if targeted else y
         n = x.shape[0]
         if self.random_init:
-            gen = torch.Generator(device=x.device).manual_seed(self.seed)
-            x_adv = random_start(x, eps, norm, oracle.bounds, gen)
+            x_adv = random_start(x, eps, norm, oracle.bounds, seed=self.seed, sample_id=sample_id)
         else:
             x_adv = x.clone()
         alpha = self.rel_stepsize * eps
         momentum = torch.zeros_like(x) if self.decay is not None else None
         first = torch.full((n,), -1, dtype=torch.long, device=x.device)
-        grad_evals = torch.zeros(n, dtype=torch.long, device=x.device)
         active = torch.arange(n, device=x.device)
 
         for t in range(self.steps + 1):
             xa, xo, la = x_adv[active], x[active], labels[active]
             if t == self.steps:
-                logits = oracle.logits(xa)
+                logits = oracle.logits(xa, idx=active)
             else:
-                logits, grad = oracle.loss_grad(xa, la, targeted)
+                logits, grad = oracle.loss_grad(xa, la, targeted, idx=active)
             hit = success_of(logits, y[active], target[active] if targeted else None)
             first[active[hit]] = t
             if t == self.steps:
                 break
-            grad_evals[active] += 1
             keep = ~hit
             active, xa, xo, grad = active[keep], xa[keep], xo[keep], grad[keep]
             if active.numel() == 0:
@@ -66,7 +64,7 @@ class IterativeGradientAttack(Attack):
             direction = self._direction(grad, active, momentum, norm)
             x_adv[active] = ascend(xa, xo, direction, alpha[active], eps[active], norm, oracle.bounds)
 
-        return AttackResult(x_adv=x_adv, success=first >= 0, first_success=first, grad_evals=grad_evals)
+        return AttackResult(x_adv=x_adv, success=first >= 0, first_success=first)
 
     def _direction(self, grad: torch.Tensor, active: torch.Tensor, momentum: torch.Tensor | None,
                    norm: str) -> torch.Tensor:
@@ -92,7 +90,7 @@ class BIM(IterativeGradientAttack):
 
 
 class PGD(IterativeGradientAttack):
-    """BIM from a uniform random start in the ε-ball (Madry et al.)."""
+    """BIM from a uniform random start in the ε-ball (Madry et al.), drawn per sample from (seed, sample_id)."""
 
     def __init__(self, *, steps: int = 20, rel_stepsize: float = 0.125, seed: int = 0) -> None:
         super().__init__(steps=steps, rel_stepsize=rel_stepsize, random_init=True, seed=seed)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import torch
 
+from advbench.attacks.random import normal, uniform
+
 _TINY = 1e-12
 
 
@@ -59,15 +61,21 @@ def ascend(x_adv: torch.Tensor, x: torch.Tensor, direction: torch.Tensor, alpha:
     return clip(project(stepped, x, eps, norm), bounds)
 
 
-def random_start(x: torch.Tensor, eps: torch.Tensor, norm: str, bounds: tuple[float, float],
-                 generator: torch.Generator | None = None) -> torch.Tensor:
-    """A point drawn uniformly from the ε-ball (ℓ∞ cube or ℓ2 ball), clipped to bounds."""
+def random_start(x: torch.Tensor, eps: torch.Tensor, norm: str, bounds: tuple[float, float], *,
+                 seed: int, sample_id: torch.Tensor, stream: int = 0) -> torch.Tensor:
+    """A point drawn uniformly from the ε-ball (ℓ∞ cube or ℓ2 ball), clipped to bounds.
+
+    The draw is a function of (seed, sample_id, stream) only, so a sample starts from the same
+    direction in any batch and at any ε (the minimum-ε search rescales it, nothing more).
+    """
+    shape = tuple(x.shape[1:])
     if norm == "linf":
-        u = torch.rand(x.shape, generator=generator, device=x.device, dtype=x.dtype) * 2 - 1
+        u = uniform(seed, sample_id, shape, stream, device=x.device, dtype=x.dtype) * 2 - 1
         delta = u * per_sample(eps, x)
     else:
-        g = torch.randn(x.shape, generator=generator, device=x.device, dtype=x.dtype)
+        g = normal(seed, sample_id, shape, stream, device=x.device, dtype=x.dtype)
         d = x[0].numel()
-        radius = torch.rand(x.shape[0], generator=generator, device=x.device, dtype=x.dtype) ** (1.0 / d)
+        u = uniform(seed, sample_id, (1,), stream, device=x.device, dtype=torch.float64).squeeze(1)
+        radius = (u ** (1.0 / d)).to(x.dtype)
         delta = unit_direction(g, "l2") * per_sample(radius * eps, x)
     return clip(x + delta, bounds)

@@ -1,0 +1,195 @@
+"""What an attack may learn about the model under attack: one oracle per knowledge level.
+
+Attacks never see a model, only an oracle built by the engine from `threat.knowledge`:
+
+- white     logits and input gradients of the target;
+- transfer  logits and gradients of a substitute model, top-1 labels of the target;
+- score     logits of the target, with no autograd path back to it;
+- decision  top-1 labels of the target.
+
+Each oracle counts cost per sample of the batch it was built for (`grad_evals`: forward +
+backward passes; `queries`: forward-only evaluations of the target), so records carry what
+each sample cost whatever the attack does. Every method takes `idx`, the batch indices of the
+rows of `x` (an attack's active set; repeats are counted repeatedly). `subset(idx)` is a view
+over some samples whose counts land in the parent's counters: the minimum-ε search probes
+through it.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from advbench.errors import AdvbenchError
+
+Objective = Callable[[torch.Tensor], torch.Tensor]
+
+
+def _device(model: nn.Module) -> torch.device:
+    p = next(model.parameters(), None)
+    return p.device if p is not None else torch.device("cpu")
+
+
+def _forward(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """Logits with no autograd graph: computed under inference mode, returned as a plain tensor."""
+    with torch.inference_mode():
+        out = model(x)
+    return out.clone()
+
+
+class Oracle:
+    """Per-sample cost counters, subset views, and what every oracle exposes: bounds, classes."""
+
+    knowledge: ClassVar[str]
+
+    def __init__(self, model: nn.Module, n: int, *, substitute: nn.Module | None = None,
+                 num_classes: int | None = None) -> None:
+        self._target = model
+        self.bounds: tuple[float, float] = tuple(getattr(model, "bounds", (0.0, 1.0)))  # type: ignore[assignment]
+        self.num_classes = num_classes
+        device = _device(model)
+        self._grad_evals = torch.zeros(n, dtype=torch.long, device=device)
+        self._queries = torch.zeros(n, dtype=torch.long, device=device)
+        self._rows: torch.Tensor | None = None  # a view's rows in the counters; None: all of them
+
+    def __len__(self) -> int:
+        return self._grad_evals.shape[0] if self._rows is None else self._rows.shape[0]
+
+    @property
+    def grad_evals(self) -> torch.Tensor:
+        """Gradient evaluations per sample (a copy for views, the live counter otherwise)."""
+        return self._grad_evals if self._rows is None else self._grad_evals[self._rows]
+
+    @property
+    def queries(self) -> torch.Tensor:
+        """Forward-only evaluations of the target per sample."""
+        return self._queries if self._rows is None else self._queries[self._rows]
+
+    def subset(self, idx: torch.Tensor) -> Oracle:
+        """A view over samples `idx` of this oracle; its costs are counted into this one's."""
+        view = copy.copy(self)
+        idx = idx.to(self._grad_evals.device)
+        view._rows = idx if self._rows is None else self._rows[idx]
+        return view
+
+    def _count(self, counter: torch.Tensor, x: torch.Tensor, idx: torch.Tensor) -> None:
+        if idx.dim() != 1 or idx.shape[0] != x.shape[0]:
+            raise ValueError(f"idx must have shape ({x.shape[0]},) like the rows of x, got {tuple(idx.shape)}")
+        rows = idx.to(counter.device)
+        if self._rows is not None:
+            rows = self._rows[rows]
+        counter.index_add_(0, rows, torch.ones_like(rows))
+
+
+class WhiteBoxOracle(Oracle):
+    """Logits and input gradients of the model."""
+
+    knowledge = "white"
+
+    @property
+    def _white(self) -> nn.Module:
+        """The model the white-box methods act on (the substitute for transfer)."""
+        return self._target
+
+    def logits(self, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        """Logits, forward only (+1 query per row)."""
+        self._count(self._queries, x, idx)
+        return _forward(self._white, x)
+
+    def value_and_grad(self, x: torch.Tensor, objective: Objective,
+                       idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits at x and d(Σ objective(logits))/dx (+1 grad_eval per row).
+
+        `objective` maps logits (m, K) to per-sample losses (m,); summing keeps each sample's
+        gradient its own (models are in eval mode, so samples do not interact).
+        """
+        self._count(self._grad_evals, x, idx)
+        x = x.detach().requires_grad_(True)
+        with torch.enable_grad():
+            logits = self._white(x)
+            value = objective(logits)
+            if value.shape != (x.shape[0],):
+                raise ValueError(f"objective must return one loss per sample, shape ({x.shape[0]},), "
+                                 f"got {tuple(value.shape)}")
+            grad, = torch.autograd.grad(value.sum(), x)
+        return logits.detach(), grad
+
+    def loss_grad(self, x: torch.Tensor, labels: torch.Tensor, targeted: bool,
+                  idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Gradient of the attacker's cross-entropy objective, to be ascended.
+
+        Untargeted: CE(logits, y). Targeted: −CE(logits, target), so ascending moves towards
+        the target class.
+        """
+        sign = -1.0 if targeted else 1.0
+        return self.value_and_grad(x, lambda z: sign * F.cross_entropy(z, labels, reduction="none"), idx)
+
+
+class TransferOracle(WhiteBoxOracle):
+    """White-box access to a substitute model; only top-1 labels of the target."""
+
+    knowledge = "transfer"
+
+    def __init__(self, model: nn.Module, n: int, *, substitute: nn.Module | None = None,
+                 num_classes: int | None = None) -> None:
+        if substitute is None:
+            raise AdvbenchError("transfer knowledge needs a substitute model; set substitute=...")
+        super().__init__(model, n, num_classes=num_classes)
+        sub_bounds = tuple(getattr(substitute, "bounds", (0.0, 1.0)))
+        if sub_bounds != self.bounds:
+            raise AdvbenchError(f"substitute input bounds {sub_bounds} differ from the target's {self.bounds}")
+        self._substitute = substitute
+
+    @property
+    def _white(self) -> nn.Module:
+        return self._substitute
+
+    def logits(self, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        """The substitute's logits: the attacker's own model, so no target query is counted."""
+        return _forward(self._substitute, x)
+
+    def labels(self, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        """Top-1 labels of the target (+1 query per row)."""
+        self._count(self._queries, x, idx)
+        return _forward(self._target, x).argmax(dim=1)
+
+
+class ScoreOracle(Oracle):
+    """Logits of the target and nothing else: no gradient can reach the model."""
+
+    knowledge = "score"
+
+    def logits(self, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        """Logits (+1 query per row); the result has no grad_fn even if x requires grad."""
+        self._count(self._queries, x, idx)
+        return _forward(self._target, x.detach())
+
+
+class DecisionOracle(Oracle):
+    """Top-1 labels of the target only."""
+
+    knowledge = "decision"
+
+    def labels(self, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        """Predicted classes (+1 query per row)."""
+        self._count(self._queries, x, idx)
+        return _forward(self._target, x.detach()).argmax(dim=1)
+
+
+ORACLES: dict[str, type[Oracle]] = {cls.knowledge: cls for cls in (WhiteBoxOracle, TransferOracle, ScoreOracle, DecisionOracle)}
+
+
+def build_oracle(knowledge: str, model: nn.Module, n: int, substitute: nn.Module | None = None, *,
+                 num_classes: int | None = None) -> Oracle:
+    """The oracle of a knowledge level over `model`, counting cost for a batch of `n` samples.
+
+    `substitute` is used by the transfer oracle only.
+    """
+    if knowledge not in ORACLES:
+        raise AdvbenchError(f"unknown knowledge level '{knowledge}'; valid: {', '.join(ORACLES)}")
+    return ORACLES[knowledge](model, n, substitute=substitute, num_classes=num_classes)
