@@ -79,3 +79,20 @@ def random_start(x: torch.Tensor, eps: torch.Tensor, norm: str, bounds: tuple[fl
         radius = (u ** (1.0 / d)).to(x.dtype)
         delta = unit_direction(g, "l2") * per_sample(radius * eps, x)
     return clip(x + delta, bounds)
+
+
+def boundary_start(x: torch.Tensor, eps: torch.Tensor, norm: str, bounds: tuple[float, float], *,
+                   seed: int, sample_id: torch.Tensor, stream: int = 0) -> torch.Tensor:
+    """APGD's start on the ε-sphere, clipped to bounds, drawn per sample from (seed, sample_id, stream).
+
+    ℓ∞: u ~ U[−1, 1]^d rescaled so that max|u_i| = 1; ℓ2: a Gaussian direction of length ε
+    (Croce & Hein's published start: it begins as far from x as the budget allows).
+    """
+    shape = tuple(x.shape[1:])
+    if norm == "linf":
+        u = uniform(seed, sample_id, shape, stream, device=x.device, dtype=x.dtype) * 2 - 1
+        direction = u / per_sample(lp_norm(u, "linf").clamp_min(_TINY), u)
+    else:
+        direction = unit_direction(normal(seed, sample_id, shape, stream, device=x.device, dtype=x.dtype), "l2")
+    return clip(x + direction * per_sample(eps, x), bounds)
+

@@ -1,0 +1,244 @@
+"""APGD (Croce & Hein, ICML 2020): projected gradient ascent that sets its own step size.
+
+One run of N iterations starts from a random point on the ε-sphere with step size η = 2ε
+and momentum 0.75, and keeps the best point found (highest loss, x_max). At the checkpoints
+w_j = ⌈p_j·N⌉, p_0 = 0, p_1 = 0.22, p_{j+1} = p_j + max(p_j − p_{j−1} − 0.03, 0.06), a
+sample halves η and restarts from x_max when
+
+1. its loss rose on fewer than ρ·(w_j − w_{j−1}) of the steps since the last checkpoint, or
+2. neither η nor the best loss changed since the last checkpoint.
+
+This follows the paper where the authors' code differs: condition 1 is a strict '<', the
+first step of the first interval is compared with the loss at the start (the code compares
+it with an unset entry), and condition 2 is checked at the first checkpoint too.
+
+Everything is per sample: η, x_max, the counters and ε, so samples never interact and a
+sample's trajectory does not depend on its batch. A sample leaves the active set at its
+first adversarial iterate (its `first_success`). Restarts and, for APGD-T, target classes
+run one after another on the samples still robust; `first_success` counts iterations over
+all runs (run r, iteration t: r·N + t), so it is the work spent on the sample until it broke.
+Because the checkpoints scale with N, a run with fewer iterations is not a prefix of a longer
+one: the accuracy-vs-iterations curve of APGD needs one run per strength.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from fractions import Fraction
+
+import torch
+import torch.nn.functional as F
+
+from advbench.attacks.base import Attack, AttackResult, success_of
+from advbench.attacks.oracles import WhiteBoxOracle
+from advbench.attacks.steps import ascend, boundary_start, per_sample, unit_direction
+from advbench.errors import AdvbenchError
+
+_DLR_DENOM = 1e-12
+LossFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]
+
+
+def ce_loss(logits: torch.Tensor, y: torch.Tensor, target: torch.Tensor | None) -> torch.Tensor:
+    """CE(z, y) untargeted; −CE(z, t) towards a target (per sample, to be ascended)."""
+    if target is None:
+        return F.cross_entropy(logits, y, reduction="none")
+    return -F.cross_entropy(logits, target, reduction="none")
+
+
+def dlr_loss(logits: torch.Tensor, y: torch.Tensor, target: torch.Tensor | None) -> torch.Tensor:
+    """Difference of logits ratio, invariant to shifting and rescaling the logits.
+
+    Untargeted: −(z_y − max_{i≠y} z_i) / (z_π1 − z_π3). Targeted (APGD-T):
+    −(z_y − z_t) / (z_π1 − (z_π3 + z_π4)/2), with π sorting the logits in decreasing order.
+    """
+    top = logits.sort(dim=1, descending=True).values
+    z_y = logits.gather(1, y[:, None]).squeeze(1)
+    if target is None:
+        others = logits.masked_fill(F.one_hot(y, logits.shape[1]).bool(), -math.inf).amax(dim=1)
+        return -(z_y - others) / (top[:, 0] - top[:, 2] + _DLR_DENOM)
+    z_t = logits.gather(1, target[:, None]).squeeze(1)
+    return -(z_y - z_t) / (top[:, 0] - 0.5 * (top[:, 2] + top[:, 3]) + _DLR_DENOM)
+
+
+LOSSES: dict[str, LossFn] = {"ce": ce_loss, "dlr": dlr_loss}
+# Classes the DLR denominators need: z_π3 untargeted, z_π4 targeted.
+_DLR_MIN_CLASSES = {False: 3, True: 4}
+
+
+def checkpoints(steps: int) -> list[int]:
+    """The paper's checkpoints w_j = ⌈p_j·N⌉ for p_j ≤ 1, in exact arithmetic (no float ⌈⌉ slips)."""
+    p_prev, p = Fraction(0), Fraction(22, 100)
+    marks = [p_prev]
+    while p <= 1:
+        marks.append(p)
+        p_prev, p = p, p + max(p - p_prev - Fraction(3, 100), Fraction(6, 100))
+    return sorted({math.ceil(q * steps) for q in marks})
+
+
+def halve_step(increases: torch.Tensor, interval: int, rho: float, loss_max: torch.Tensor,
+               loss_max_last: torch.Tensor, halved_last: torch.Tensor) -> torch.Tensor:
+    """Which samples halve η at a checkpoint: condition 1 or condition 2 of the paper."""
+    too_few_increases = increases < rho * interval
+    stalled = ~halved_last & (loss_max <= loss_max_last)
+    return too_few_increases | stalled
+
+
+class APGD(Attack):
+    """APGD-CE / APGD-DLR; APGD-T when `n_target_classes` > 0 under an untargeted goal.
+
+    Under a targeted goal the loss moves towards the given target (targeted DLR or −CE).
+    APGD-T instead runs the targeted loss once per target class, the 2nd … (k+1)-th most
+    likely clean classes, each on the samples still robust; success stays untargeted.
+    """
+
+    def __init__(self, *, n_iter: int = 100, loss: str = "ce", n_restarts: int = 1, n_target_classes: int = 0,
+                 rho: float = 0.75, momentum: float = 0.75, seed: int = 0) -> None:
+        if n_iter < 1:
+            raise AdvbenchError(f"APGD needs n_iter >= 1, got {n_iter}")
+        if loss not in LOSSES:
+            raise AdvbenchError(f"unknown APGD loss '{loss}'; valid: {', '.join(LOSSES)}")
+        if n_restarts < 1 or n_target_classes < 0:
+            raise AdvbenchError(f"APGD needs n_restarts >= 1 and n_target_classes >= 0, got {n_restarts}, {n_target_classes}")
+        if not 0 < rho <= 1 or not 0 < momentum <= 1:
+            raise AdvbenchError(f"APGD needs rho and momentum in (0, 1], got {rho}, {momentum}")
+        self.n_iter = n_iter
+        self.loss = loss
+        self.n_restarts = n_restarts
+        self.n_target_classes = n_target_classes
+        self.rho = rho
+        self.momentum = momentum
+        self.seed = seed
+
+    @property
+    def steps(self) -> int:
+        """The strength budget: most iterations a sample can take over all restarts and targets."""
+        return self.n_iter * self.n_restarts * max(self.n_target_classes, 1)
+
+    def run(self, oracle: WhiteBoxOracle, x: torch.Tensor, y: torch.Tensor, *, eps: torch.Tensor, norm: str,
+            target: torch.Tensor | None, sample_id: torch.Tensor) -> AttackResult:
+        n = x.shape[0]
+        everyone = torch.arange(n, device=x.device)
+        clean = oracle.logits(x, everyone)
+        loss_targets = self._loss_targets(clean, y, target)
+        first = torch.where(success_of(clean, y, target), 0, -1)
+        x_adv = x.clone()
+        active = everyone[(first < 0) & (eps > 0)]   # at ε = 0 nothing can change
+        for run, (loss_target, restart) in enumerate(
+                (t, r) for t in loss_targets for r in range(self.n_restarts)):
+            if active.numel() == 0:
+                break
+            t = None if loss_target is None else loss_target[active]
+            t_goal = None if target is None else target[active]
+            run_first, run_x = self._single_run(oracle, x[active], y[active], t, t_goal, eps[active], norm,
+                                                active, sample_id[active], stream=run)
+            x_adv[active] = run_x
+            broke = run_first >= 0
+            first[active[broke]] = run * self.n_iter + run_first[broke]
+            active = active[~broke]
+        return AttackResult(x_adv=x_adv, success=first >= 0, first_success=first)
+
+    def _loss_targets(self, clean: torch.Tensor, y: torch.Tensor,
+                      target: torch.Tensor | None) -> list[torch.Tensor | None]:
+        """The target class of each run's loss: the goal's, APGD-T's runner-up classes, or none."""
+        k = clean.shape[1]
+        if target is None and self.n_target_classes:
+            if self.n_target_classes > k - 1:
+                raise AdvbenchError(f"APGD-T n_target_classes={self.n_target_classes} exceeds the {k - 1} other classes")
+            ranked = clean.argsort(dim=1, descending=True)
+            targets: list[torch.Tensor | None] = [ranked[:, i] for i in range(1, self.n_target_classes + 1)]
+        else:
+            targets = [target]
+        if self.loss == "dlr":
+            need = _DLR_MIN_CLASSES[targets[0] is not None]
+            if k < need:
+                raise AdvbenchError(f"the {'targeted ' if targets[0] is not None else ''}DLR loss needs "
+                                    f">= {need} classes, the model has {k}")
+        return targets
+
+    def _single_run(self, oracle: WhiteBoxOracle, x: torch.Tensor, y: torch.Tensor, loss_target: torch.Tensor | None,
+                    goal_target: torch.Tensor | None, eps: torch.Tensor, norm: str, idx: torch.Tensor,
+                    sample_id: torch.Tensor, stream: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """One APGD run: per row, the first adversarial iteration (-1: none) and the point returned.
+
+        State lives only for the rows still running (`rows` into the run's inputs); a row that
+        breaks is written out and dropped from every state tensor at once.
+        """
+        m = x.shape[0]
+        loss_fn = LOSSES[self.loss]
+        bounds = oracle.bounds
+        steps = self.n_iter
+        marks = checkpoints(steps)
+        intervals = {w: w - w_prev for w_prev, w in zip(marks, marks[1:])}
+        first = torch.full((m,), -1, dtype=torch.long, device=x.device)
+        out = x.clone()
+        rows = torch.arange(m, device=x.device)
+        x0, yy, tt, tg, e, gi = x, y, loss_target, goal_target, eps, idx
+
+        cur = boundary_start(x, eps, norm, bounds, seed=self.seed, sample_id=sample_id, stream=stream)
+        prev = best = grad = best_grad = eta = None
+        loss_prev = loss_best = loss_best_last = increases = halved_last = None
+        for k in range(steps + 1):
+            objective = self._objective(loss_fn, yy, tt)
+            if k < steps:
+                logits, g = oracle.value_and_grad(cur, objective, gi)
+            else:
+                logits = oracle.logits(cur, gi)
+            with torch.no_grad():
+                loss = objective(logits)
+            if k == 0:
+                prev, best, grad, best_grad = cur, cur.clone(), g, g.clone()
+                eta = 2 * e
+                loss_prev, loss_best, loss_best_last = loss, loss.clone(), loss.clone()
+                increases = torch.zeros(cur.shape[0], dtype=torch.long, device=x.device)
+                halved_last = torch.zeros(cur.shape[0], dtype=torch.bool, device=x.device)
+            else:
+                increases = increases + (loss > loss_prev)
+                loss_prev = loss
+                better = loss > loss_best
+                best = torch.where(per_sample(better, cur), cur, best)
+                loss_best = torch.where(better, loss, loss_best)
+                if k < steps:
+                    grad = g
+                    best_grad = torch.where(per_sample(better, g), g, best_grad)
+
+            hit = success_of(logits, yy, tg)
+            first[rows[hit]] = k
+            out[rows[hit]] = cur[hit]
+            if k == steps:
+                out[rows[~hit]] = best[~hit]
+                break
+            if bool(hit.any()):
+                keep = ~hit
+                rows, x0, yy, e, gi, eta = rows[keep], x0[keep], yy[keep], e[keep], gi[keep], eta[keep]
+                tt = None if tt is None else tt[keep]
+                tg = None if tg is None else tg[keep]
+                cur, prev, best, grad, best_grad = cur[keep], prev[keep], best[keep], grad[keep], best_grad[keep]
+                loss_prev, loss_best, loss_best_last = loss_prev[keep], loss_best[keep], loss_best_last[keep]
+                increases, halved_last = increases[keep], halved_last[keep]
+                if rows.numel() == 0:
+                    break
+
+            if k in intervals:
+                halve = halve_step(increases, intervals[k], self.rho, loss_best, loss_best_last, halved_last)
+                eta = torch.where(halve, eta / 2, eta)
+                cur = torch.where(per_sample(halve, cur), best, cur)
+                grad = torch.where(per_sample(halve, grad), best_grad, grad)
+                loss_prev = torch.where(halve, loss_best, loss_prev)
+                increases = torch.zeros_like(increases)
+                halved_last, loss_best_last = halve, loss_best.clone()
+
+            z = ascend(cur, x0, unit_direction(grad, norm), eta, e, norm, bounds)
+            if k == 0:
+                nxt = z
+            else:
+                a = self.momentum
+                nxt = ascend(cur, x0, a * (z - cur) + (1 - a) * (cur - prev), torch.ones_like(e), e, norm, bounds)
+            prev, cur = cur, nxt
+        return first, out
+
+    @staticmethod
+    def _objective(loss_fn: LossFn, y: torch.Tensor,
+                   target: torch.Tensor | None) -> Callable[[torch.Tensor], torch.Tensor]:
+        return lambda logits: loss_fn(logits, y, target)
+
