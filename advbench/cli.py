@@ -86,10 +86,10 @@ def plot(records: tuple[Path, ...], out_dir: Path) -> None:
 @one_line_errors
 def list_options(group: str | None) -> None:
     """List config groups, or the options of GROUP with one-line descriptions."""
-    from rich.console import Console
     from rich.table import Table
 
     from advbench.config import describe, group_options, groups
+    from advbench.terminal import print_table
 
     names = groups()
     if group is not None and group not in names:
@@ -101,7 +101,7 @@ def list_options(group: str | None) -> None:
     for g in [group] if group else names:
         for option in group_options(g):
             table.add_row(g, option, describe(g, option))
-    Console().print(table)
+    print_table(table)
 
 
 main.add_command(uap)

@@ -76,3 +76,16 @@ def test_table2_numbers_have_fixed_decimals(tmp_path: Path) -> None:
     rows = (tmp_path / "table2.md").read_text(encoding="utf-8").splitlines()[-2:]
     assert rows == ["| spaq | 2.55 | stored areas | 0.1041 | 0.3600 | 0.900 |",
                     "| vsfa | -3.80 | stored areas | 0.1041 | 0.3600 |  |"]
+
+
+def test_list_in_a_pipe_keeps_each_option_on_one_line() -> None:
+    from click.testing import CliRunner
+
+    from advbench.cli import main
+    from advbench.config import describe, group_options
+
+    output = CliRunner().invoke(main, ["list", "attack"]).output
+    lines = output.splitlines()
+    for option in group_options("attack"):
+        row = next(line for line in lines if f" {option} " in line)
+        assert describe("attack", option) in row, f"{option}'s description is wrapped or cut"
