@@ -1,0 +1,100 @@
+"""The worst-case ensemble: at least as strong as each member on every sample, later members only
+on samples still robust, `broken_by` and accumulated strengths, config-level use."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hydra.utils import instantiate
+
+from advbench.attacks.ensemble import Ensemble, load_attack
+from advbench.attacks.oracles import WhiteBoxOracle
+from advbench.config import compose_config
+from advbench.data.targets import target_classes
+from advbench.engine import SearchSettings, evaluate_batch
+from advbench.errors import AdvbenchError
+from advbench.threat import ThreatModel
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+MEMBERS = ["fgsm", "apgd_ce", "apgd_dlr"]
+CHEAP = {"apgd_ce": {"n_iter": 15}, "apgd_dlr": {"n_iter": 15}}
+
+
+@pytest.fixture(scope="module")
+def batch(digits_tensors):
+    _, _, x, y = digits_tensors
+    return x[:150], y[:150]
+
+
+@pytest.mark.parametrize("norm,eps,goal", [("linf", 0.07, "untargeted"), ("l2", 0.5, "untargeted"),
+                                           ("linf", 0.2, "targeted")])
+def test_at_least_as_strong_as_each_member_on_every_sample(norm, eps, goal, tiny_model, batch) -> None:
+    x, y = batch
+    n = len(y)
+    target = target_classes(torch.arange(n), y, 10, seed=0) if goal == "targeted" else None
+    budget = torch.full((n,), eps)
+    ens = Ensemble(members=MEMBERS, member_params=CHEAP, seed=2)
+    oracle = WhiteBoxOracle(tiny_model, n)
+    res = ens(oracle, x, y, eps=budget, norm=norm, target=target)
+    broken_by = res.info["broken_by"]
+    pred = tiny_model(res.x_adv).argmax(1)
+    assert torch.equal(res.success, (pred == target) if target is not None else (pred != y))
+    assert torch.equal(res.success, broken_by >= 0)
+
+    alone = [load_attack(m, 2, CHEAP.get(m))(WhiteBoxOracle(tiny_model, n), x, y, eps=budget, norm=norm, target=target)
+             for m in MEMBERS]
+    for name, r in zip(MEMBERS, alone):
+        assert bool((res.success >= r.success).all()), f"the ensemble misses samples {name} breaks alone"
+    # Each sample is broken by the first member that breaks it alone, at the accumulated strength.
+    any_alone = torch.stack([r.success for r in alone])
+    first_member = torch.where(any_alone.any(0), any_alone.float().argmax(0), -1)
+    assert torch.equal(broken_by, first_member)
+    offsets = torch.tensor([0, 1, 1 + 15])            # FGSM is 1 step, then APGD-CE's 15
+    for i, r in enumerate(alone):
+        mine = broken_by == i
+        assert torch.equal(res.first_success[mine], offsets[i] + r.first_success[mine])
+    assert ens.steps == 31 and (res.first_success <= 31).all()
+    # Later members only see the samples still robust: their gradient count is bounded by it.
+    assert (oracle.grad_evals[broken_by == 0] <= 1).all()
+    assert (oracle.grad_evals <= 31).all()
+
+
+def test_min_eps_is_no_larger_than_any_members(tiny_model, batch) -> None:
+    """The search probes the ensemble: a probe any member wins, the ensemble wins too."""
+    x, y = batch
+    threat = ThreatModel(norm="linf", goal="untargeted", eps=0.08)
+    search = SearchSettings(resolution=0.05)
+    ens = evaluate_batch(Ensemble(members=["fgsm", "apgd_ce"], member_params={"apgd_ce": {"n_iter": 10}}),
+                         tiny_model, x, y, None, threat, search)
+    for member in (load_attack("fgsm", 0), load_attack("apgd_ce", 0, {"n_iter": 10})):
+        alone = evaluate_batch(member, tiny_model, x, y, None, threat, search)
+        assert bool((ens["success_at_budget"] >= alone["success_at_budget"]).all())
+        # Bisection paths differ between the two, so allow one search resolution.
+        tol = search.resolution * threat.eps
+        assert bool((ens["min_eps"] <= alone["min_eps"] + tol).all()), type(member).__name__
+    assert float(ens["min_eps"].median()) <= float(alone["min_eps"].median())
+
+
+def test_configured_by_member_option_names_with_the_run_seed() -> None:
+    cfg = compose_config("config", ["attack=ensemble", "attack.members=[pgd,apgd_dlr]", "seed=7",
+                                    "attack.params.member_params={apgd_dlr: {n_iter: 20}}"])
+    ens = instantiate(cfg.attack.params)
+    assert ens.members == ["pgd", "apgd_dlr"]
+    assert ens.params()["resolved"]["pgd"]["seed"] == 7
+    assert ens.params()["resolved"]["apgd_dlr"] == {**load_attack("apgd_dlr", 7).params(), "n_iter": 20}
+    auto = instantiate(compose_config("config", ["attack=autoattack"]).attack.params)
+    assert auto.members == ["apgd_ce", "apgd_t"] and auto.steps == 100 + 900
+
+
+@pytest.mark.parametrize("overrides,match", [
+    (["attack.members=[apgd_ce,nope]"], "unknown ensemble member 'nope'"),
+    (["attack.members=[]"], "at least one member"),
+    (["attack.members=[bim,bim]"], "repeat"),
+    (["attack.params.member_params={fgsm: {steps: 3}}"], "not among the members"),
+    (["attack.params.member_params={apgd_ce: {n_iter: 0}}"], "apgd_ce"),
+])
+def test_bad_member_lists_are_one_line_errors(overrides, match) -> None:
+    with pytest.raises(AdvbenchError, match=match) as info:
+        compose_config("config", ["attack=ensemble", *overrides])
+    assert "\n" not in str(info.value)
