@@ -11,7 +11,7 @@ import torch
 from advbench.errors import AdvbenchError
 from advbench.iqa import video as V
 from advbench.iqa.metrics.base import QualityMetric
-from advbench.iqa.rd import Perturbation, make_synthetic_videos, part_path, run_rd
+from advbench.iqa.rd import Perturbation, RDRun, make_synthetic_videos, part_path, run_rd
 from advbench.iqa.report import is_rd_records, render_stability
 from advbench.records import read_records
 
@@ -192,18 +192,17 @@ def test_video_metrics_score_each_decoded_clip_as_a_video(name: str, tmp_path: P
             assert df.loc[(amplitude, kbps), "metric_score"] == pytest.approx(video, rel=1e-4, abs=1e-6)
 
 
-def _settings_run(tmp_path: Path, metric: QualityMetric | None = None, clip_seed: int = 0, **changes) -> object:
-    """One tiny RD run into a shared folder; `changes` override the run's settings."""
+def _settings_run(tmp_path: Path, metric: QualityMetric | None = None, perturb: Perturbation | None = None,
+                  clip_seed: int = 0, **changes) -> RDRun:
+    """One tiny RD run into a shared folder; `changes` override run_rd's keyword settings."""
     clip_dir = tmp_path / f"v{clip_seed}"
     if not clip_dir.exists():  # same name, other content for clip_seed != 0
         frames = make_synthetic_videos(tmp_path / "src", n=2, size=64, frames=2)[clip_seed]
         clip_dir.mkdir()
         (clip_dir / "clip.y4m").write_bytes(frames.read_bytes())
-    kwargs = dict(metric_name="sharp", perturbation_key="noise0", amplitudes=[0.08], bitrates_kbps=[300],
-                  progress=False, perturb=tiled_noise())
-    kwargs.update(changes)
-    perturb = kwargs.pop("perturb")
-    return run_rd([clip_dir / "clip.y4m"], metric or Sharpness(), perturb, tmp_path / "rd", **kwargs)
+    kwargs = {"metric_name": "sharp", "perturbation_key": "noise0", "amplitudes": [0.08], "bitrates_kbps": [300],
+              "progress": False, **changes}
+    return run_rd([clip_dir / "clip.y4m"], metric or Sharpness(), perturb or tiled_noise(), tmp_path / "rd", **kwargs)
 
 
 class ScaledSharpness(Sharpness):
