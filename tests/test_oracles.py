@@ -163,5 +163,5 @@ def test_attack_call_checks_knowledge_goal_and_batch(tiny_model, batch) -> None:
         probe(ScoreOracle(tiny_model, len(y)), x, y, eps=eps, norm="linf", target=(y + 1) % 10)
     with pytest.raises(ValueError, match="counts cost for 5 samples"):
         probe(ScoreOracle(tiny_model, 5), x, y, eps=eps, norm="linf")
-    with pytest.raises(AdvbenchError, match="needs white access"):
+    with pytest.raises(AdvbenchError, match="needs white/transfer access"):
         BIM()(ScoreOracle(tiny_model, len(y)), x, y, eps=eps, norm="linf")

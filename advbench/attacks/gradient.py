@@ -10,16 +10,25 @@ from __future__ import annotations
 
 import torch
 
-from advbench.attacks.base import Attack, AttackResult, success_of
-from advbench.attacks.oracles import WhiteBoxOracle
+from advbench.attacks.base import Attack, AttackResult
+from advbench.attacks.oracles import TransferOracle, WhiteBoxOracle
 from advbench.attacks.steps import ascend, lp_norm, per_sample, random_start, unit_direction
+from advbench.threat import goal_met
 
 
 class IterativeGradientAttack(Attack):
     """x_{t+1} = clip(Π_ε(x_t + α·dir(g_t))) with α = rel_stepsize·ε.
 
     `decay` turns on MIM's momentum on ℓ1-normalised gradients; `random_init` is PGD's start.
+    Under a transfer oracle the gradient is the substitute's and success is the target's top-1
+    label, checked before each step (one counted query per active sample): a sample stops at
+    the first iterate that fools the target, so the strength (iterations on the substitute)
+    curve still comes from one run. `early_stop = False` checks only the last iterate.
+    Subclasses hook in through `_gradient` (where the gradient is taken) and `_direction`.
     """
+
+    knowledge = ("white", "transfer")
+    early_stop = True
 
     def __init__(self, *, steps: int = 20, rel_stepsize: float = 0.15, random_init: bool = False,
                  decay: float | None = None, seed: int = 0) -> None:
@@ -49,22 +58,33 @@ class IterativeGradientAttack(Attack):
 
         for t in range(self.steps + 1):
             xa, xo, la = x_adv[active], x[active], labels[active]
-            if t == self.steps:
-                logits = oracle.logits(xa, idx=active)
+            logits = grad = None
+            if t < self.steps and not isinstance(oracle, TransferOracle):  # one pass: verdict and step
+                logits, grad = self._gradient(oracle, xa, la, targeted, active, sample_id[active], t)
+            if self.early_stop or t == self.steps:
+                hit = goal_met(_predicted(oracle, xa, logits, active), y[active], target[active] if targeted else None)
             else:
-                logits, grad = oracle.loss_grad(xa, la, targeted, idx=active)
-            hit = success_of(logits, y[active], target[active] if targeted else None)
+                hit = torch.zeros_like(active, dtype=torch.bool)
             first[active[hit]] = t
             if t == self.steps:
                 break
             keep = ~hit
-            active, xa, xo, grad = active[keep], xa[keep], xo[keep], grad[keep]
+            active, xa, xo = active[keep], xa[keep], xo[keep]
             if active.numel() == 0:
                 break
+            if grad is None:
+                _, grad = self._gradient(oracle, xa, labels[active], targeted, active, sample_id[active], t)
+            else:
+                grad = grad[keep]
             direction = self._direction(grad, active, momentum, norm)
             x_adv[active] = ascend(xa, xo, direction, alpha[active], eps[active], norm, oracle.bounds)
 
         return AttackResult(x_adv=x_adv, success=first >= 0, first_success=first)
+
+    def _gradient(self, oracle: WhiteBoxOracle, x: torch.Tensor, labels: torch.Tensor, targeted: bool,
+                  idx: torch.Tensor, sample_id: torch.Tensor, t: int) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """Logits at x (None when the model saw another input) and the gradient to ascend at step t."""
+        return oracle.loss_grad(x, labels, targeted, idx)
 
     def _direction(self, grad: torch.Tensor, active: torch.Tensor, momentum: torch.Tensor | None,
                    norm: str) -> torch.Tensor:
@@ -73,6 +93,13 @@ class IterativeGradientAttack(Attack):
         g = self.decay * momentum[active] + grad / per_sample(lp_norm(grad, "l1").clamp_min(1e-12), grad)
         momentum[active] = g
         return unit_direction(g, norm)
+
+
+def _predicted(oracle: WhiteBoxOracle, x: torch.Tensor, logits: torch.Tensor | None, idx: torch.Tensor) -> torch.Tensor:
+    """Top-1 labels that decide success: the target's under transfer (counted queries), else the logits at x."""
+    if isinstance(oracle, TransferOracle):
+        return oracle.labels(x, idx)
+    return (logits if logits is not None else oracle.logits(x, idx)).argmax(dim=1)
 
 
 class FGSM(IterativeGradientAttack):
