@@ -73,7 +73,8 @@ def test_slurm_launcher_composes_from_the_command_line(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_sweep_runs_through_submitit_local(tmp_path: Path, trained_digits_cache: Path) -> None:
     """submitit's local executor runs the jobs in child processes, as Slurm would on nodes."""
-    proc = subprocess.run([*ADVBENCH, "run", "-m", "experiment=smoke", "attack=fgsm,bim", "hydra/launcher=submitit_local"],
+    proc = subprocess.run([*ADVBENCH, "run", "-m", "experiment=smoke", "attack=fgsm,bim", "dataset.n_samples=16",
+                           "hydra/launcher=submitit_local"],
                           capture_output=True, text=True, cwd=tmp_path, timeout=600,
                           env={**os.environ, "ADVBENCH_CACHE": str(trained_digits_cache)})
     assert proc.returncode == 0, proc.stderr
