@@ -96,3 +96,21 @@ def boundary_start(x: torch.Tensor, eps: torch.Tensor, norm: str, bounds: tuple[
         direction = unit_direction(normal(seed, sample_id, shape, stream, device=x.device, dtype=x.dtype), "l2")
     return clip(x + direction * per_sample(eps, x), bounds)
 
+
+DUAL_NORM = {"linf": "l1", "l2": "l2", "l1": "linf"}
+"""The dual of each norm: |⟨g, δ⟩| ≤ ‖g‖_dual·‖δ‖, so a linear boundary at f lies |f|/‖g‖_dual away."""
+
+
+def adam_step(grad: torch.Tensor, m: torch.Tensor, v: torch.Tensor, t: int, lr: float,
+              betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> torch.Tensor:
+    """One Adam update to subtract (m, v updated in place; t counts from 1).
+
+    Element-wise state on the rows an attack still optimises, so samples never share
+    moments and a sample's trajectory does not depend on its batch.
+    """
+    b1, b2 = betas
+    m.mul_(b1).add_(grad, alpha=1 - b1)
+    v.mul_(b2).addcmul_(grad, grad, value=1 - b2)
+    m_hat = m / (1 - b1 ** t)
+    v_hat = v / (1 - b2 ** t)
+    return lr * m_hat / (v_hat.sqrt() + eps)
