@@ -49,14 +49,9 @@ class Attack:
     def __call__(self, oracle: Oracle, x: torch.Tensor, y: torch.Tensor, *, eps: torch.Tensor,
                  norm: str, target: torch.Tensor | None = None,
                  sample_id: torch.Tensor | None = None) -> AttackResult:
-        name = type(self).__name__
-        if norm not in self.norms:
-            raise AdvbenchError(f"{name} supports norms {', '.join(self.norms)}, got '{norm}'")
-        if oracle.knowledge not in self.knowledge:
-            raise AdvbenchError(f"{name} needs {'/'.join(self.knowledge)} access, got a {oracle.knowledge} oracle")
-        goal = "targeted" if target is not None else "untargeted"
-        if goal not in self.goals:
-            raise AdvbenchError(f"{name} supports {'/'.join(self.goals)} attacks, not {goal}")
+        why = self.unsupported(norm, oracle.knowledge, "targeted" if target is not None else "untargeted")
+        if why is not None:
+            raise AdvbenchError(why)
         n = x.shape[0]
         if len(oracle) != n:
             raise ValueError(f"the oracle counts cost for {len(oracle)} samples, the batch has {n}")
@@ -71,6 +66,20 @@ class Attack:
         elif sample_id.shape != (n,):
             raise ValueError(f"sample_id must have shape ({n},), got {tuple(sample_id.shape)}")
         return self.run(oracle, x, y, eps=eps.to(x), norm=norm, target=target, sample_id=sample_id.to(x.device))
+
+    def unsupported(self, norm: str, knowledge: str, goal: str) -> str | None:
+        """Why the attack cannot run under this norm, knowledge level and goal; None if it can.
+
+        A sweep skips such cells with this line; a single run stops with it.
+        """
+        name = type(self).__name__
+        if norm not in self.norms:
+            return f"{name} supports norms {', '.join(self.norms)}, got '{norm}'"
+        if knowledge not in self.knowledge:
+            return f"{name} needs {'/'.join(self.knowledge)} access, got a {knowledge} oracle"
+        if goal not in self.goals:
+            return f"{name} supports {'/'.join(self.goals)} attacks, not {goal}"
+        return None
 
     def run(self, oracle: Oracle, x: torch.Tensor, y: torch.Tensor, *, eps: torch.Tensor, norm: str,
             target: torch.Tensor | None, sample_id: torch.Tensor) -> AttackResult:  # pragma: no cover - abstract
