@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from advbench.attacks.optimized import CarliniWagnerL2, DeepFool, goal_margin, max_other, next_const
-from advbench.attacks.oracles import WhiteBoxOracle
+from advbench.attacks.oracles import TransferOracle, WhiteBoxOracle
 from advbench.attacks.steps import adam_step, lp_norm
 from advbench.data.targets import target_classes
 from advbench.engine import SearchSettings, evaluate_batch
@@ -270,3 +270,32 @@ def test_engine_takes_min_eps_from_the_norm_and_inf_for_failures(tiny_model, bat
     assert 0 < int(failed.sum()) < N and not bool((out["min_eps"][clean_ok] == 0).any())
     assert torch.equal(out["success_at_budget"], out["min_eps"] <= 0.5)
     assert (out["adv_pred"][failed] == y[failed]).all()
+
+
+class AlwaysZero(nn.Module):
+    """A target that predicts class 0 whatever the input."""
+
+    bounds = (0.0, 1.0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.zeros(x.shape[0], 10).index_fill(1, torch.tensor([0]), 1.0)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_transfer_counts_only_what_the_target_says(case: str, tiny_model, batch) -> None:
+    """Under transfer knowledge the attack optimises on the substitute and an example counts
+    once the target's top-1 (a counted query) meets the goal. With the substitute as target
+    that is the white-box run; a target that always says 0 is fooled, at x itself, exactly
+    on the samples labelled otherwise."""
+    x, y = batch
+    make, norm = CASES[case]
+    eps = torch.full((N,), BUDGET[norm])
+    white = make()(WhiteBoxOracle(tiny_model, N), x, y, eps=eps, norm=norm)
+    same = TransferOracle(Shifted(tiny_model, 3.0), N, substitute=tiny_model)
+    res = make()(same, x, y, eps=eps, norm=norm)
+    assert torch.equal(res.success, white.success) and torch.allclose(res.x_adv, white.x_adv, atol=1e-6)
+    assert (same.queries > 0).all()
+
+    zero = make()(TransferOracle(AlwaysZero(), N, substitute=tiny_model), x, y, eps=eps, norm=norm)
+    assert torch.equal(zero.success, y != 0) and torch.equal(zero.x_adv, x)
+    assert torch.equal(zero.first_success, torch.where(y != 0, 0, -1))
