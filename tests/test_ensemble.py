@@ -9,6 +9,7 @@ from hydra.utils import instantiate
 
 from advbench.attacks.ensemble import Ensemble, load_attack
 from advbench.attacks.oracles import WhiteBoxOracle
+from advbench.attacks.steps import lp_norm
 from advbench.config import compose_config
 from advbench.data.targets import target_classes
 from advbench.engine import SearchSettings, evaluate_batch
@@ -58,6 +59,23 @@ def test_at_least_as_strong_as_each_member_on_every_sample(norm, eps, goal, tiny
     # Later members only see the samples still robust: their gradient count is bounded by it.
     assert (oracle.grad_evals[broken_by == 0] <= 1).all()
     assert (oracle.grad_evals <= 31).all()
+
+
+@pytest.mark.parametrize("norm,eps", [("linf", 0.07), ("l2", 0.5)])
+def test_minimum_norm_member_counts_only_inside_the_budget(norm, eps, tiny_model, batch) -> None:
+    """DeepFool returns its smallest example whatever the budget; the ensemble takes it only
+    where it lies inside eps, and leaves the other samples to the next member."""
+    x, y = batch
+    n = len(y)
+    budget = torch.full((n,), eps)
+    ens = Ensemble(members=["deepfool", "apgd_ce"], member_params={"apgd_ce": {"n_iter": 10}})
+    res = ens(WhiteBoxOracle(tiny_model, n), x, y, eps=budget, norm=norm)
+    alone = load_attack("deepfool", 0)(WhiteBoxOracle(tiny_model, n), x, y, eps=budget, norm=norm)
+    inside = lp_norm(alone.x_adv - x, norm) <= eps
+    assert (alone.success & ~inside).any(), "some DeepFool examples should lie beyond the budget"
+    assert torch.equal(res.info["broken_by"] == 0, alone.success & inside)
+    assert (lp_norm(res.x_adv - x, norm) <= eps * (1 + 1e-5)).all()
+    assert bool((res.success >= (alone.success & inside)).all())
 
 
 def test_min_eps_is_no_larger_than_any_members(tiny_model, batch) -> None:
