@@ -82,3 +82,20 @@ def test_sweep_runs_through_submitit_local(tmp_path: Path, trained_digits_cache:
     assert len(parts) == 2
     assert set(pd.concat(pd.read_parquet(p) for p in parts)["attack"]) == {"fgsm", "bim"}
     assert list((tmp_path / "advbench-out/smoke/hydra-multirun").rglob(".submitit"))
+
+
+def test_metrics_built_in_python_find_their_files_under_advbench_cache(env: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import torch
+
+    from advbench.iqa.metrics.learned import CNNQA, WEIGHTS_FILE, QualityNet, save_weights
+    from advbench.iqa.metrics.niqe import MODEL_FILE, NIQE, save_pristine_model
+
+    env.setenv("ADVBENCH_CACHE", str(tmp_path / "c"))
+    mu = torch.arange(36, dtype=torch.float64)
+    save_pristine_model({"mu": mu, "cov": torch.eye(36, dtype=torch.float64)}, tmp_path / "c" / MODEL_FILE)
+    assert torch.equal(NIQE().mu, mu)
+    torch.manual_seed(0)
+    net = QualityNet()
+    save_weights(net, tmp_path / "c" / WEIGHTS_FILE)
+    loaded = CNNQA().net.state_dict()
+    assert all(torch.equal(loaded[k], v) for k, v in net.state_dict().items())

@@ -32,6 +32,7 @@ from torch import nn
 
 from advbench.errors import AdvbenchError
 from advbench.iqa.metrics.base import QualityMetric
+from advbench.paths import location
 
 WEIGHTS_FILE = "cnnqa/cnnqa-v1.pt"
 TARGETS = (0.9, 0.7, 0.45, 0.2)  # anchor quality of clean, mild, medium, strong
@@ -174,11 +175,11 @@ class CNNQA(QualityMetric):
     differentiable = True
 
     def __init__(self, name: str = "cnnqa", weights: str | None = None,
-                 cache_dir: str = "~/.cache/advbench") -> None:
+                 cache_dir: str | None = None) -> None:
         super().__init__()
         self.name = name
         self.net = QualityNet()
-        file = Path(weights).expanduser() if weights is not None else default_weights(cache_dir)
+        file = Path(weights).expanduser() if weights is not None else default_weights(cache_dir or location("cache"))
         if not file.is_file():
             raise AdvbenchError(f"cnnqa: weights file '{file}' not found; expected a file written by "
                                 "advbench.iqa.metrics.learned.save_weights (or weights: null to train one)")

@@ -36,6 +36,7 @@ import torch.nn.functional as F
 
 from advbench.errors import AdvbenchError
 from advbench.iqa.metrics.base import QualityMetric
+from advbench.paths import location
 
 PATCH = 96
 SHARPNESS_THRESHOLD = 0.75
@@ -190,10 +191,10 @@ class NIQE(QualityMetric):
     differentiable = True
 
     def __init__(self, name: str = "niqe", model: str | None = None,
-                 cache_dir: str = "~/.cache/advbench") -> None:
+                 cache_dir: str | None = None) -> None:
         super().__init__()
         self.name = name
-        pristine = load_pristine_model(model if model is not None else default_model(cache_dir))
+        pristine = load_pristine_model(model if model is not None else default_model(cache_dir or location("cache")))
         self.register_buffer("mu", pristine["mu"].double())
         self.register_buffer("cov", pristine["cov"].double())
 
