@@ -63,11 +63,11 @@ def plot(records: tuple[Path, ...], out_dir: Path) -> None:
     """Turn record files or folders into robustness curves, stability plots and tables."""
     from rich.console import Console
 
-    from advbench.records import read_records
+    from advbench.records import read_kind
 
-    frame = read_records(records or (Path("advbench-out/records"),))
+    kind, frame = read_kind(records or (Path("advbench-out/records"),), kinds=("benchmark", "rd"))
     console = Console()
-    if "target_bitrate_kbps" in frame.columns:
+    if kind.name == "rd":
         from advbench.iqa.report import render_stability
 
         written = render_stability(frame, out_dir)

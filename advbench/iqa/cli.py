@@ -103,7 +103,8 @@ def ablation(records: tuple[Path, ...], out: Path, amplitude: float | None) -> N
 
     @one_line_errors
     def draw() -> Path:
-        return plot_ablation(read_records(records or (Path("advbench-out/uap"),)), out, amplitude)
+        frame = read_records(records or (Path("advbench-out/uap"),), kinds=("uap_train",), skip=("uap_eval",))
+        return plot_ablation(frame, out, amplitude)
 
     Console().print(f"wrote {draw()}")
 
