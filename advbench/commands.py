@@ -7,20 +7,23 @@ from typing import Any, Callable
 
 import click
 
-from advbench.errors import AdvbenchError
+from advbench.errors import user_error
 
 HYDRA_ARGS = {"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": ["--help"]}
 
 
 def one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn library errors into click's one-line error and exit 1."""
+    """Turn library errors (and disks refusing a write) into click's one-line error and exit 1."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except AdvbenchError as exc:
-            raise click.ClickException(str(exc)) from None
+        except Exception as exc:
+            cause = user_error(exc)
+            if cause is None:
+                raise
+            raise click.ClickException(str(cause)) from None
 
     return wrapper
 

@@ -7,7 +7,11 @@ option name or value still ends in one readable line instead of a Hydra stack tr
 
 from __future__ import annotations
 
+import difflib
+import math
+import re
 import sys
+import tempfile
 from itertools import product
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -15,11 +19,12 @@ from typing import Any, Callable, Sequence
 import yaml
 from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 import advbench.paths  # noqa: F401  (registers the ${advbench:cache|data|weights} resolver the YAML uses)
-from advbench.errors import AdvbenchError
+from advbench.errors import AdvbenchError, user_error
+from advbench.names import safe_name
 
 Task = Callable[[DictConfig], Any]
 
@@ -127,19 +132,51 @@ def _first_choices(overrides: Sequence[str]) -> list[list[str]]:
 
 
 def compose_config(config_name: str, overrides: Sequence[str]) -> DictConfig:
-    """Compose like Hydra does, turning its errors into one-line AdvbenchErrors."""
+    """Compose like Hydra does and check every value; errors become one-line AdvbenchErrors."""
     check_overrides(overrides)
     try:
-        with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-            cfg = compose(config_name=config_name, overrides=list(overrides), return_hydra_config=False)
-        OmegaConf.resolve(cfg)
+        cfg = _compose(config_name, overrides)
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
-        raise AdvbenchError(_one_line(exc)) from None
+        raise (_unknown_key(config_name, overrides, exc) or AdvbenchError(_one_line(exc))) from None
     missing = sorted(OmegaConf.missing_keys(cfg))
     if missing:
         raise AdvbenchError(f"missing required value(s): {', '.join(missing)}; set them on the command line, "
                             f"e.g. {missing[0]}=...")
+    validate(cfg)
     return cfg
+
+
+def _compose(config_name: str, overrides: Sequence[str]) -> DictConfig:
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        cfg = compose(config_name=config_name, overrides=list(overrides), return_hydra_config=False)
+    OmegaConf.resolve(cfg)
+    return cfg
+
+
+_NO_OVERRIDE = re.compile(r"Could not override '([^']+)'")
+
+
+def _unknown_key(config_name: str, overrides: Sequence[str], exc: BaseException) -> AdvbenchError | None:
+    """Hydra's "Could not override 'x'" as "unknown key 'x'; did you mean y?" (difflib)."""
+    found = _NO_OVERRIDE.search(str(exc))
+    if found is None:
+        return None
+    key = found.group(1)
+    parent, _, leaf = key.rpartition(".")
+    rest = [o for o in overrides if o.partition("=")[0].lstrip("+~") != key]
+    try:
+        base = _compose(config_name, rest)
+    except (HydraException, OmegaConfBaseException, ValueError):
+        base = _compose(config_name, [o for o in overrides if o.startswith("hydra.")])
+    node = OmegaConf.select(base, parent) if parent else base
+    if not isinstance(node, DictConfig):
+        return AdvbenchError(f"unknown key '{key}': '{parent}' holds a value, not keys")
+    names = sorted(str(k) for k in node.keys())
+    close = difflib.get_close_matches(leaf, names, n=1, cutoff=0.6)
+    if close:
+        return AdvbenchError(f"unknown key '{key}'; did you mean {parent + '.' if parent else ''}{close[0]}?")
+    where = f" under {parent}" if parent else ""
+    return AdvbenchError(f"unknown key '{key}'; valid keys{where}: {', '.join(names)}")
 
 
 def _one_line(exc: BaseException) -> str:
@@ -147,19 +184,32 @@ def _one_line(exc: BaseException) -> str:
     return "; ".join(lines) if lines else type(exc).__name__
 
 
+# Flags after which the config Hydra runs is not the one composed here (another primary
+# config or folder), or nothing runs at all.
+_OWN_COMPOSITION_FLAGS = {"--config-name", "-cn", "--config-dir", "-cd", "--package", "-p", "--info", "-i",
+                          "--hydra-help", "--experimental-rerun"}
+_NO_WRITE_FLAGS = {"--cfg", "-c", "--help", "--hydra-help", "--info", "-i", "--shell-completion", "-sc"}
+
+
 def run_hydra(config_name: str, task: Task, args: Sequence[str], prog: str) -> None:
-    """Run `task(cfg)` as a Hydra app over `args` (overrides, `-m`, `--cfg job`, ...)."""
+    """Run `task(cfg)` as a Hydra app over `args` (overrides, `-m`, `--cfg job`, ...).
+
+    Every job's config is composed and checked first, and its output folder tried for
+    writing, so a bad value fails in one line before any job starts (and before Hydra
+    creates its own folders, whose failure would be a traceback).
+    """
     import hydra
 
     flags, overrides = split_args(args)
-    user_dirs = _search_dirs(overrides)[1:]
-    if not user_dirs and not any(f in ("--info", "-i", "--hydra-help") for f in flags):
-        combos = _first_choices(overrides) if any(f in ("-m", "--multirun") for f in flags) else [list(overrides)]
+    names = {f.partition("=")[0] for f in flags}
+    if names & _OWN_COMPOSITION_FLAGS:
+        check_overrides(overrides)
+    else:
+        combos = _first_choices(overrides) if names & {"-m", "--multirun"} else [list(overrides)]
         for combo in combos:
             cfg = compose_config(config_name, combo)
-            _validate(cfg)
-    else:
-        check_overrides(overrides)
+            if not names & _NO_WRITE_FLAGS:
+                check_writable(cfg)
 
     @hydra.main(config_path=str(conf_dir()), config_name=config_name, version_base="1.3")
     def _app(cfg: DictConfig) -> Any:
@@ -174,8 +224,9 @@ def run_hydra(config_name: str, task: Task, args: Sequence[str], prog: str) -> N
 
 
 def guarded(task: Task, cfg: DictConfig) -> Any:
-    """Inside a Hydra job: a user-facing error becomes one line and exit status 1."""
+    """Inside a Hydra job: check the config, run; a user-facing error becomes one line and exit 1."""
     try:
+        validate(cfg)
         return task(cfg)
     except Exception as exc:
         cause = user_error(exc)
@@ -185,22 +236,161 @@ def guarded(task: Task, cfg: DictConfig) -> Any:
         raise SystemExit(1) from None
 
 
-def user_error(exc: BaseException) -> AdvbenchError | None:
-    """The AdvbenchError behind `exc`, looking through wrappers like Hydra's InstantiationException."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        if isinstance(current, AdvbenchError):
-            return current
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return None
+def check_writable(cfg: DictConfig) -> None:
+    """Create the job's output folder and write a scratch file there, or fail in one line.
+
+    `out_dir` (and `records_dir` when it lies elsewhere) for jobs that have one; the cache
+    for `advbench train`, which writes only there.
+    """
+    keys = [k for k in ("out_dir", "records_dir") if cfg.get(k)] or [k for k in ("cache_dir",) if cfg.get(k)]
+    for key in keys:
+        folder = Path(str(cfg[key])).expanduser()
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryFile(dir=folder):
+                pass
+        except OSError as exc:
+            raise AdvbenchError(f"{key} '{folder}' is not a writable folder: {exc.strerror or exc}") from None
 
 
-def _validate(cfg: DictConfig) -> None:
-    """Value checks that Hydra cannot do: budgets must be finite and positive."""
-    threat = cfg.get("threat")
-    if threat is not None and threat.get("eps") is not None:
-        eps = float(threat.eps)
-        if not eps > 0 or eps == float("inf"):
-            raise AdvbenchError(f"threat.eps must be a positive finite number, got {threat.eps}")
+# ---- value checks -------------------------------------------------------------------------
+
+Check = Callable[[str, Any], None]
+_MAX_BUDGET = 1e6  # no two images in [0, 1] with fewer than 1e12 values are further apart
+
+
+def _whole(low: int, nullable: bool = False) -> Check:
+    def check(key: str, value: Any) -> None:
+        if value is None and nullable:
+            return
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise AdvbenchError(f"{key} must be a whole number >= {low}{' or null' if nullable else ''}, "
+                                f"got {value!r}")
+    return check
+
+
+def _real(low: float, high: float, *, open_low: bool = True, nullable: bool = False, why: str = "") -> Check:
+    def check(key: str, value: Any) -> None:
+        if value is None and nullable:
+            return
+        number = value if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+        inside = (low < number if open_low else low <= number) and number <= high
+        if not (math.isfinite(number) and inside):
+            span = f"{'(' if open_low else '['}{low:g}, {high:g}]"
+            raise AdvbenchError(f"{key} must be a number in {span}{' or null' if nullable else ''}{why}, "
+                                f"got {value!r}")
+    return check
+
+
+def _flag(key: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise AdvbenchError(f"{key} must be true or false, got {value!r}")
+
+
+def _amplitudes(key: str, value: Any) -> None:
+    """A non-empty list of pixel amplitudes in (0, 1] (0, the unperturbed level, is allowed too)."""
+    levels = list(value) if isinstance(value, ListConfig) else []
+    if not levels:
+        raise AdvbenchError(f"{key} must be a non-empty list of amplitudes in (0, 1], e.g. {key}=[0.02,0.04]; "
+                            f"got {_plain(value)!r}")
+    for level in levels:
+        if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 <= level <= 1:
+            raise AdvbenchError(f"{key}: amplitude must be in (0, 1], got {level!r}")
+    if max(levels) == 0:
+        raise AdvbenchError(f"{key} needs an amplitude above 0 (0 is the unperturbed level), got {_plain(value)!r}")
+
+
+def _plain(value: Any) -> Any:
+    return OmegaConf.to_container(value) if isinstance(value, ListConfig) else value
+
+
+def _perturbation(key: str, value: Any) -> None:
+    """A UAP file given on the command line must load (shape, range) before metrics are built."""
+    if value is not None:
+        from advbench.iqa.uap import load_uap
+
+        load_uap(value)
+
+
+def _positive_list(key: str, value: Any) -> None:
+    items = list(value) if isinstance(value, ListConfig) else []
+    if not items or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+                            for v in items):
+        raise AdvbenchError(f"{key} must be a non-empty list of positive numbers, got {_plain(value)!r}")
+
+
+def _name(key: str, value: Any) -> None:
+    safe_name(value, key)
+
+
+CHECKS: dict[str, Check] = {
+    # names that become file or folder names
+    "dataset.name": _name, "model.name": _name, "defense.name": _name, "attack.name": _name, "metric.name": _name,
+    # advbench run / train
+    "seed": _whole(0),
+    "batch_size": _whole(1),
+    "chunk_size": _whole(1),
+    "threads": _whole(1, nullable=True),
+    "shard.index": _whole(0),
+    "shard.count": _whole(1),
+    "force": _flag,
+    "dataset.n_samples": _whole(1, nullable=True),
+    "threat.eps": _real(0, _MAX_BUDGET, nullable=True,
+                        why=" (null: the data set's budget)"),
+    "search.enabled": _flag,
+    "search.resolution": _real(0, 1, why=" (a fraction of the budget)"),
+    "search.max_factor": _real(1, _MAX_BUDGET, open_low=False, why=" (a multiple of the budget)"),
+    "search.max_probes": _whole(0),
+    # advbench uap train | eval | stability
+    "subset": _whole(1, nullable=True),
+    "n_images": _whole(1, nullable=True),
+    "size": _whole(1),
+    "max_frames": _whole(1, nullable=True),
+    "progress": _flag,
+    "csf": _flag,
+    "amplitudes": _amplitudes,
+    "perturbation": _perturbation,
+    "bitrates_kbps": _positive_list,
+    "validate.amplitudes": _amplitudes,
+    "validate.n_images": _whole(1, nullable=True),
+    "uap.size": _whole(1),
+    "uap.epochs": _whole(1),
+    "uap.batch_size": _whole(1),
+    "uap.lr": _real(0, math.inf),
+    "uap.clamp": _real(0, 1),
+    "madc.steps": _whole(1),
+    "madc.lr": _real(0, math.inf),
+}
+"""Checks of the keys a composed config may hold, applied to those it does hold."""
+
+_ABSENT = object()
+
+
+def validate(cfg: DictConfig) -> None:
+    """Value checks Hydra cannot do (types, ranges, file-name safety), before any work starts."""
+    for key, check in CHECKS.items():
+        value = OmegaConf.select(cfg, key, default=_ABSENT)
+        if value is not _ABSENT:
+            check(key, value)
+    shard = cfg.get("shard")
+    if shard is not None and not shard.index < shard.count:
+        raise AdvbenchError(f"shard.index must be below shard.count (0..{shard.count - 1}), got {shard.index}")
+    params = OmegaConf.select(cfg, "attack.params")
+    if params is not None:
+        _check_attack(cfg.attack.get("name", "attack"), params)
+
+
+def _check_attack(name: str, params: DictConfig) -> None:
+    """Build the attack once (cheap, no model) so its own argument checks run up front."""
+    from hydra.utils import instantiate
+
+    try:
+        instantiate(params)
+    except Exception as exc:  # the constructor's ValueError/TypeError, wrapped by Hydra
+        cause = user_error(exc)
+        if cause is not None:
+            raise cause from None
+        root = exc
+        while root.__cause__ is not None:
+            root = root.__cause__
+        raise AdvbenchError(f"bad attack.params for '{name}': {_one_line(root)}") from None

@@ -1,9 +1,50 @@
-"""One exception type for every user-facing failure.
+"""One exception type for every user-facing failure, and the disk errors that are the user's too.
 
 The CLI turns it into a single line on stderr and exit status 1, so library code raises it
-with a message that says what was expected and what came instead.
+with a message that says what was expected and what came instead. A disk that refuses a
+write (read-only, no permission, full) is not a bug either: `user_error` turns it into one.
 """
+
+from __future__ import annotations
+
+import errno
+import os
 
 
 class AdvbenchError(Exception):
     """A problem the user can fix: bad config, missing file, corrupt checkpoint, NaN output."""
+
+
+DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM})
+"""OSError numbers that say "this place cannot be written", not "advbench has a bug"."""
+
+
+def disk_error(exc: OSError) -> AdvbenchError:
+    """One line for a refused write: the reason, and the file when the OS names it."""
+    reason = os.strerror(exc.errno) if exc.errno else str(exc)
+    where = f" '{exc.filename}'" if exc.filename else ""
+    hint = "free some space or choose another folder" if exc.errno in (errno.ENOSPC, errno.EDQUOT) \
+        else "choose a writable folder (out_dir=..., or ADVBENCH_CACHE for the cache)"
+    return AdvbenchError(f"cannot write{where}: {reason}; {hint}")
+
+
+def user_error(exc: BaseException) -> AdvbenchError | None:
+    """The user-facing problem behind `exc`, looking through wrappers (Hydra's, torch's).
+
+    An AdvbenchError anywhere in the cause chain wins; else a disk error becomes one; else
+    None (a bug, whose traceback the user should see and report).
+    """
+    seen: set[int] = set()
+    chain: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    for item in chain:
+        if isinstance(item, AdvbenchError):
+            return item
+    for item in chain:
+        if isinstance(item, OSError) and item.errno in DISK_ERRNOS:
+            return disk_error(item)
+    return None

@@ -80,7 +80,7 @@ def test_registry_errors() -> None:
         build_model("vgg", 10, 3)
     with pytest.raises(AdvbenchError, match="bad options for model 'small_cnn'"):
         build_model("small_cnn", 10, 1, depth=3)
-    with pytest.raises(AdvbenchError, match="mean has 3 entries, expected 1 or 1"):
+    with pytest.raises(AdvbenchError, match="expects 3-channel input, but the data set has 1 channel"):
         build_model("resnet56", 10, 1)
     with pytest.raises(AdvbenchError, match="depth must be 6n \\+ 2"):
         build_model("resnet56", 10, 3, depth=20 + 1)

@@ -39,6 +39,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from advbench.errors import AdvbenchError
 from advbench.iqa.metrics.base import QualityMetric
+from advbench.models.checkpoint import read_torch_file
 
 CLAMP = 0.1  # the seed's perturbation bound; apply_uap scales by amplitude / CLAMP (= 10 a)
 SIZE = 256
@@ -159,8 +160,8 @@ def save_uap(uap: torch.Tensor, path: str | Path, meta: Mapping[str, Any] | None
 
 def check_uap(uap: torch.Tensor, source: str, clamp: float = CLAMP) -> torch.Tensor:
     """A (3, H, W) float tensor within [-clamp, clamp], else a one-line error naming `source`."""
-    if uap.dim() != 3 or uap.shape[0] != 3:
-        raise AdvbenchError(f"{source}: expected a UAP of shape (3, H, W), got {tuple(uap.shape)}")
+    if uap.dim() != 3 or uap.shape[0] != 3 or uap.numel() == 0:
+        raise AdvbenchError(f"{source}: expected a UAP of shape (3, H, W) with H, W >= 1, got {tuple(uap.shape)}")
     peak = float(uap.abs().max())
     if not math.isfinite(peak) or peak > clamp + _PNG_TOLERANCE:
         raise AdvbenchError(f"{source}: UAP values must lie in [-{clamp}, {clamp}] (PNG pixels "
@@ -182,10 +183,7 @@ def load_uap(path: str | Path) -> torch.Tensor:
             raise AdvbenchError(f"cannot read UAP image '{file}': {exc}") from None
         uap = torch.from_numpy(pixels).permute(2, 0, 1) / 255 - 0.5
     elif suffix in (".pt", ".pth"):
-        try:
-            obj = torch.load(file, map_location="cpu", weights_only=True)
-        except Exception as exc:  # noqa: BLE001 - any unpickling failure means a bad file
-            raise AdvbenchError(f"cannot read UAP file '{file}': {str(exc).splitlines()[0]}") from None
+        obj = read_torch_file(file, "UAP")
         uap = obj.get("uap") if isinstance(obj, dict) else obj
         if not isinstance(uap, torch.Tensor):
             raise AdvbenchError(f"'{file}' holds no UAP tensor (expected key 'uap')")

@@ -64,6 +64,12 @@ def build_model(
     if arch not in ARCHITECTURES:
         raise AdvbenchError(f"unknown model architecture '{arch}'; valid: {', '.join(sorted(ARCHITECTURES))}")
     spec = ARCHITECTURES[arch]
+    expects = len(spec.mean if mean is None else mean)
+    if expects not in (1, in_channels):
+        fitting = sorted(a for a, s in ARCHITECTURES.items() if len(s.mean) in (1, in_channels))
+        plural = "s" if in_channels != 1 else ""
+        raise AdvbenchError(f"model '{arch}' expects {expects}-channel input, but the data set has {in_channels} "
+                            f"channel{plural}; models taking {in_channels}-channel input: {', '.join(fitting)}")
     try:
         inspect.signature(spec.build).bind(num_classes, in_channels, **options)
     except TypeError as exc:

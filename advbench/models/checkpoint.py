@@ -8,6 +8,7 @@ interrupted training run never leaves a file that looks complete.
 from __future__ import annotations
 
 import os
+import re
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -18,6 +19,8 @@ from torch import nn
 
 from advbench.errors import AdvbenchError
 
+_UNSAFE_GLOBAL = re.compile(r"Unsupported global: GLOBAL ([\w.]+)")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 META_KEYS = ("dataset", "architecture", "recipe", "clean_accuracy", "config", "created_at", "advbench_version")
 
 
@@ -39,12 +42,26 @@ def save_checkpoint(path: Path, model: nn.Module, meta: Mapping[str, Any]) -> Pa
 
 
 def read_torch_file(path: Path, what: str) -> Any:
-    """`torch.load` restricted to tensors and plain containers; failures become one line."""
+    """`torch.load` restricted to tensors and plain containers; failures become one line.
+
+    A file that holds pickled objects (a whole model saved with `torch.save(model)`) is
+    refused with what to save instead; the message never suggests loading it unrestricted.
+    """
     try:
         return torch.load(path, weights_only=True, map_location="cpu")
     except Exception as exc:  # torch raises many types for bad files (pickle, zip, runtime)
-        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise AdvbenchError(f"'{path}' is not a readable {what} (corrupt, or not written by torch.save): {reason}") from None
+        text = _ANSI.sub("", str(exc))
+        found = _UNSAFE_GLOBAL.search(text)
+        if found or "Weights only load failed" in text:
+            held = f" ({found.group(1)})" if found else ""
+            raise AdvbenchError(
+                f"'{path}' is not a {what} advbench can load: it holds pickled Python objects{held}, which "
+                "advbench never unpickles because loading them could run code; save tensors and plain values "
+                "instead (e.g. model.state_dict(), not the model object)"
+            ) from None
+        reason = (text.strip().splitlines() or [""])[0]
+        detail = f": {reason}" if " " in reason else ""
+        raise AdvbenchError(f"'{path}' is not a readable {what} (corrupt, or not written by torch.save){detail}") from None
 
 
 def first_mismatch(found: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Tensor]) -> str | None:
