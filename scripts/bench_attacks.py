@@ -6,7 +6,10 @@ Measures, on the same model, batch and device:
   (b) our BIM per iteration, at a budget so small that every sample stays active, so early
       stopping cannot flatter the figure;
   (c) torchattacks PGD per iteration, and (d) Foolbox LinfPGD if `import foolbox` works;
-  (e) a full minimum-ε search against one fixed-budget run (`evaluate_batch`, search on/off).
+  (e) a full minimum-ε search against one fixed-budget run (`evaluate_batch`, search on/off);
+  (f) with --minnorm: whole runs of DeepFool-ℓ2 and C&W-ℓ2 and of Foolbox's on the same batch,
+      per sample (they stop per sample, so per iteration means nothing), with the model
+      evaluations each side made and the median minimum ℓ2 each found.
 Times are the minimum over repeats (other load only ever adds time); every repeat is kept in
 the JSON.
 Inputs are uniform noise labelled with the model's own predictions and the weights are
@@ -39,8 +42,11 @@ from rich.console import Console
 from rich.table import Table
 from torch import nn
 
+from advbench.attacks.base import Attack
 from advbench.attacks.gradient import BIM
+from advbench.attacks.optimized import CarliniWagnerL2, DeepFool
 from advbench.attacks.oracles import WhiteBoxOracle
+from advbench.attacks.steps import lp_norm
 from advbench.engine import SearchSettings, evaluate_batch, resolve_device
 from advbench.errors import AdvbenchError
 from advbench.models import build_model
@@ -71,6 +77,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--channels-last", action="store_true", help="model and inputs in channels_last")
     p.add_argument("--threads", type=int, help="torch CPU threads")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--minnorm", action="store_true", help="also time DeepFool and C&W against Foolbox's")
+    p.add_argument("--cw-steps", type=int, default=100, help="C&W Adam steps per c (--minnorm)")
+    p.add_argument("--cw-search-steps", type=int, default=10, help="C&W binary-search steps over c (--minnorm)")
     p.add_argument("--out", type=Path, default=Path("bench_attacks.json"))
     args = p.parse_args(argv)
     for name in ("batch", "iters", "repeats", "search_repeats"):
@@ -216,6 +225,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     rows[search_keys[1]].update(grad_evals=search_evals, note=f"{search_evals / fixed_evals:.2f}x grad evals, "
                                                               f"{wall_ratio:.2f}x wall of the fixed budget "
                                                               f"({search_evals / (n * steps):.2f}x its full {n * steps})")
+    if args.minnorm:
+        with autocast(args, device):
+            rows.update(minimum_norm_rows(args, model, x, y, device))
     quartiles = torch.quantile(searched["min_eps"].double(), torch.tensor([0.25, 0.5, 0.75], dtype=torch.float64),
                                interpolation="nearest").tolist()
     return {
@@ -241,6 +253,66 @@ def environment(device: torch.device) -> dict[str, Any]:
             versions[package] = None
     return {"device": str(device), "device_name": name, "threads": torch.get_num_threads(),
             "python": platform.python_version(), **versions}
+
+
+class RowCounter(nn.Module):
+    """The model, counting the input rows it evaluates (Foolbox's cost, which it does not report)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model, self.rows = model, 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.rows += x.shape[0]
+        return self.model(x)
+
+
+def minimum_norm_rows(args: argparse.Namespace, model: nn.Module, x: torch.Tensor, y: torch.Tensor,
+                      device: torch.device) -> dict[str, dict[str, Any]]:
+    """Whole DeepFool-ℓ2 and C&W-ℓ2 runs, ours and Foolbox's with the same settings: time per
+    sample, model rows evaluated (forward or forward+backward) and the median minimum ℓ2
+    (inf where the model does not confirm the example)."""
+    n = x.shape[0]
+    cw = CarliniWagnerL2(steps=args.cw_steps, binary_search_steps=args.cw_search_steps)
+    ours: dict[str, Attack] = {"DeepFool-l2": DeepFool(), f"C&W-l2 ({cw.binary_search_steps}x{cw.steps})": cw}
+    counted = RowCounter(model).eval()
+
+    def run_ours(attack: Attack) -> tuple[torch.Tensor, int]:
+        oracle = WhiteBoxOracle(model, n)
+        res = attack(oracle, x, y, eps=torch.full((n,), 1.0, device=device), norm="l2")
+        return res.x_adv, int(oracle.grad_evals.sum() + oracle.queries.sum())
+
+    fns: dict[str, Callable[[], Any]] = {f"advbench {k}": (lambda a=a: run_ours(a)) for k, a in ours.items()}
+    try:
+        import foolbox
+    except ImportError:
+        foolbox = None
+    if foolbox is not None:
+        fmodel = foolbox.PyTorchModel(counted, bounds=(0.0, 1.0))
+        df = ours["DeepFool-l2"]
+        theirs = {"DeepFool-l2": foolbox.attacks.L2DeepFoolAttack(steps=df.steps, candidates=df.candidates,
+                                                                  overshoot=df.overshoot),
+                  "C&W-l2": foolbox.attacks.L2CarliniWagnerAttack(
+                      binary_search_steps=cw.binary_search_steps, steps=cw.steps, stepsize=cw.stepsize,
+                      confidence=cw.confidence, initial_const=cw.initial_const, abort_early=cw.abort_early)}
+
+        def run_theirs(attack: Any) -> tuple[torch.Tensor, int]:
+            counted.rows = 0
+            return attack(fmodel, x, y, epsilons=None)[1], counted.rows
+
+        fns.update({f"foolbox {k}": (lambda a=a: run_theirs(a)) for k, a in theirs.items()})
+    timed = interleaved(fns, device, 0, args.search_repeats)
+    rows = {}
+    for key, (times, (x_adv, model_rows)) in timed.items():
+        with torch.inference_mode():
+            fooled = model(x_adv).argmax(dim=1) != y
+        norms = torch.where(fooled, lp_norm(x_adv - x, "l2"), torch.full((n,), math.inf, device=device))
+        sec = min(times)
+        rows[key] = {"seconds": sec, "times": times, "per_sample": sec / n, "grad_evals": model_rows,
+                     "median_min_l2": float(norms.median()), "found": float(fooled.float().mean()),
+                     "note": f"{sec / n * 1e3:.2f} ms/sample, median min ℓ2 {float(norms.median()):.4g}, "
+                             f"{float(fooled.float().mean()):.0%} found, model rows evaluated"}
+    return rows
 
 
 def render(result: dict[str, Any]) -> Table:
