@@ -15,6 +15,9 @@ Known differences, checked against Foolbox's source:
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import foolbox as fb
 import pytest
 import torch
@@ -24,6 +27,7 @@ from omegaconf import OmegaConf
 from advbench.attacks.oracles import WhiteBoxOracle
 from advbench.attacks.steps import lp_norm
 from advbench.config import conf_dir
+from test_crosscheck import load_bench
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 
@@ -74,3 +78,18 @@ def test_cw_median_at_most_foolbox(tiny_model, digits_tensors) -> None:
         f"median min l2 ours {d_ours.median():.4f} vs Foolbox {d_theirs.median():.4f}"
     both = torch.isfinite(d_ours) & torch.isfinite(d_theirs)
     assert (d_ours[both] <= 1.10 * d_theirs[both]).float().mean() >= 0.9
+
+
+def test_bench_script_times_minimum_norm_attacks_against_foolbox(tmp_path: Path) -> None:
+    """`--minnorm` adds whole-run rows for DeepFool and C&W, ours and Foolbox's, on one batch."""
+    out = tmp_path / "bench.json"
+    args = ["--model", "small_cnn", "--batch", "8", "--iters", "2", "--repeats", "1", "--warmup", "0",
+            "--device", "cpu", "--minnorm", "--cw-steps", "5", "--cw-search-steps", "2", "--out", str(out)]
+    assert load_bench().main(args) == 0
+    rows = json.loads(out.read_text())["rows"]
+    keys = {"advbench DeepFool-l2", "advbench C&W-l2 (2x5)", "foolbox DeepFool-l2", "foolbox C&W-l2"}
+    assert keys <= set(rows)
+    for key in keys:
+        assert rows[key]["per_sample"] == pytest.approx(rows[key]["seconds"] / 8)
+        assert rows[key]["grad_evals"] > 0
+    assert rows["advbench DeepFool-l2"]["median_min_l2"] == pytest.approx(rows["foolbox DeepFool-l2"]["median_min_l2"], rel=1e-3)
