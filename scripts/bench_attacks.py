@@ -78,7 +78,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, help="torch CPU threads")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--minnorm", action="store_true", help="also time DeepFool and C&W against Foolbox's")
-    p.add_argument("--cw-steps", type=int, default=100, help="C&W Adam steps per c (--minnorm)")
+    p.add_argument("--cw-iterations", type=int, default=100, help="C&W Adam steps per c (--minnorm)")
     p.add_argument("--cw-search-steps", type=int, default=10, help="C&W binary-search steps over c (--minnorm)")
     p.add_argument("--out", type=Path, default=Path("bench_attacks.json"))
     args = p.parse_args(argv)
@@ -273,8 +273,8 @@ def minimum_norm_rows(args: argparse.Namespace, model: nn.Module, x: torch.Tenso
     sample, model rows evaluated (forward or forward+backward) and the median minimum ℓ2
     (inf where the model does not confirm the example)."""
     n = x.shape[0]
-    cw = CarliniWagnerL2(steps=args.cw_steps, binary_search_steps=args.cw_search_steps)
-    ours: dict[str, Attack] = {"DeepFool-l2": DeepFool(), f"C&W-l2 ({cw.binary_search_steps}x{cw.steps})": cw}
+    cw = CarliniWagnerL2(iterations=args.cw_iterations, binary_search_steps=args.cw_search_steps)
+    ours: dict[str, Attack] = {"DeepFool-l2": DeepFool(), f"C&W-l2 ({cw.binary_search_steps}x{cw.iterations})": cw}
     counted = RowCounter(model).eval()
 
     def run_ours(attack: Attack) -> tuple[torch.Tensor, int]:
@@ -293,7 +293,7 @@ def minimum_norm_rows(args: argparse.Namespace, model: nn.Module, x: torch.Tenso
         theirs = {"DeepFool-l2": foolbox.attacks.L2DeepFoolAttack(steps=df.steps, candidates=df.candidates,
                                                                   overshoot=df.overshoot),
                   "C&W-l2": foolbox.attacks.L2CarliniWagnerAttack(
-                      binary_search_steps=cw.binary_search_steps, steps=cw.steps, stepsize=cw.stepsize,
+                      binary_search_steps=cw.binary_search_steps, steps=cw.iterations, stepsize=cw.stepsize,
                       confidence=cw.confidence, initial_const=cw.initial_const, abort_early=cw.abort_early)}
 
         def run_theirs(attack: Any) -> tuple[torch.Tensor, int]:

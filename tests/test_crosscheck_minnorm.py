@@ -70,7 +70,7 @@ def test_cw_median_at_most_foolbox(tiny_model, digits_tensors) -> None:
     ours_attack = catalogue("cw")
     ours = ours_attack(WhiteBoxOracle(tiny_model, N), x, y, eps=torch.full((N,), 0.5), norm="l2")
     fb_attack = fb.attacks.L2CarliniWagnerAttack(
-        binary_search_steps=ours_attack.binary_search_steps, steps=ours_attack.steps, stepsize=ours_attack.stepsize,
+        binary_search_steps=ours_attack.binary_search_steps, steps=ours_attack.iterations, stepsize=ours_attack.stepsize,
         confidence=ours_attack.confidence, initial_const=ours_attack.initial_const, abort_early=ours_attack.abort_early)
     d_ours = min_norms(tiny_model, x, y, ours.x_adv, "l2")
     d_theirs = min_norms(tiny_model, x, y, theirs(fb_attack, tiny_model, x, y), "l2")
@@ -84,7 +84,7 @@ def test_bench_script_times_minimum_norm_attacks_against_foolbox(tmp_path: Path)
     """`--minnorm` adds whole-run rows for DeepFool and C&W, ours and Foolbox's, on one batch."""
     out = tmp_path / "bench.json"
     args = ["--model", "small_cnn", "--batch", "8", "--iters", "2", "--repeats", "1", "--warmup", "0",
-            "--device", "cpu", "--minnorm", "--cw-steps", "5", "--cw-search-steps", "2", "--out", str(out)]
+            "--device", "cpu", "--minnorm", "--cw-iterations", "5", "--cw-search-steps", "2", "--out", str(out)]
     assert load_bench().main(args) == 0
     rows = json.loads(out.read_text())["rows"]
     keys = {"advbench DeepFool-l2", "advbench C&W-l2 (2x5)", "foolbox DeepFool-l2", "foolbox C&W-l2"}

@@ -26,7 +26,7 @@ BUDGET = {"l2": 0.8, "linf": 0.1}
 
 
 def fast_cw(**kw) -> CarliniWagnerL2:
-    return CarliniWagnerL2(**{"steps": 30, "binary_search_steps": 4, "stepsize": 0.05, **kw})
+    return CarliniWagnerL2(**{"iterations": 30, "binary_search_steps": 4, "stepsize": 0.05, **kw})
 
 
 CASES = {

@@ -181,36 +181,42 @@ class CarliniWagnerL2(Attack):
     """Carlini–Wagner ℓ2: min ‖x' − x‖₂² + c·max(margin(x') + κ, 0) with Adam in tanh space.
 
     x' = lo + (hi − lo)·(tanh(w) + 1)/2 stays in bounds by construction. Each sample runs
-    `binary_search_steps` optimisations of at most `steps` Adam steps, each from x with fresh
+    `binary_search_steps` optimisations of at most `iterations` Adam steps, each from x with fresh
     moments, and searches its own c (see `next_const`). With `abort_early`, a sample stops an
-    optimisation when its loss fell by less than 0.01% over a tenth of `steps`. An example
+    optimisation when its loss fell by less than 0.01% over a tenth of `iterations`. An example
     counts only if the model's top-1 meets the goal with margin ≤ −κ.
 
     Strength (`first_success`) is the number of Adam steps the sample had taken, summed over
     the binary-search steps, when the example within eps was found. That equals this same run
-    stopped after that many steps, not a rerun with a smaller `steps` (which changes every
-    optimisation's length, the early-abort checks and the c schedule).
+    stopped after that many steps, not a rerun with smaller `iterations` (which changes every
+    optimisation's length, the early-abort checks and the c schedule). `steps`, the strength
+    budget the engine and the ensemble read, is `iterations · binary_search_steps`.
     """
 
     kind = "minimizing"
     knowledge = ("white", "transfer")
     norms = ("l2",)
 
-    def __init__(self, *, steps: int = 100, binary_search_steps: int = 10, initial_const: float = 1.0,
+    def __init__(self, *, iterations: int = 100, binary_search_steps: int = 10, initial_const: float = 1.0,
                  stepsize: float = 0.01, confidence: float = 0.0, abort_early: bool = True) -> None:
-        for name, value in (("steps", steps), ("binary_search_steps", binary_search_steps)):
+        for name, value in (("iterations", iterations), ("binary_search_steps", binary_search_steps)):
             if value < 1:
                 raise ValueError(f"expected {name} >= 1, got {value}")
         if initial_const <= 0 or stepsize <= 0:
             raise ValueError(f"expected initial_const > 0 and stepsize > 0, got {initial_const}, {stepsize}")
         if confidence < 0:
             raise ValueError(f"expected confidence >= 0, got {confidence}")
-        self.steps = steps
+        self.iterations = iterations
         self.binary_search_steps = binary_search_steps
         self.initial_const = initial_const
         self.stepsize = stepsize
         self.confidence = confidence
         self.abort_early = abort_early
+
+    @property
+    def steps(self) -> int:
+        """Strength budget: Adam steps over all binary-search steps."""
+        return self.iterations * self.binary_search_steps
 
     def run(self, oracle: Oracle, x: torch.Tensor, y: torch.Tensor, *, eps: torch.Tensor, norm: str,
             target: torch.Tensor | None, sample_id: torch.Tensor) -> AttackResult:
@@ -261,9 +267,9 @@ class CarliniWagnerL2(Attack):
         w = w0[todo].clone()
         m, v = torch.zeros_like(w), torch.zeros_like(w)
         prev = torch.full((todo.shape[0],), math.inf, dtype=x.dtype, device=x.device)
-        check_every = math.ceil(self.steps / 10)
+        check_every = math.ceil(self.iterations / 10)
         lo, hi = oracle.bounds
-        for i in range(self.steps):
+        for i in range(self.iterations):
             act = todo[pos]
             ya, ta, xo = y[act], _rows(target, act), x[act]
             c = const[act].to(x.dtype)
