@@ -12,6 +12,7 @@ import json
 import math
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -26,9 +27,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from torch.utils.data import DataLoader, Subset
 
 from advbench import __version__
-from advbench.attacks.base import Attack
+from advbench.attacks.base import Attack, AttackResult
 from advbench.attacks.oracles import Oracle, build_oracle
-from advbench.attacks.steps import lp_norm
+from advbench.attacks.steps import clip, lp_norm, per_sample, project
 from advbench.data.targets import target_classes
 from advbench.errors import AdvbenchError
 from advbench.records import read_records, write_part
@@ -41,10 +42,13 @@ console = Console(stderr=True)
 _REL_TOL = 1e-5
 _ABS_TOL = 1e-6
 
+_FRAME_COLUMNS = ("sample_id", "label", "target", "clean_correct", "seconds")
+"""Record columns `_batch_frame` adds to what `evaluate_batch` measures."""
+
 
 @dataclass(frozen=True)
 class SearchSettings:
-    """Minimum-ε search: geometric line search from the budget, then bisection.
+    """Minimum-ε search of budgeted attacks: geometric line search from the budget, then bisection.
 
     `resolution` is the final bracket width as a fraction of the budget; `max_factor` caps
     the upward line search at that multiple of the budget (beyond it min_eps is inf).
@@ -56,102 +60,218 @@ class SearchSettings:
     max_probes: int = 12
 
 
+@dataclass
+class _Batch:
+    """One batch under attack, and the three things every measurement needs of it.
+
+    ε values are float64 in threat units throughout (the budget is `threat.eps` itself), so
+    a sample that succeeds at the budget records min_eps == eps_budget bit for bit; only the
+    attack is handed its ε as raw norms in the input's dtype.
+    """
+
+    attack: Attack
+    oracle: Oracle
+    model: torch.nn.Module
+    x: torch.Tensor
+    y: torch.Tensor
+    target: torch.Tensor | None
+    threat: ThreatModel
+    sample_id: torch.Tensor
+    clean_pred: torch.Tensor
+
+    @property
+    def scale(self) -> float:
+        return self.threat.scale(self.x)
+
+    def raw(self, eps: torch.Tensor) -> torch.Tensor:
+        """Threat-unit ε (float64) as the raw per-sample norm bound an attack works with."""
+        return (eps * self.scale).to(self.x.dtype)
+
+    def attack_at(self, idx: torch.Tensor, eps: torch.Tensor) -> AttackResult:
+        """The attack on samples `idx` at per-sample ε (threat units), its cost counted per sample."""
+        budgeted = self.attack.kind == "budgeted"
+        t = None if self.target is None else self.target[idx]
+        res = self.attack(self.oracle.subset(idx), self.x[idx], self.y[idx], eps=self.raw(eps), norm=self.threat.norm,
+                          target=t, sample_id=self.sample_id[idx])
+        check_contract(res.x_adv, self.x[idx], self.raw(eps) if budgeted else None, self.threat.norm,
+                       self.oracle.bounds, type(self.attack).__name__)
+        return res
+
+    def judge(self, x_adv: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The deployed model's prediction on `x_adv` and whether it meets the goal."""
+        logits = _judge(self.model, x_adv)
+        if not bool(torch.isfinite(logits).all()):
+            raise AdvbenchError(f"the model returned NaN or infinite logits on {type(self.attack).__name__}'s examples")
+        pred = logits.argmax(dim=1)
+        return pred, goal_met(pred, self.y[idx], None if self.target is None else self.target[idx])
+
+    def norm(self, x_adv: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        """‖x_adv − x‖ in threat units, float64."""
+        return lp_norm(x_adv.double() - self.x[idx].double(), self.threat.norm) / self.scale
+
+    def strength(self, first: torch.Tensor, success: torch.Tensor) -> torch.Tensor:
+        """first_success_strength: the attack's own where it has one, the full strength for a
+        success it did not date, -1 for failures (so the strength curve ends at Table 3)."""
+        full = torch.full_like(first, int(getattr(self.attack, "steps", 1)))
+        return torch.where(success, torch.where(first >= 0, first, full), torch.full_like(first, -1))
+
+
 def evaluate_batch(attack: Attack, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
                    target: torch.Tensor | None, threat: ThreatModel, search: SearchSettings, *,
                    sample_id: torch.Tensor | None = None,
-                   substitute: torch.nn.Module | None = None) -> dict[str, torch.Tensor]:
-    """All per-sample measurements of one batch, as CPU tensors keyed by record column."""
-    norm = threat.norm
-    scale = threat.scale(x)
-    budget = threat.eps * scale
+                   substitute: torch.nn.Module | None = None) -> dict[str, torch.Tensor | str]:
+    """All per-sample measurements of one batch, keyed by record column (CPU tensors, one str).
+
+    The attack sees only the oracle of `threat.knowledge`; success is judged here, on the
+    deployed `model` itself, uncounted. The clean input counts as the probe at ε = 0: a sample
+    it already fools has min_eps 0 and succeeds at the budget whatever the attack returned.
+    Every example behind `adv_pred` and the `dist_*` columns lies within the budget.
+    """
+    n = x.shape[0]
+    ids = torch.arange(n, device=x.device) if sample_id is None else sample_id.to(x.device)
     clean_logits = _judge(model, x)
     if not bool(torch.isfinite(clean_logits).all()):
         raise AdvbenchError("the model returned NaN or infinite logits on clean inputs; check the checkpoint")
     clean_pred = clean_logits.argmax(dim=1)
+    measure = _MEASURES.get(attack.kind)
+    if measure is None:
+        raise AdvbenchError(f"{type(attack).__name__} has kind '{attack.kind}'; valid: {', '.join(_MEASURES)}")
+    oracle = build_oracle(threat.knowledge, model, n, substitute, num_classes=clean_logits.shape[1])
+    return measure(_Batch(attack, oracle, model, x, y, target, threat, ids, clean_pred), search)
 
-    oracle = build_oracle(threat.knowledge, model, x.shape[0], substitute, num_classes=clean_logits.shape[1])
-    eps = torch.full((x.shape[0],), budget, device=x.device, dtype=x.dtype)
-    result = attack(oracle, x, y, eps=eps, norm=norm, target=target, sample_id=sample_id)
-    check_contract(result.x_adv, x, eps, norm, oracle.bounds, type(attack).__name__)
-    adv_logits = _judge(model, result.x_adv)
-    if not bool(torch.isfinite(adv_logits).all()):
-        raise AdvbenchError(f"the model returned NaN or infinite logits on {type(attack).__name__}'s examples")
-    adv_pred = adv_logits.argmax(dim=1)
-    success = goal_met(adv_pred, y, target)
-    first = torch.where(success, result.first_success, torch.full_like(result.first_success, -1))
 
-    budget_evals = oracle.grad_evals.clone()
+def _measure_budgeted(b: _Batch, search: SearchSettings) -> dict[str, torch.Tensor | str]:
+    """The run at the budget, then the ε search: min_eps is the smallest succeeding probe."""
+    everyone = torch.arange(b.x.shape[0], device=b.x.device)
+    budget = torch.full((b.x.shape[0],), b.threat.eps, dtype=torch.float64, device=b.x.device)
+    res = b.attack_at(everyone, budget)
+    pred, won = b.judge(res.x_adv, everyone)
+    clean_adv = goal_met(b.clean_pred, b.y, b.target)
+    zero, inf, nan = (torch.full_like(budget, v) for v in (0.0, math.inf, math.nan))
+    hi = torch.where(clean_adv, zero, torch.where(won, budget, inf))
+    lo = torch.where(clean_adv, nan, torch.where(won, zero, budget))
+    adv_norm = torch.where(clean_adv, zero, torch.where(won, b.norm(res.x_adv, everyone), inf))
+    # Behind the budget columns: the attack's example, or the clean input where only it fools the model.
+    fallback = clean_adv & ~won
+    x_at = torch.where(per_sample(fallback, b.x), b.x, res.x_adv)
+    pred_at = torch.where(fallback, b.clean_pred, pred)
+    first = torch.where(fallback, torch.zeros_like(res.first_success), res.first_success)
+    budget_evals = b.oracle.grad_evals.clone()
     if search.enabled:
-        hi, lo = min_eps_search(attack, oracle, model, x, y, target, norm, budget, result.x_adv, success, search,
-                                sample_id)
-    else:
-        hi = torch.where(success, lp_norm(result.x_adv - x, norm), torch.full_like(eps, math.inf))
-        lo = torch.zeros_like(eps)
+        hi, lo, adv_norm = min_eps_search(b, hi, lo, adv_norm, search)
+    return _columns(b, res, pred_at, x_at, hi, lo, adv_norm, first, budget_evals, "search")
 
-    d = distances(result.x_adv, x)
-    out = {
-        "clean_pred": clean_pred,
+
+def _measure_minimizing(b: _Batch, search: SearchSettings) -> dict[str, torch.Tensor | str]:
+    """One run: min_eps is the norm of the example the model confirms; no search over ε.
+
+    Where that example lies beyond the budget, its projection onto the budget ball stands for
+    the attack at the budget; if the projection fools the model too, it is a verified
+    example within the budget and bounds min_eps (so success at the budget ⇔ min_eps ≤ budget).
+    """
+    everyone = torch.arange(b.x.shape[0], device=b.x.device)
+    budget = torch.full((b.x.shape[0],), b.threat.eps, dtype=torch.float64, device=b.x.device)
+    res = b.attack_at(everyone, budget)
+    pred, won = b.judge(res.x_adv, everyone)
+    clean_adv = goal_met(b.clean_pred, b.y, b.target)
+    inf = torch.full_like(budget, math.inf)
+    found = torch.where(clean_adv, torch.zeros_like(budget), torch.where(won, b.norm(res.x_adv, everyone), inf))
+    x_found = torch.where(per_sample(clean_adv, b.x), b.x, res.x_adv)
+    pred_found = torch.where(clean_adv, b.clean_pred, pred)
+    within = found <= budget
+    projected = clip(project(x_found, b.x, b.raw(budget), b.threat.norm), b.oracle.bounds)
+    pred_p, won_p = b.judge(projected, everyone)
+    rescued = ~within & won_p
+    proj_norm = torch.where(rescued, b.norm(projected, everyone), inf)
+    min_eps = torch.where(rescued, torch.minimum(proj_norm, budget), found)
+    adv_norm = torch.minimum(found, proj_norm)
+    x_at = torch.where(per_sample(within, b.x), x_found, projected)
+    pred_at = torch.where(within, pred_found, pred_p)
+    first = torch.where(clean_adv, torch.zeros_like(res.first_success), res.first_success)
+    lo = torch.full_like(budget, math.nan)
+    return _columns(b, res, pred_at, x_at, min_eps, lo, adv_norm, first, b.oracle.grad_evals.clone(), "norm")
+
+
+_MEASURES: dict[str, Callable[[_Batch, SearchSettings], dict[str, torch.Tensor | str]]] = {
+    "budgeted": _measure_budgeted,
+    "minimizing": _measure_minimizing,
+}
+"""How each attack kind (`Attack.kind`) yields its minimum ε."""
+
+
+def _columns(b: _Batch, res: AttackResult, pred_at: torch.Tensor, x_at: torch.Tensor, min_eps: torch.Tensor,
+             min_eps_lo: torch.Tensor, adv_norm: torch.Tensor, first: torch.Tensor, budget_evals: torch.Tensor,
+             source: str) -> dict[str, torch.Tensor | str]:
+    success = min_eps <= b.threat.eps
+    d = distances(x_at, b.x)
+    out: dict[str, torch.Tensor | str] = {
+        "clean_pred": b.clean_pred,
         "success_at_budget": success,
-        "adv_pred": adv_pred,
-        "min_eps": hi / scale,
-        "min_eps_lo": lo / scale,
-        "first_success_strength": first,
-        "grad_evals": oracle.grad_evals,
-        "search_grad_evals": oracle.grad_evals - budget_evals,
-        "queries": oracle.queries,
+        "adv_pred": pred_at,
+        "min_eps": min_eps,
+        "min_eps_lo": min_eps_lo,
+        "adv_norm": adv_norm,
+        "first_success_strength": b.strength(first, success),
+        "grad_evals": b.oracle.grad_evals,
+        "search_grad_evals": b.oracle.grad_evals - budget_evals,
+        "queries": b.oracle.queries,
         "dist_linf": d["linf"],
         "dist_l2": d["l2"],
         "dist_l2_norm": d["l2_norm"],
     }
-    return {k: v.detach().cpu() for k, v in out.items()}
+    clash = sorted(set(res.info) & {*out, *_FRAME_COLUMNS, "min_eps_source"})
+    if clash:
+        raise AdvbenchError(f"{type(b.attack).__name__} reports info columns {', '.join(clash)} that the engine writes")
+    out.update(res.info)
+    out = {k: v.detach().cpu() for k, v in out.items()}
+    out["min_eps_source"] = source
+    return out
 
 
-def check_contract(x_adv: torch.Tensor, x: torch.Tensor, eps: torch.Tensor, norm: str,
+def check_contract(x_adv: torch.Tensor, x: torch.Tensor, eps: torch.Tensor | None, norm: str,
                    bounds: tuple[float, float], name: str) -> None:
-    """An attack may never leave the input bounds or its budget; if one does, stop loudly."""
+    """An attack may never leave the input bounds, nor its budget `eps` (None: a minimizing
+    attack, which has none); if one does, stop loudly."""
     if not bool(torch.isfinite(x_adv).all()):
         raise AdvbenchError(f"{name} returned non-finite values")
     lo, hi = bounds
     if bool((x_adv < lo - _ABS_TOL).any()) or bool((x_adv > hi + _ABS_TOL).any()):
         raise AdvbenchError(f"{name} returned examples outside the input bounds {bounds}")
+    if eps is None:
+        return
     over = lp_norm(x_adv - x, norm) > eps * (1 + _REL_TOL) + _ABS_TOL
     if bool(over.any()):
         raise AdvbenchError(f"{name} exceeded its {norm} budget on {int(over.sum())} samples")
 
 
-def min_eps_search(attack: Attack, oracle: Oracle, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
-                   target: torch.Tensor | None, norm: str, budget: float, x_adv: torch.Tensor,
-                   success: torch.Tensor, search: SearchSettings,
-                   sample_id: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-sample bracket [lo, hi] of the smallest budget at which the attack succeeds.
+def min_eps_search(b: _Batch, hi: torch.Tensor, lo: torch.Tensor, adv_norm: torch.Tensor,
+                   search: SearchSettings) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Narrow each sample's bracket of probed ε values (float64, threat units).
 
-    Every probe is one batched attack call over the samples whose bracket is still wider than
-    the resolution, each at its own ε: halving from the budget while it succeeds, doubling
-    while it fails, bisecting once bracketed. `hi` is tightened to the norm of the adversarial
-    example actually found, so it is always the size of a verified adversarial perturbation.
+    `hi` is the smallest probe at which the attack succeeded (inf: none yet), `lo` the largest
+    probe below it at which it failed (0: the clean input, when every probe below `hi`
+    succeeded; NaN: nothing below, hi is 0). Every probe is one batched attack call over the
+    samples whose bracket is wider than the resolution, each at its own ε strictly inside its
+    bracket: halving from the budget while it succeeds, doubling while it fails, bisecting
+    once bracketed. A failed budget run is never probed below, and a succeeded one never
+    above, so success at the budget ⇔ hi ≤ budget. `adv_norm` tracks the smallest
+    adversarial example any probe verified.
     """
-    inf = torch.full_like(success, math.inf, dtype=x.dtype)
-    hi = torch.where(success, torch.clamp(lp_norm(x_adv - x, norm), max=budget), inf)
-    lo = torch.where(success, torch.zeros_like(hi), torch.full_like(hi, budget))
-    ids = sample_id.to(x.device) if sample_id is not None else torch.arange(x.shape[0], device=x.device)
-    resolution = search.resolution * budget
-    max_eps = search.max_factor * budget
+    resolution = search.resolution * b.threat.eps
+    max_eps = search.max_factor * b.threat.eps
+    hi, lo, adv_norm = hi.clone(), lo.clone(), adv_norm.clone()
     for _ in range(search.max_probes):
-        need = (hi - lo > resolution) & (lo < max_eps)
-        idx = need.nonzero().squeeze(1)
+        idx = ((hi - lo > resolution) & (lo < max_eps)).nonzero().squeeze(1)
         if idx.numel() == 0:
             break
         h, l = hi[idx], lo[idx]
-        probe = torch.where(torch.isinf(h), torch.clamp(2 * l, max=max_eps), torch.where(l == 0, h / 2, (l + h) / 2))
-        t = target[idx] if target is not None else None
-        res = attack(oracle.subset(idx), x[idx], y[idx], eps=probe, norm=norm, target=t, sample_id=ids[idx])
-        check_contract(res.x_adv, x[idx], probe, norm, oracle.bounds, type(attack).__name__)
-        won = goal_met(_judge(model, res.x_adv).argmax(dim=1), y[idx], t)
-        found = torch.minimum(probe, lp_norm(res.x_adv - x[idx], norm))
-        hi[idx] = torch.where(won, torch.minimum(h, found), h)
+        probe = torch.where(torch.isinf(h), torch.clamp(2 * l, max=max_eps), (l + h) / 2)
+        res = b.attack_at(idx, probe)
+        _, won = b.judge(res.x_adv, idx)
+        hi[idx] = torch.where(won, probe, h)
         lo[idx] = torch.where(won, l, probe)
-        lo = torch.minimum(lo, hi)
-    return hi, lo
+        adv_norm[idx] = torch.where(won, torch.minimum(adv_norm[idx], b.norm(res.x_adv, idx)), adv_norm[idx])
+    return hi, lo, adv_norm
 
 
 def _judge(model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -301,14 +421,15 @@ def evaluate_cell(cfg: DictConfig, dataset: Any, model: torch.nn.Module, attack:
     return frame
 
 
-def _batch_frame(measured: dict[str, torch.Tensor], y: torch.Tensor, sample_id: torch.Tensor,
+def _batch_frame(measured: dict[str, torch.Tensor | str], y: torch.Tensor, sample_id: torch.Tensor,
                  target: torch.Tensor | None, seconds: float) -> pd.DataFrame:
+    """One batch's records; per-batch values (a str, `seconds`) are repeated on every row."""
     cols: dict[str, Any] = {
         "sample_id": sample_id.numpy(),
         "label": y.numpy(),
         "target": (target.cpu() if target is not None else torch.full_like(y, -1)).numpy(),
     }
-    cols.update({k: v.numpy() for k, v in measured.items()})
+    cols.update({k: v.numpy() if isinstance(v, torch.Tensor) else v for k, v in measured.items()})
     frame = pd.DataFrame(cols)
     frame["clean_correct"] = frame["clean_pred"] == frame["label"]
     frame["seconds"] = seconds
