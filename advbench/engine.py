@@ -7,10 +7,8 @@ a killed run loses at most the chunk in flight, and a rerun picks up where it st
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,7 +30,9 @@ from advbench.attacks.oracles import Oracle, build_oracle
 from advbench.attacks.steps import clip, lp_norm, per_sample, project
 from advbench.data.targets import target_classes
 from advbench.errors import AdvbenchError
-from advbench.records import read_records, write_part
+from advbench.keys import content_key, dataset_identity, file_digest, model_identity, plain
+from advbench.records import write_part
+from advbench.resume import CellFiles, ChunkStore, sample_ids, sweep_orphans
 from advbench.runtime import resolve_device, set_threads
 from advbench.threat import ThreatModel, distances, goal_met
 
@@ -170,7 +170,10 @@ def _measure_minimizing(b: _Batch, search: SearchSettings) -> dict[str, torch.Te
     example within the budget and bounds min_eps (so success at the budget ⇔ min_eps ≤ budget).
     """
     everyone = torch.arange(b.x.shape[0], device=b.x.device)
+        "model_config": model_identity(cfg.model),
     budget = torch.full((b.x.shape[0],), b.threat.eps, dtype=torch.float64, device=b.x.device)
+        "defense_config": {k: v for k, v in plain(cfg.defense).items() if k not in ("name", "description")},
+        "weights": weights_identity(cfg),
     res = b.attack_at(everyone, budget)
     pred, won = b.judge(res.x_adv, everyone)
     clean_adv = goal_met(b.clean_pred, b.y, b.target)
@@ -184,6 +187,18 @@ def _measure_minimizing(b: _Batch, search: SearchSettings) -> dict[str, torch.Te
     rescued = ~within & won_p
     proj_norm = torch.where(rescued, b.norm(projected, everyone), inf)
     min_eps = torch.where(rescued, torch.minimum(proj_norm, budget), found)
+def weights_identity(cfg: DictConfig) -> dict[str, str]:
+    """The bytes of an explicit `checkpoint=`, else the content key of the cache entry."""
+    from advbench.defenses.training import checkpoint_key
+
+    if cfg.get("checkpoint"):
+        path = Path(cfg.checkpoint)
+        if not path.is_file():
+            raise AdvbenchError(f"checkpoint '{path}' not found")
+        return {"checkpoint_sha256": file_digest(path)}
+    return {"cache_key": checkpoint_key(cfg)}
+
+
     adv_norm = torch.minimum(found, proj_norm)
     x_at = torch.where(per_sample(within, b.x), x_found, projected)
     pred_at = torch.where(within, pred_found, pred_p)
@@ -281,10 +296,14 @@ def _judge(model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 
 def cell_identity(cfg: DictConfig, threat: ThreatModel, attack: Attack) -> dict[str, Any]:
-    """Everything that changes a cell's numbers; its hash names the part file."""
+    """Everything that changes a cell's numbers; its hash names the part file.
+
+    Names are labels for the file name; the numbers are fixed by the configs behind them
+    (data root, split, subset, model, recipe) and by the weights (see `weights_identity`).
+    """
     return {
         "dataset": cfg.dataset.name,
-        "n_samples": cfg.dataset.get("n_samples"),
+        "dataset_config": dataset_identity(cfg.dataset, evaluation=True),
         "model": cfg.model.name,
         "defense": cfg.defense.name,
         "attack": cfg.attack.name,
@@ -301,7 +320,7 @@ def cell_identity(cfg: DictConfig, threat: ThreatModel, attack: Attack) -> dict[
 
 
 def cell_key(identity: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    return content_key(identity)
 
 
 def part_path(records_dir: Path, identity: dict[str, Any]) -> Path:
@@ -335,14 +354,22 @@ def run_main(cfg: DictConfig) -> Path:
     identity = cell_identity(cfg, threat, attack)
     out = part_path(Path(cfg.records_dir), identity)
     label = f"{cfg.dataset.name}/{cfg.defense.name}/{cfg.attack.name} {threat.norm} {threat.goal} ε={threat.eps:g}"
-    if out.exists() and not cfg.force:
-        console.print(f"[dim]skip {label}: records exist at {out} (force=true to redo)[/dim]", soft_wrap=True)
-        return out
-
-    model = load_defended_model(cfg, dataset).to(device)
-    frame = evaluate_cell(cfg, dataset, model, attack, threat, identity, out, label, device)
-    write_part(frame, out)
-    shutil.rmtree(_partial_dir(out), ignore_errors=True)
+    files = CellFiles(out)
+    if out.parent.is_dir():
+        sweep_orphans(out.parent)
+    # Under the cell's lock a concurrent run of the same cell waits here, then skips.
+    with files.lock():
+        files.remove_orphans()
+        if cfg.force:
+            files.clear_partial()
+        elif files.part_is_readable():
+            files.clear_partial()
+            console.print(f"[dim]skip {label}: records exist at {out} (force=true to redo)[/dim]", soft_wrap=True)
+            return out
+        model = load_defended_model(cfg, dataset).to(device)
+        frame = evaluate_cell(cfg, dataset, model, attack, threat, identity, out, label, device)
+        write_part(frame, out)
+        files.clear_partial()
     summarize(frame, label, out)
     return out
 
@@ -360,17 +387,17 @@ def load_defended_model(cfg: DictConfig, dataset: Any) -> torch.nn.Module:
     return load_trained_model(cfg, dataset)
 
 
-def _partial_dir(out: Path) -> Path:
-    return out.parent / ".partial" / out.stem
-
-
 def evaluate_cell(cfg: DictConfig, dataset: Any, model: torch.nn.Module, attack: Attack, threat: ThreatModel,
                   identity: dict[str, Any], out: Path, label: str, device: torch.device) -> pd.DataFrame:
-    """Evaluate the cell chunk by chunk, reusing chunks a killed run already wrote."""
+    """Evaluate the cell chunk by chunk, reusing the verified chunks a killed run wrote."""
     eval_set = dataset.eval_set()
-    shard_idx = list(range(int(cfg.shard.index), len(eval_set), int(cfg.shard.count)))
+    positions = list(range(int(cfg.shard.index), len(eval_set), int(cfg.shard.count)))
     chunk = int(cfg.chunk_size)
-    partial = _partial_dir(out)
+    if chunk < 1:
+        raise AdvbenchError(f"chunk_size must be >= 1, got {chunk}")
+    ids = sample_ids(eval_set)
+    store = ChunkStore(CellFiles(out).partial, cell_key(identity), __version__, [ids[p] for p in positions])
+    store.load()
     search = SearchSettings(**OmegaConf.to_container(cfg.search))  # type: ignore[arg-type]
     run_id = str(cfg.get("run_id") or datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S"))
     static = {
@@ -391,19 +418,14 @@ def evaluate_cell(cfg: DictConfig, dataset: Any, model: torch.nn.Module, attack:
         "shard": int(cfg.shard.index),
         "device": str(device),
     }
-    frames = []
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TimeRemainingColumn(), console=console, transient=True) as progress:
-        task = progress.add_task(label, total=len(shard_idx))
-        for c, start in enumerate(range(0, len(shard_idx), chunk)):
-            chunk_file = partial / f"chunk-{c:05d}.parquet"
-            ids = shard_idx[start:start + chunk]
-            if chunk_file.exists():
-                frames.append(read_records([chunk_file]))
-                progress.advance(task, len(ids))
-                continue
+        task = progress.add_task(label, total=len(positions))
+        while todo := store.missing():
+            progress.update(task, completed=len(positions) - len(todo))
             rows = []
-            loader = DataLoader(Subset(eval_set, ids), batch_size=int(cfg.batch_size), shuffle=False)
+            loader = DataLoader(Subset(eval_set, [positions[i] for i in todo[:chunk]]),
+                                batch_size=int(cfg.batch_size), shuffle=False)
             for x, y, sample_id in loader:
                 tic = time.perf_counter()
                 x, y = x.to(device), y.to(device)
@@ -413,10 +435,8 @@ def evaluate_cell(cfg: DictConfig, dataset: Any, model: torch.nn.Module, attack:
                 seconds = (time.perf_counter() - tic) / len(y)
                 rows.append(_batch_frame(measured, y.cpu(), sample_id, target, seconds))
                 progress.advance(task, len(y))
-            part = pd.concat(rows, ignore_index=True).assign(**static)
-            write_part(part, chunk_file)
-            frames.append(part)
-    frame = pd.concat(frames, ignore_index=True)
+            store.add(pd.concat(rows, ignore_index=True).assign(**static))
+    frame = store.merged()
     frame["created_at"] = pd.Timestamp.now(tz="UTC")
     return frame
 

@@ -20,12 +20,21 @@ from advbench.errors import AdvbenchError
 
 
 def write_part(frame: pd.DataFrame, path: Path) -> Path:
+    return write_table(pa.Table.from_pandas(frame, preserve_index=False), path)
+
+
+def write_table(table: pa.Table, path: Path) -> Path:
+    """Write `table` to `path` atomically: `.<name>.<32 hex>.tmp` beside it, then rename.
+
+    A kill can leave the temporary file (never a half-written `path`); `advbench.resume`
+    removes such leftovers by that name pattern.
+    """
     """Write `frame` to `path` atomically (temp file + rename)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     try:
-        pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), tmp)
+        pq.write_table(table, tmp)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

@@ -18,6 +18,7 @@ from advbench.data.digits import Digits
 from advbench.defenses.inner import cross_entropy_objective, kl_objective, pgd_linf
 from advbench.defenses.training import (
     Recipe,
+    checkpoint_key,
     checkpoint_path,
     ensure_checkpoint,
     evaluate_accuracy,
@@ -182,7 +183,8 @@ def test_divergence_is_reported(digits: Digits, tmp_path: Path) -> None:
 def test_train_main_saves_to_the_cache_and_prints_one_line(tmp_path: Path, capsys) -> None:
     cfg = compose_config("train", ["defense=natural", "defense.recipe.epochs=1", f"cache_dir={tmp_path}", "device=auto"])
     path = train_main(cfg)
-    assert path == checkpoint_path(tmp_path, "digits", "small_cnn", "natural") == tmp_path / "checkpoints/digits/small_cnn/natural.pt"
+    assert path == checkpoint_path(tmp_path, "digits", "small_cnn", "natural", checkpoint_key(cfg))
+    assert path.parent == tmp_path / "checkpoints/digits/small_cnn" and path.name.startswith("natural-")
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("trained small_cnn/natural on digits: clean accuracy") and str(path) in lines[0]
     model = load_trained_model(cfg, Digits())

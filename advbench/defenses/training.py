@@ -31,8 +31,11 @@ from advbench.data.base import ImageDataset
 from advbench.data.digits import Digits
 from advbench.defenses.inner import cross_entropy_objective, kl_objective, pgd_linf
 from advbench.errors import AdvbenchError
+from advbench.keys import content_key, dataset_identity, model_identity
+from advbench.keys import plain as _plain
 from advbench.models import Classifier, instantiate_model
 from advbench.models.checkpoint import load_checkpoint, save_checkpoint
+from advbench.resume import file_lock
 from advbench.runtime import resolve_device, set_threads
 
 
@@ -123,13 +126,6 @@ OPTIMIZERS: dict[str, Callable[[Any, Recipe], torch.optim.Optimizer]] = {
     "adam": lambda params, r: torch.optim.Adam(params, lr=r.lr, weight_decay=r.weight_decay),
     "sgd": lambda params, r: torch.optim.SGD(params, lr=r.lr, momentum=r.momentum, weight_decay=r.weight_decay),
 }
-
-
-def _plain(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """A resolved plain dict (checkpoint meta must hold only plain values)."""
-    if isinstance(cfg, DictConfig):
-        return OmegaConf.to_container(cfg, resolve=True)
-    return OmegaConf.to_container(OmegaConf.create(dict(cfg)), resolve=True)
 
 
 def _progress(console: Console) -> Progress:
@@ -230,18 +226,33 @@ def train_defense(
     return meta
 
 
-def checkpoint_path(cache_dir: str | Path, dataset_name: str, model_name: str, defense_name: str) -> Path:
+def checkpoint_path(cache_dir: str | Path, dataset_name: str, model_name: str, defense_name: str, key: str) -> Path:
     """Where `advbench train` stores (and the benchmark looks up) a trained model."""
-    return Path(cache_dir).expanduser() / "checkpoints" / dataset_name / model_name / f"{defense_name}.pt"
+    return Path(cache_dir).expanduser() / "checkpoints" / dataset_name / model_name / f"{defense_name}-{key}.pt"
+
+
+def checkpoint_key(cfg: DictConfig) -> str:
+    """Content key of a cached checkpoint: everything training depends on, not option names.
+
+    The training data (class, root, split; not the evaluation-only `n_samples`), the model
+    config, the whole recipe (epochs included) and the seed; changing any of them trains anew.
+    """
+    return content_key({
+        "dataset": dataset_identity(cfg.dataset, evaluation=False),
+        "model": model_identity(cfg.model),
+        "recipe": _plain(cfg.defense.get("recipe")),
+        "seed": int(cfg.seed),
+    })
 
 
 def train_command(cfg: DictConfig) -> str:
     """The `advbench train` line that creates the checkpoint `cfg` asks for."""
-    return f"advbench train dataset={cfg.dataset.name} model={cfg.model.name} defense={cfg.defense.name}"
+    seed = f" seed={cfg.seed}" if int(cfg.seed) != 0 else ""
+    return f"advbench train dataset={cfg.dataset.name} model={cfg.model.name} defense={cfg.defense.name}{seed}"
 
 
 def _cfg_checkpoint_path(cfg: DictConfig) -> Path:
-    return checkpoint_path(cfg.cache_dir, cfg.dataset.name, cfg.model.name, cfg.defense.name)
+    return checkpoint_path(cfg.cache_dir, cfg.dataset.name, cfg.model.name, cfg.defense.name, checkpoint_key(cfg))
 
 
 def train_main(cfg: DictConfig, reason: str = "") -> Path:
@@ -271,7 +282,9 @@ def ensure_checkpoint(cfg: DictConfig) -> Path:
     if path.is_file():
         return path
     if issubclass(hydra.utils.get_class(cfg.dataset._target_), Digits):
-        return train_main(cfg, reason=f"first use: no cached checkpoint at {path}")
+        # Parallel jobs needing the same model: one trains, the others wait and load it.
+        with file_lock(path.with_name(f".{path.name}.lock"), f"the training of {path.name}"):
+            return path if path.is_file() else train_main(cfg, reason=f"first use: no cached checkpoint at {path}")
     raise AdvbenchError(f"no trained model at '{path}'; create it with: {train_command(cfg)}")
 
 

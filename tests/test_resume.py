@@ -1,0 +1,337 @@
+"""Resume, skip, force, locking and cache keys: records are never lost, duplicated or stale.
+
+Each test plays one way a run goes wrong in practice (killed mid-cell, rerun with other
+settings, a damaged or foreign chunk, two runs on one folder) and compares the final records
+with an uninterrupted run's on every column but timing and provenance.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+from hydra.utils import instantiate
+
+from advbench import engine
+from advbench.config import compose_config
+from advbench.defenses.training import checkpoint_key, ensure_checkpoint
+from advbench.errors import AdvbenchError
+from advbench.resume import CellFiles, sample_ids
+
+# Timing and provenance differ between any two runs; everything else must not.
+VOLATILE = ["seconds", "run_id", "created_at"]
+EVALUATE_BATCH = engine.evaluate_batch
+# The conftest cache holds a natural small_cnn trained for 4 epochs; ask for that model.
+BASE = ["experiment=smoke", "attack=fgsm", "defense.recipe.epochs=4", "threads=1", "batch_size=8", "chunk_size=16"]
+
+
+@pytest.fixture(autouse=True)
+def _cache(trained_digits_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ADVBENCH_CACHE", str(trained_digits_cache))
+
+
+def config(out: Path, *extra: str):
+    return compose_config("config", [*BASE, f"out_dir={out}", *extra])
+
+
+def comparable(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame.drop(columns=VOLATILE).reset_index(drop=True)
+
+
+def kill_after(monkeypatch: pytest.MonkeyPatch, batches: int) -> None:
+    """Make the next run die (like Ctrl-C) when it starts batch number `batches + 1`."""
+    real = EVALUATE_BATCH
+    calls = {"n": 0}
+
+    def dying(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] > batches:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(engine, "evaluate_batch", dying)
+
+
+def count_batches(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    real = EVALUATE_BATCH
+    calls = {"n": 0}
+
+    def counting(*args, **kwargs):
+        calls["n"] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(engine, "evaluate_batch", counting)
+    return calls
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory, trained_digits_cache: Path) -> pd.DataFrame:
+    """The smoke FGSM cell run once, uninterrupted."""
+    saved = os.environ.get("ADVBENCH_CACHE")
+    os.environ["ADVBENCH_CACHE"] = str(trained_digits_cache)
+    try:
+        return pd.read_parquet(engine.run_main(config(tmp_path_factory.mktemp("reference"))))
+    finally:
+        if saved is None:
+            os.environ.pop("ADVBENCH_CACHE")
+        else:
+            os.environ["ADVBENCH_CACHE"] = saved
+
+
+def chunks(cfg) -> list[Path]:
+    return sorted(Path(cfg.records_dir).glob(".partial/*/chunk-*.parquet"))
+
+
+@pytest.mark.parametrize("first, second", [(16, 24), (24, 16), (16, 5)])
+def test_resume_with_another_chunk_size(first: int, second: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                        reference: pd.DataFrame) -> None:
+    """The issue's 128-of-480 and 576-for-480: chunks are matched by sample id, not by index."""
+    kill_after(monkeypatch, batches=5)  # 40 samples done: two chunks of 16 or one of 24
+    with pytest.raises(KeyboardInterrupt):
+        engine.run_main(config(tmp_path, f"chunk_size={first}"))
+    assert chunks(config(tmp_path))
+    calls = count_batches(monkeypatch)
+    resumed = pd.read_parquet(engine.run_main(config(tmp_path, f"chunk_size={second}")))
+    assert len(resumed) == 64 and resumed["sample_id"].is_unique
+    pd.testing.assert_frame_equal(comparable(resumed), comparable(reference))
+    done = (40 // first) * first
+    assert calls["n"] * 8 >= 64 - done and calls["n"] * 8 < 64, "finished chunks are reused, the rest computed"
+
+
+def test_truncated_chunk_is_recomputed_with_a_warning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys,
+                                                      reference: pd.DataFrame) -> None:
+    kill_after(monkeypatch, batches=4)
+    with pytest.raises(KeyboardInterrupt):
+        engine.run_main(config(tmp_path))
+    first = chunks(config(tmp_path))[0]
+    first.write_bytes(first.read_bytes()[:100])
+    monkeypatch.undo()
+    resumed = pd.read_parquet(engine.run_main(config(tmp_path)))
+    assert "ignoring chunk" in capsys.readouterr().err
+    pd.testing.assert_frame_equal(comparable(resumed), comparable(reference))
+
+
+@pytest.mark.parametrize("foreign", ["other_cell", "not_records"])
+def test_foreign_chunk_is_recomputed_with_a_warning(foreign: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    capsys, reference: pd.DataFrame) -> None:
+    """A parquet that is not this cell's chunk (another cell's records, any table) is never adopted."""
+    kill_after(monkeypatch, batches=4)
+    with pytest.raises(KeyboardInterrupt):
+        engine.run_main(config(tmp_path))
+    first = chunks(config(tmp_path))[0]
+    if foreign == "other_cell":
+        other = pd.read_parquet(first).assign(cell_key="0123456789ab", adv_pred=-1)
+    else:
+        other = pd.DataFrame({"sample_id": range(32), "x": 1.0})
+    other.to_parquet(first)
+    monkeypatch.undo()
+    resumed = pd.read_parquet(engine.run_main(config(tmp_path)))
+    assert "ignoring chunk" in capsys.readouterr().err
+    pd.testing.assert_frame_equal(comparable(resumed), comparable(reference))
+
+
+def test_force_clears_partial_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reference: pd.DataFrame) -> None:
+    """force=true must not reuse a chunk left by an earlier run (here: one with wrong numbers)."""
+    kill_after(monkeypatch, batches=2)
+    with pytest.raises(KeyboardInterrupt):
+        engine.run_main(config(tmp_path))
+    stale = chunks(config(tmp_path))[0]
+    pd.read_parquet(stale).assign(adv_pred=-7).to_parquet(stale)
+    monkeypatch.undo()
+    forced = pd.read_parquet(engine.run_main(config(tmp_path, "force=true")))
+    pd.testing.assert_frame_equal(comparable(forced), comparable(reference))
+    assert not chunks(config(tmp_path))
+    calls = count_batches(monkeypatch)
+    engine.run_main(config(tmp_path, "force=true"))
+    assert calls["n"] == 8, "force=true recomputes a finished cell"
+
+
+def test_skip_when_finished_and_unreadable_part_is_recomputed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             capsys, reference: pd.DataFrame) -> None:
+    out = engine.run_main(config(tmp_path))
+    calls = count_batches(monkeypatch)
+    assert engine.run_main(config(tmp_path)) == out and calls["n"] == 0
+    assert "skip" in capsys.readouterr().err
+    out.write_bytes(b"PAR1 not really")
+    pd.testing.assert_frame_equal(comparable(pd.read_parquet(engine.run_main(config(tmp_path)))), comparable(reference))
+    assert calls["n"] == 8 and "unreadable records" in capsys.readouterr().err
+
+
+def test_kills_leave_no_orphans_after_the_next_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Leftovers of kills (temporary files, chunks of finished cells) go on the next run."""
+    finished = engine.run_main(config(tmp_path, "attack=bim"))
+    stale_partial = CellFiles(finished).partial
+    stale_partial.mkdir(parents=True)
+    (stale_partial / "chunk-000000-00016.parquet").write_bytes(b"left by a kill after the part was written")
+    records = finished.parent
+    orphan_part = records / f".{finished.name}.{'a' * 32}.tmp"
+    orphan_part.write_bytes(b"half a part")
+    out = engine.part_path(records, engine.cell_identity(config(tmp_path), *_threat_attack(config(tmp_path))))
+    orphan_own = records / f".{out.name}.{'b' * 32}.tmp"
+    orphan_own.write_bytes(b"half a part")
+    kill_after(monkeypatch, batches=2)
+    with pytest.raises(KeyboardInterrupt):
+        engine.run_main(config(tmp_path))
+    orphan_chunk = CellFiles(out).partial / f".chunk-000016-00016.parquet.{'c' * 32}.tmp"
+    orphan_chunk.write_bytes(b"half a chunk")
+    monkeypatch.undo()
+    engine.run_main(config(tmp_path))
+    leftovers = [p for p in records.rglob("*") if p.is_file() and ".locks" not in p.parts]
+    assert sorted(leftovers) == sorted([finished, out]), leftovers
+
+
+def _threat_attack(cfg):
+    dataset = instantiate(cfg.dataset)
+    return engine.build_threat(cfg, dataset.budgets), instantiate(cfg.attack.params)
+
+
+def key_of(tmp_path: Path, *extra: str) -> str:
+    cfg = config(tmp_path, *extra)
+    threat = engine.build_threat(cfg, dict(cfg.dataset.budgets))
+    return engine.cell_key(engine.cell_identity(cfg, threat, instantiate(cfg.attack.params)))
+
+
+@pytest.mark.parametrize("change", [
+    "dataset.test_fraction=0.25", "dataset.split_seed=1", "dataset.n_samples=32", "model.width=8",
+    "defense.recipe.epochs=5", "defense.recipe.lr=0.002", "seed=1", "search.resolution=0.2",
+])
+def test_cell_key_covers_every_input_that_changes_the_numbers(change: str, tmp_path: Path) -> None:
+    assert key_of(tmp_path, change) != key_of(tmp_path)
+
+
+@pytest.mark.parametrize("same", ["batch_size=4", "chunk_size=3", "threads=2", "run_id=x", "force=true"])
+def test_cell_key_ignores_what_leaves_the_numbers_alone(same: str, tmp_path: Path) -> None:
+    assert key_of(tmp_path, same) == key_of(tmp_path)
+
+
+def test_cell_key_covers_the_data_root(tmp_path: Path, fake_cifar_root: Path) -> None:
+    cifar = ["dataset=cifar10", "model=resnet56"]
+    assert key_of(tmp_path, *cifar, f"dataset.root={fake_cifar_root}") != key_of(tmp_path, *cifar, f"dataset.root={tmp_path}")
+
+
+def test_cell_key_covers_the_checkpoint_content(tmp_path: Path) -> None:
+    """Same `checkpoint=` path, new weights in it: the records of the old weights are stale."""
+    from advbench.models import instantiate_model
+    from advbench.models.checkpoint import load_checkpoint, save_checkpoint
+
+    cfg = config(tmp_path)
+    model = instantiate_model(cfg.model, 10, 1)
+    meta = load_checkpoint(ensure_checkpoint(cfg), model)
+    ckpt = save_checkpoint(tmp_path / "mine.pt", model, meta)
+    first = engine.run_main(config(tmp_path, f"checkpoint={ckpt}"))
+    with torch.no_grad():
+        next(model.parameters()).mul_(-1)
+    save_checkpoint(ckpt, model, meta)
+    second = engine.run_main(config(tmp_path, f"checkpoint={ckpt}"))
+    assert second != first and second.is_file()
+    assert not pd.read_parquet(first)["adv_pred"].equals(pd.read_parquet(second)["adv_pred"])
+
+
+@pytest.mark.parametrize("change", ["defense.recipe.epochs=5", "model.width=8", "dataset.split_seed=1",
+                                    "dataset.test_fraction=0.25", "seed=1"])
+def test_checkpoint_cache_is_keyed_on_content(change: str) -> None:
+    base = ["defense=natural", "defense.recipe.epochs=4"]
+    assert checkpoint_key(compose_config("train", [*base, change])) != checkpoint_key(compose_config("train", base))
+
+
+def test_checkpoint_cache_key_is_shared_by_train_and_run() -> None:
+    """`advbench train` writes the file a smoke `run` (any n_samples) looks up."""
+    train = compose_config("train", ["defense=natural"])
+    assert checkpoint_key(train) == checkpoint_key(compose_config("config", ["experiment=smoke", "dataset.n_samples=7"]))
+
+
+def test_run_trains_a_new_checkpoint_when_the_recipe_changes(tmp_path: Path) -> None:
+    """The issue: `defense.recipe.epochs` changed, yet the cell skipped on the old model."""
+    first = engine.run_main(config(tmp_path))
+    second = engine.run_main(config(tmp_path, "defense.recipe.epochs=1"))
+    assert first != second
+    meta = torch.load(ensure_checkpoint(config(tmp_path, "defense.recipe.epochs=1")), weights_only=True)["meta"]
+    assert meta["config"]["recipe"]["epochs"] == 1
+
+
+def test_sample_ids_without_an_id_attribute() -> None:
+    class Plain(torch.utils.data.Dataset):
+        def __len__(self) -> int:
+            return 3
+
+        def __getitem__(self, i: int):
+            return torch.zeros(1, 2, 2), 0, 10 * i
+
+    assert sample_ids(Plain()) == [0, 10, 20]
+
+
+def test_duplicate_sample_ids_are_an_error(tmp_path: Path) -> None:
+    from advbench.resume import ChunkStore
+
+    with pytest.raises(AdvbenchError, match="not unique"):
+        ChunkStore(tmp_path, "k", "v", [1, 2, 1])
+
+
+# ----------------------------------------------------------------- real processes, real signals
+
+def advbench_run(out: Path, cache: Path, *extra: str) -> subprocess.Popen:
+    args = [sys.executable, "-m", "advbench", "run", *BASE, "attack=bim", "dataset.n_samples=96", "chunk_size=8",
+            f"out_dir={out}", *extra]
+    env = {**os.environ, "ADVBENCH_CACHE": str(cache), "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def wait_for(predicate, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out")
+        time.sleep(0.02)
+
+
+@pytest.mark.slow
+def test_second_run_on_one_folder_waits_then_skips(tmp_path: Path, trained_digits_cache: Path) -> None:
+    """The issue's two sweeps into one folder: no FileNotFoundError, one computes, one skips."""
+    first = advbench_run(tmp_path, trained_digits_cache)
+    wait_for(lambda: any((tmp_path / "records").glob(".partial/*/chunk-*.parquet")) or first.poll() is not None)
+    second = advbench_run(tmp_path, trained_digits_cache)
+    outs = [p.communicate(timeout=120) for p in (first, second)]
+    for proc, (_, err) in zip((first, second), outs):
+        assert proc.returncode == 0 and "Traceback" not in err, err
+    assert "skip" in outs[1][1] and "skip" not in outs[0][1]
+    parts = list((tmp_path / "records").glob("*.parquet"))
+    assert len(parts) == 1 and len(pd.read_parquet(parts[0])) == 96
+    assert not any((tmp_path / "records/.partial").iterdir())
+
+
+@pytest.mark.slow
+def test_kill_at_random_points_then_resume_equals_an_uninterrupted_run(tmp_path: Path,
+                                                                       trained_digits_cache: Path) -> None:
+    """SIGKILL a BIM cell at random moments (mid-batch, mid-write), rerun, compare all columns."""
+    rng = random.Random(6)
+    out = tmp_path / "killed"
+    records = out / "records"
+    kills = 0
+    for _ in range(4):
+        proc = advbench_run(out, trained_digits_cache)
+        # Kill only once the run works on the cell (its lock exists): after imports, before the end.
+        wait_for(lambda: any(records.glob(".locks/*.lock")) or proc.poll() is not None)
+        time.sleep(rng.uniform(0.0, 1.5))
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            kills += 1
+        proc.communicate(timeout=60)
+    assert kills >= 2, "the cell finished before it could be killed; make it bigger"
+    final = advbench_run(out, trained_digits_cache)
+    _, err = final.communicate(timeout=120)
+    assert final.returncode == 0, err
+    clean = advbench_run(tmp_path / "clean", trained_digits_cache)
+    _, err = clean.communicate(timeout=120)
+    assert clean.returncode == 0, err
+    (resumed,) = records.glob("*.parquet")
+    (reference,) = (tmp_path / "clean/records").glob("*.parquet")
+    pd.testing.assert_frame_equal(comparable(pd.read_parquet(resumed)), comparable(pd.read_parquet(reference)))
+    assert not list(records.rglob("*.tmp")) and not any((records / ".partial").iterdir())
