@@ -326,6 +326,9 @@ def _name(key: str, value: Any) -> None:
 CHECKS: dict[str, Check] = {
     # names that become file or folder names
     "dataset.name": _name, "model.name": _name, "defense.name": _name, "attack.name": _name, "metric.name": _name,
+    "substitute.model.name": _name, "substitute.defense.name": _name,  # a substitute's cached checkpoint
+    "substitute.fallback.model.name": _name, "substitute.fallback.defense.name": _name,
+    "substitute.seed": _whole(0, nullable=True), "substitute.fallback.seed": _whole(0, nullable=True),
     # advbench run / train
     "seed": _whole(0),
     "batch_size": _whole(1),

@@ -261,6 +261,8 @@ ROWS = [
                                               f"cache_dir={env.tmp / 'c'}", "dataset.name=../../x"],
         ("dataset.name", "file name"), outside=("x*",)),
     Row("searchpath-name-up", searchpath_config, ("attack.name", "../../../x"), outside=("x*",)),
+    Row("substitute-name-up", run("threat=linf_transfer", "substitute=digits_seed1", "substitute.defense.name=../../x"),
+        ("substitute.defense.name", "file name"), outside=("x*",)),
     # section 6: misleading errors
     Row("plot-mixed-kinds", whole_output_folder, ("mixes record kinds", "advbench uap ablation"), absent=("NaN",)),
     Row("plot-uap-folder", plot_uap, ("advbench uap ablation",), absent=("eps grid",)),
