@@ -9,7 +9,10 @@ The definitions are those of section 4.1 of *Benchmarking Adversarial Robustness
 Every curve is built from per-sample thresholds (``min_eps`` for the budget curve,
 ``first_success_strength`` for the strength curve) by counting how many thresholds lie at or
 below each x value, so accuracy is non-increasing and ASR non-decreasing by construction.
-A ``min_eps`` of NaN is read like ``inf``: no successful budget was found.
+A ``min_eps`` of NaN is read like ``inf``: no successful budget was found. ``min_eps`` and
+the budgets are compared in float64, the dtype the engine records them in (a sample broken at
+the budget has ``min_eps == eps_budget`` exactly), so the budget curve at ε = budget equals
+:func:`summary_table`.
 """
 
 from __future__ import annotations
@@ -133,10 +136,10 @@ def budget_curve(df: pd.DataFrame, grid: Grid | None = None) -> pd.DataFrame:
             where = (key[CELL.index("dataset")], key[CELL.index("norm")])
             if where not in grids:
                 raise AdvbenchError(f"eps grid has no entry for dataset/norm {'/'.join(where)}; it has {sorted(grids)}")
-            eps = np.unique(np.asarray(grids[where], dtype=float))
+            eps = np.unique(np.asarray(grids[where], dtype=np.float64))
         else:
-            eps = np.unique(np.asarray(grids, dtype=float))
-        thresholds = g["min_eps"].to_numpy(float)
+            eps = np.unique(np.asarray(grids, dtype=np.float64))
+        thresholds = g["min_eps"].to_numpy(np.float64)
         thresholds = np.where(np.isnan(thresholds), np.inf, thresholds)
         return eps, lambda mask: np.searchsorted(np.sort(thresholds[mask]), eps, side="right")
 

@@ -103,6 +103,37 @@ def test_samples_do_not_interact(name: str, tiny_model, batch) -> None:
     assert torch.equal(whole.first_success, torch.cat([a.first_success, b.first_success]))
 
 
+# Attacks whose search through the engine takes over ~10 s on a busy CPU run with the slow tests.
+ENGINE_SLOW = {"cw", "apgd_t", "autoattack", "ensemble"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in ENGINE_SLOW else n for n in ATTACKS])
+def test_engine_records_of_every_attack_keep_the_invariants(name: str, tiny_model, batch) -> None:
+    """Through the engine: success at the budget ⇔ min_eps ≤ budget, brackets of probed ε, and
+    for a minimum-norm attack min_eps is the norm of the example it returns (inf if none)."""
+    attack = make_attack(name)
+    norm = "linf" if "linf" in attack.norms else attack.norms[0]
+    eps = BUDGETS[norm]
+    x, y = (t[:32] for t in batch)
+    threat = ThreatModel(norm=norm, goal="untargeted", eps=eps)
+    out = evaluate_batch(attack, tiny_model, x, y, None, threat, SearchSettings(resolution=0.1, max_probes=5))
+    hi, lo = out["min_eps"], out["min_eps_lo"]
+    assert torch.equal(out["success_at_budget"], hi <= eps)
+    both = torch.isfinite(hi) & torch.isfinite(lo)
+    assert (lo[both] < hi[both]).all()
+    if attack.kind != "minimizing":
+        assert out["min_eps_source"] == "search"
+        return
+    assert out["min_eps_source"] == "norm" and torch.isnan(lo).all()
+    res = make_attack(name)(WhiteBoxOracle(tiny_model, len(y)), x, y, eps=torch.full((len(y),), eps), norm=norm)
+    norms = lp_norm(res.x_adv.double() - x.double(), norm)
+    fresh = tiny_model(x).argmax(1) == y
+    adv = tiny_model(res.x_adv).argmax(1) != y
+    within = fresh & adv & (norms <= eps)
+    assert within.any() and torch.equal(hi[within], norms[within]), "min_eps is the returned example's norm"
+    assert torch.isinf(hi[fresh & ~adv & ~out["success_at_budget"]]).all()
+
+
 def test_negative_eps_is_rejected(tiny_model, batch) -> None:
     x, y = batch
     with pytest.raises(AdvbenchError, match="eps"):
