@@ -6,6 +6,7 @@ Measures, on the same model, batch and device:
   (b) our BIM per iteration, at a budget so small that every sample stays active, so early
       stopping cannot flatter the figure;
   (c) torchattacks PGD per iteration, and (d) Foolbox LinfPGD if `import foolbox` works;
+  (d') our APGD-CE and torchattacks' APGD (CE) per iteration, at the same tiny budget;
   (e) a full minimum-ε search against one fixed-budget run (`evaluate_batch`, search on/off);
   (f) with --minnorm: whole runs of DeepFool-ℓ2 and C&W-ℓ2 and of Foolbox's on the same batch,
       per sample (they stop per sample, so per iteration means nothing), with the model
@@ -42,6 +43,7 @@ from rich.console import Console
 from rich.table import Table
 from torch import nn
 
+from advbench.attacks.apgd import APGD
 from advbench.attacks.base import Attack
 from advbench.attacks.gradient import BIM
 from advbench.attacks.optimized import CarliniWagnerL2, DeepFool
@@ -170,10 +172,10 @@ def foolbox_pgd(model: nn.Module, eps: float, steps: int) -> Callable[[torch.Ten
     return lambda x, y: attack(fmodel, x, y, epsilons=eps)
 
 
-def bim_cost(bim: BIM, model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: torch.Tensor) -> WhiteBoxOracle:
-    """One BIM run; its oracle carries the per-sample gradient evaluations."""
+def attack_cost(attack: Attack, model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: torch.Tensor) -> WhiteBoxOracle:
+    """One run of the attack; its oracle carries the per-sample gradient evaluations."""
     oracle = WhiteBoxOracle(model, x.shape[0])
-    bim(oracle, x, y, eps=eps, norm="linf")
+    attack(oracle, x, y, eps=eps, norm="linf")
     return oracle
 
 
@@ -188,12 +190,17 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     bim = BIM(steps=steps, rel_stepsize=REL_STEPSIZE)
     ta = torchattacks.PGD(model, eps=TINY_EPS, alpha=REL_STEPSIZE * TINY_EPS, steps=steps, random_start=True)
     fb = foolbox_pgd(model, TINY_EPS, steps)
+    apgd = APGD(n_iter=steps, loss="ce")
+    ta_apgd = torchattacks.APGD(model, eps=TINY_EPS, steps=steps, loss="ce")
 
     limit_key, ours_key = "forward+backward (limit)", f"advbench BIM-{steps}"
+    apgd_key = f"advbench APGD-CE-{steps}"
     per_iter: dict[str, Callable[[], Any]] = {
         limit_key: lambda: [forward_backward(model, x, y) for _ in range(steps)],
-        ours_key: lambda: bim_cost(bim, model, x, y, tiny),
+        ours_key: lambda: attack_cost(bim, model, x, y, tiny),
         f"torchattacks PGD-{steps}": lambda: ta(x, y),
+        apgd_key: lambda: attack_cost(apgd, model, x, y, tiny),
+        f"torchattacks APGD-CE-{steps}": lambda: ta_apgd(x, y),
     }
     if fb is not None:
         per_iter[f"foolbox LinfPGD-{steps}"] = lambda: fb(x, y)
@@ -215,6 +222,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     active = float(timed[ours_key][1].grad_evals.float().mean()) / steps
     rows[ours_key].update(grad_evals=int(timed[ours_key][1].grad_evals.sum()),
                           note=f"{active:.0%} of samples active throughout")
+    rows[apgd_key].update(grad_evals=int(timed[apgd_key][1].grad_evals.sum()))
 
     fixed, searched = (timed[k][1] for k in search_keys)
     fixed_evals = int(fixed["grad_evals"].sum())

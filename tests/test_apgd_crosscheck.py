@@ -10,6 +10,10 @@ digits test split (~500 samples, 1 point ≈ 5 samples).
 
 from __future__ import annotations
 
+import importlib.util
+import json
+from pathlib import Path
+
 import pytest
 import torch
 import torchattacks
@@ -47,3 +51,18 @@ def test_robust_accuracy_within_one_point_of_torchattacks(case: str, norm: str, 
         clean = float((tiny_model(x).argmax(1) == y).float().mean())
     assert ours < clean - 0.2, "the budget should break a good share of the samples"
     assert ours <= ta + 0.01, f"{case} {norm}: robust accuracy {ours:.2%} vs torchattacks {ta:.2%}"
+
+
+def test_bench_script_times_apgd_against_torchattacks(tmp_path: Path) -> None:
+    """scripts/bench_attacks.py times both APGDs per iteration with every sample active."""
+    path = Path(__file__).resolve().parents[1] / "scripts" / "bench_attacks.py"
+    spec = importlib.util.spec_from_file_location("bench_attacks", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "bench.json"
+    args = ["--model", "small_cnn", "--batch", "6", "--iters", "3", "--repeats", "1", "--warmup", "0",
+            "--device", "cpu", "--out", str(out)]
+    assert bench.main(args) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert rows["advbench APGD-CE-3"]["grad_evals"] == 6 * 3
+    assert rows["advbench APGD-CE-3"]["per_iter"] > 0 and rows["torchattacks APGD-CE-3"]["per_iter"] > 0
