@@ -42,6 +42,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from advbench.errors import AdvbenchError
 from advbench.iqa.metrics.base import QualityMetric
 from advbench.iqa.video import PSNR_KINDS, H264Transcoder, RawFormat, VideoInfo, iter_chunks, probe, psnr, write_y4m
+from advbench.keys import content_key, file_digest
 from advbench.records import write_part
 
 Perturbation = Callable[[torch.Tensor, float], torch.Tensor]
@@ -52,6 +53,7 @@ DEFAULT_AMPLITUDES = (0.02, 0.04, 0.06, 0.08)
 DEFAULT_BITRATES_KBPS = (200, 1000, 5000, 12000)
 # Bump when the way RD numbers are computed changes, so older parts are recomputed.
 SETTINGS_VERSION = 2
+KEY_LENGTH = 16
 SYNTHETIC_SOURCES = ("astronaut", "coffee", "chelsea", "rocket", "immunohistochemistry", "hubble_deep_field")
 
 
@@ -104,20 +106,6 @@ def _update(digest: Any, key: str, tensor: torch.Tensor) -> None:
     flat = tensor.detach().cpu().contiguous().reshape(-1)
     digest.update(f"{key}:{flat.dtype}:{tuple(tensor.shape)}".encode())
     digest.update(flat.view(torch.uint8).numpy())
-
-
-def file_digest(path: Path) -> str:
-    """sha256 of a video file's bytes, read in 1 MiB blocks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def settings_key(settings: str) -> str:
-    """The short hash of a run's settings JSON that decides whether a part can be reused."""
-    return hashlib.sha256(settings.encode()).hexdigest()[:16]
 
 
 def _settings_key_of(path: Path) -> str | None:
@@ -218,8 +206,8 @@ def run_rd(
         "preset": preset, "max_frames": max_frames, "psnr_kind": psnr_kind,
         "raw": None if raw is None else asdict(raw),
     }
-    settings = {path: json.dumps({**shared, "video": file_digest(path)}, sort_keys=True) for path in paths}
-    keys = {path: settings_key(text) for path, text in settings.items()}
+    identity = {path: {**shared, "video": file_digest(path)} for path in paths}
+    keys = {path: content_key(value, KEY_LENGTH) for path, value in identity.items()}
     job = _Job(metric.to(device).eval(), perturb, preset, psnr_kind, raw, max_frames, chunk_frames, batch_size, device)
 
     def part(path: Path, amp: float, rate: float) -> Path:
@@ -241,7 +229,8 @@ def run_rd(
                 continue
             bar.update(task, description=f"RD {metric_name} {path.stem} a={amp:g}")
             for point in job.run(path, infos[path], amp, missing):
-                record = _record(point, run_id, metric_name, metric, path.stem, amp, psnr_kind, settings[path])
+                record = _record(point, run_id, metric_name, metric, path.stem, amp, psnr_kind, identity[path],
+                                 keys[path])
                 written.append(write_part(record, part(path, amp, point.bitrate_kbps)))
                 bar.advance(task)
     return RDRun(run_id, written, skipped, stale)
@@ -311,7 +300,7 @@ class _Job:
 
 def _record(
     point: _Point, run_id: str, metric_name: str, metric: QualityMetric, video: str, amplitude: float,
-    psnr_kind: str, settings: str,
+    psnr_kind: str, settings: dict[str, Any], key: str,
 ) -> pd.DataFrame:
     psnrs = np.concatenate(point.psnrs)
     if not math.isfinite(point.score):
@@ -332,8 +321,8 @@ def _record(
             "n_frames": len(psnrs),
             "codec_seconds": point.codec.seconds,
             "metric_seconds": point.metric_seconds,
-            "settings": settings,
-            "settings_key": settings_key(settings),
+            "settings": json.dumps(settings, sort_keys=True),
+            "settings_key": key,
             "created_at": pd.Timestamp.now(tz="UTC"),
         }
     )
