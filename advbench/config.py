@@ -12,6 +12,8 @@ import math
 import re
 import sys
 import tempfile
+import types
+import typing
 from itertools import product
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -25,6 +27,7 @@ from omegaconf.errors import OmegaConfBaseException
 import advbench.paths  # noqa: F401  (registers the ${advbench:cache|data|weights} resolver the YAML uses)
 from advbench.errors import AdvbenchError, user_error
 from advbench.names import safe_name
+from advbench.threat import GOALS, KNOWLEDGE, NORMS
 
 Task = Callable[[DictConfig], Any]
 
@@ -163,6 +166,9 @@ def _unknown_key(config_name: str, overrides: Sequence[str], exc: BaseException)
         return None
     key = found.group(1)
     parent, _, leaf = key.rpartition(".")
+    if not parent and any((d / key).is_dir() for d in _search_dirs(overrides)):
+        given = next((o for o in overrides if o.partition("=")[0] == key), f"{key}=...")
+        return AdvbenchError(f"config group '{key}' is not in the defaults list; add it with +{given}")
     rest = [o for o in overrides if o.partition("=")[0].lstrip("+~") != key]
     try:
         base = _compose(config_name, rest)
@@ -323,6 +329,50 @@ def _name(key: str, value: Any) -> None:
     safe_name(value, key)
 
 
+def _one_of(*valid: str) -> Check:
+    def check(key: str, value: Any) -> None:
+        if value not in valid:
+            raise AdvbenchError(f"unknown {key} '{value}'; valid: {', '.join(valid)}")
+    return check
+
+
+_SIMPLE = {int: "a whole number", float: "a number", bool: "true or false", str: "text", type(None): "null"}
+
+
+def _accepts(kind: type, value: Any) -> bool:
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
+
+def _check_arguments(key: str, node: Any) -> None:
+    """Values handed to a `_target_` must have the simple types its signature annotates.
+
+    A wrong type would otherwise surface as a TypeError deep inside the constructor
+    ("'<' not supported between 'str' and 'int'"); annotations that are not plain
+    int/float/bool/str (or Optional of them) are left to the constructor.
+    """
+    if not isinstance(node, DictConfig) or not isinstance(node.get("_target_"), str):
+        return
+    from hydra.utils import get_object
+
+    try:
+        target = get_object(node._target_)
+        hints = typing.get_type_hints(target.__init__ if isinstance(target, type) else target)
+    except Exception:  # an unknown target or unresolvable annotation: Hydra and the constructor report it
+        return
+    for name, value in node.items():
+        hint = hints.get(str(name))
+        kinds = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+        if hint is None or not all(k in _SIMPLE for k in kinds) or isinstance(value, (DictConfig, ListConfig)):
+            continue
+        if not any(_accepts(k, value) for k in kinds):
+            expected = " or ".join(_SIMPLE[k] for k in kinds)
+            raise AdvbenchError(f"{key}.{name} must be {expected}, got {value!r}")
+
+
 CHECKS: dict[str, Check] = {
     # names that become file or folder names
     "dataset.name": _name, "model.name": _name, "defense.name": _name, "attack.name": _name, "metric.name": _name,
@@ -334,6 +384,7 @@ CHECKS: dict[str, Check] = {
     "batch_size": _whole(1),
     "chunk_size": _whole(1),
     "threads": _whole(1, nullable=True),
+    "threat.norm": _one_of(*NORMS), "threat.goal": _one_of(*GOALS), "threat.knowledge": _one_of(*KNOWLEDGE),
     "shard.index": _whole(0),
     "shard.count": _whole(1),
     "force": _flag,
@@ -378,6 +429,8 @@ def validate(cfg: DictConfig) -> None:
     shard = cfg.get("shard")
     if shard is not None and not shard.index < shard.count:
         raise AdvbenchError(f"shard.index must be below shard.count (0..{shard.count - 1}), got {shard.index}")
+    for key in ("dataset", "attack.params", "metric"):
+        _check_arguments(key, OmegaConf.select(cfg, key))
     params = OmegaConf.select(cfg, "attack.params")
     if params is not None:
         _check_attack(cfg.attack.get("name", "attack"), params)
