@@ -83,13 +83,15 @@ RECORD_KINDS: tuple[RecordKind, ...] = (
                ""),
     RecordKind("benchmark", "benchmark records of `advbench run`", frozenset({"min_eps"}),
                (*_CELL, "sample_id", "label", "adv_pred", "clean_correct", "success_at_budget", "min_eps",
-                "eps_budget", "first_success_strength", "strength_budget"),
+                "eps_budget", "first_success_strength", "strength_budget", "adv_norm", "min_eps_source"),
                ("sample_id", "label", "adv_pred", "clean_correct", "success_at_budget", "min_eps", "eps_budget",
-                "first_success_strength", "strength_budget"),
+                "first_success_strength", "strength_budget", "adv_norm"),
                "advbench plot"),
 )
 """The record files advbench writes. `columns` are those the readers (curves, plots, tables)
-use, so a part without one of them comes from an older advbench and would be read wrongly."""
+use, so a part without one of them comes from an older advbench and would be read wrongly.
+Benchmark parts need `adv_norm` and `min_eps_source` too: parts without them predate the
+current definition of `min_eps` (the smallest probed ε verified to succeed)."""
 KINDS_BY_NAME = {k.name: k for k in RECORD_KINDS}
 
 

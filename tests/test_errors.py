@@ -130,6 +130,13 @@ def older_schema(env: Env) -> list[str]:
     return ["plot", str(folder), "--out", str(env.tmp / "figs")]
 
 
+def before_min_eps_fix(env: Env) -> list[str]:
+    """A part written before min_eps became the smallest verified probe (no adv_norm, min_eps_source)."""
+    old = real_frame(env).drop(columns=["adv_norm", "min_eps_source"]).assign(attack="bim")
+    folder = records_folder(env, ("prefix.parquet", old))
+    return ["plot", str(folder), "--out", str(env.tmp / "figs")]
+
+
 def whole_output_folder(env: Env) -> list[str]:
     """`advbench-out` as the tools leave it: benchmark records, RD records, UAP records."""
     root = env.tmp / "advbench-out"
@@ -255,6 +262,7 @@ ROWS = [
     Row("plot-text-budget", string_budget, ("eps_budget", "text_budget.parquet", "expected numbers")),
     Row("plot-foreign-part", foreign_beside_real, ("foreign.parquet", "not an advbench record file")),
     Row("plot-older-schema", older_schema, ("old.parquet", "knowledge", "strength_budget")),
+    Row("plot-before-min-eps-fix", before_min_eps_fix, ("prefix.parquet", "adv_norm", "min_eps_source")),
     Row("checkpoint-pickled", pickled_model, ("whole_model.pt", "pickled"), absent=("weights_only",)),
     # section 3: paths stay inside the output folder
     Row("attack-name-escapes", run("attack.name=/../../tmp/x"), ("attack.name", "file name"),
