@@ -34,6 +34,7 @@ from advbench.keys import content_key, dataset_identity, file_digest, model_iden
 from advbench.records import write_part
 from advbench.resume import CellFiles, ChunkStore, sample_ids, sweep_orphans
 from advbench.runtime import resolve_device, set_threads
+from advbench.substitute import load_substitute, substitute_identity
 from advbench.threat import ThreatModel, distances, goal_met
 
 console = Console(stderr=True)
@@ -316,6 +317,7 @@ def cell_identity(cfg: DictConfig, threat: ThreatModel, attack: Attack) -> dict[
         "seed": int(cfg.seed),
         "shard": [int(cfg.shard.index), int(cfg.shard.count)],
         "search": OmegaConf.to_container(cfg.search),
+        **substitute_identity(cfg, threat),
     }
 
 
@@ -344,16 +346,36 @@ def build_threat(cfg: DictConfig, budgets: dict[str, Any]) -> ThreatModel:
     return ThreatModel(norm=norm, goal=str(t.goal), knowledge=str(t.knowledge), eps=float(eps), normalized_l2=normalized)
 
 
-def run_main(cfg: DictConfig) -> Path:
-    """Hydra task of `advbench run`: one cell, records to parquet (skipped if present)."""
+def _in_sweep() -> bool:
+    """Whether this cell is one job of a `-m` sweep (which skips cells its attack does not support)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def run_main(cfg: DictConfig) -> Path | None:
+    """Hydra task of `advbench run`: one cell, records to parquet (skipped if present).
+
+    None: a sweep's cell that the attack does not support (norm, knowledge or goal), skipped
+    with one line so that presets can sweep attacks × threats.
+    """
     set_threads(cfg.get("threads"))
     device = resolve_device(str(cfg.device))
     dataset = instantiate(cfg.dataset)
     threat = build_threat(cfg, dataset.budgets)
     attack: Attack = instantiate(cfg.attack.params)
+    label = f"{cfg.dataset.name}/{cfg.defense.name}/{cfg.attack.name} {threat.norm} {threat.goal} ε={threat.eps:g}"
+    if threat.knowledge != "white":
+        label += f" ({threat.knowledge})"
+    why = attack.unsupported(threat.norm, threat.knowledge, threat.goal)
+    if why is not None:
+        if not _in_sweep():
+            raise AdvbenchError(why)
+        console.print(f"[dim]skip {label}: {why}[/dim]", soft_wrap=True)
+        return None
     identity = cell_identity(cfg, threat, attack)
     out = part_path(Path(cfg.records_dir), identity)
-    label = f"{cfg.dataset.name}/{cfg.defense.name}/{cfg.attack.name} {threat.norm} {threat.goal} ε={threat.eps:g}"
     files = CellFiles(out)
     if out.parent.is_dir():
         sweep_orphans(out.parent)
@@ -367,7 +389,9 @@ def run_main(cfg: DictConfig) -> Path:
             console.print(f"[dim]skip {label}: records exist at {out} (force=true to redo)[/dim]", soft_wrap=True)
             return out
         model = load_defended_model(cfg, dataset).to(device)
-        frame = evaluate_cell(cfg, dataset, model, attack, threat, identity, out, label, device)
+        substitute = load_substitute(cfg, dataset, threat)
+        frame = evaluate_cell(cfg, dataset, model, attack, threat, identity, out, label, device,
+                              substitute=None if substitute is None else substitute.to(device))
         write_part(frame, out)
         files.clear_partial()
     summarize(frame, label, out)
@@ -388,8 +412,12 @@ def load_defended_model(cfg: DictConfig, dataset: Any) -> torch.nn.Module:
 
 
 def evaluate_cell(cfg: DictConfig, dataset: Any, model: torch.nn.Module, attack: Attack, threat: ThreatModel,
-                  identity: dict[str, Any], out: Path, label: str, device: torch.device) -> pd.DataFrame:
-    """Evaluate the cell chunk by chunk, reusing the verified chunks a killed run wrote."""
+                  identity: dict[str, Any], out: Path, label: str, device: torch.device,
+                  substitute: torch.nn.Module | None = None) -> pd.DataFrame:
+    """Evaluate the cell chunk by chunk, reusing the verified chunks a killed run wrote.
+
+    `substitute` is the model transfer attacks craft on (None for other knowledge levels).
+    """
     eval_set = dataset.eval_set()
     positions = list(range(int(cfg.shard.index), len(eval_set), int(cfg.shard.count)))
     chunk = int(cfg.chunk_size)
@@ -431,7 +459,8 @@ def evaluate_cell(cfg: DictConfig, dataset: Any, model: torch.nn.Module, attack:
                 x, y = x.to(device), y.to(device)
                 target = target_classes(sample_id, y.cpu(), dataset.num_classes, int(cfg.seed)).to(device) \
                     if threat.targeted else None
-                measured = evaluate_batch(attack, model, x, y, target, threat, search, sample_id=sample_id)
+                measured = evaluate_batch(attack, model, x, y, target, threat, search, sample_id=sample_id,
+                                          substitute=substitute)
                 seconds = (time.perf_counter() - tic) / len(y)
                 rows.append(_batch_frame(measured, y.cpu(), sample_id, target, seconds))
                 progress.advance(task, len(y))
