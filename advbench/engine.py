@@ -171,10 +171,7 @@ def _measure_minimizing(b: _Batch, search: SearchSettings) -> dict[str, torch.Te
     example within the budget and bounds min_eps (so success at the budget ⇔ min_eps ≤ budget).
     """
     everyone = torch.arange(b.x.shape[0], device=b.x.device)
-        "model_config": model_identity(cfg.model),
     budget = torch.full((b.x.shape[0],), b.threat.eps, dtype=torch.float64, device=b.x.device)
-        "defense_config": {k: v for k, v in plain(cfg.defense).items() if k not in ("name", "description")},
-        "weights": weights_identity(cfg),
     res = b.attack_at(everyone, budget)
     pred, won = b.judge(res.x_adv, everyone)
     clean_adv = goal_met(b.clean_pred, b.y, b.target)
@@ -188,18 +185,6 @@ def _measure_minimizing(b: _Batch, search: SearchSettings) -> dict[str, torch.Te
     rescued = ~within & won_p
     proj_norm = torch.where(rescued, b.norm(projected, everyone), inf)
     min_eps = torch.where(rescued, torch.minimum(proj_norm, budget), found)
-def weights_identity(cfg: DictConfig) -> dict[str, str]:
-    """The bytes of an explicit `checkpoint=`, else the content key of the cache entry."""
-    from advbench.defenses.training import checkpoint_key
-
-    if cfg.get("checkpoint"):
-        path = Path(cfg.checkpoint)
-        if not path.is_file():
-            raise AdvbenchError(f"checkpoint '{path}' not found")
-        return {"checkpoint_sha256": file_digest(path)}
-    return {"cache_key": checkpoint_key(cfg)}
-
-
     adv_norm = torch.minimum(found, proj_norm)
     x_at = torch.where(per_sample(within, b.x), x_found, projected)
     pred_at = torch.where(within, pred_found, pred_p)
@@ -306,7 +291,10 @@ def cell_identity(cfg: DictConfig, threat: ThreatModel, attack: Attack) -> dict[
         "dataset": cfg.dataset.name,
         "dataset_config": dataset_identity(cfg.dataset, evaluation=True),
         "model": cfg.model.name,
+        "model_config": model_identity(cfg.model),
         "defense": cfg.defense.name,
+        "defense_config": {k: v for k, v in plain(cfg.defense).items() if k not in ("name", "description")},
+        "weights": weights_identity(cfg),
         "attack": cfg.attack.name,
         "attack_params": attack.params(),
         "norm": threat.norm,
@@ -319,6 +307,18 @@ def cell_identity(cfg: DictConfig, threat: ThreatModel, attack: Attack) -> dict[
         "search": OmegaConf.to_container(cfg.search),
         **substitute_identity(cfg, threat),
     }
+
+
+def weights_identity(cfg: DictConfig) -> dict[str, str]:
+    """The bytes of an explicit `checkpoint=`, else the content key of the cache entry."""
+    from advbench.defenses.training import checkpoint_key
+
+    if cfg.get("checkpoint"):
+        path = Path(cfg.checkpoint)
+        if not path.is_file():
+            raise AdvbenchError(f"checkpoint '{path}' not found")
+        return {"checkpoint_sha256": file_digest(path)}
+    return {"cache_key": checkpoint_key(cfg)}
 
 
 def cell_key(identity: dict[str, Any]) -> str:
