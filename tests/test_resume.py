@@ -24,6 +24,7 @@ from advbench import engine
 from advbench.config import compose_config
 from advbench.defenses.training import checkpoint_key, ensure_checkpoint
 from advbench.errors import AdvbenchError
+from advbench.records import write_part
 from advbench.resume import CellFiles, sample_ids
 
 # Timing and provenance differ between any two runs; everything else must not.
@@ -293,18 +294,28 @@ def wait_for(predicate, timeout: float = 60.0) -> None:
 
 
 @pytest.mark.slow
-def test_second_run_on_one_folder_waits_then_skips(tmp_path: Path, trained_digits_cache: Path) -> None:
-    """The issue's two sweeps into one folder: no FileNotFoundError, one computes, one skips."""
-    first = advbench_run(tmp_path, trained_digits_cache)
-    wait_for(lambda: any((tmp_path / "records").glob(".partial/*/chunk-*.parquet")) or first.poll() is not None)
-    second = advbench_run(tmp_path, trained_digits_cache)
-    outs = [p.communicate(timeout=120) for p in (first, second)]
-    for proc, (_, err) in zip((first, second), outs):
-        assert proc.returncode == 0 and "Traceback" not in err, err
-    assert "skip" in outs[1][1] and "skip" not in outs[0][1]
-    parts = list((tmp_path / "records").glob("*.parquet"))
-    assert len(parts) == 1 and len(pd.read_parquet(parts[0])) == 96
-    assert not any((tmp_path / "records/.partial").iterdir())
+def test_second_run_of_a_running_cell_waits_then_skips(tmp_path: Path, trained_digits_cache: Path,
+                                                       reference: pd.DataFrame) -> None:
+    """The issue's two sweeps into one folder: the second waits for the cell's lock, then skips
+    (before, it computed alongside and crashed with FileNotFoundError when `.partial/` went)."""
+    cfg = config(tmp_path)
+    files = CellFiles(engine.part_path(Path(cfg.records_dir), engine.cell_identity(cfg, *_threat_attack(cfg))))
+    log = tmp_path / "second.err"
+    with files.lock():  # this test plays the first run, mid-cell
+        files.partial.mkdir(parents=True)
+        (files.partial / "chunk-000000-00016.parquet").write_bytes(b"being written by the first run")
+        with open(log, "w") as err:
+            second = subprocess.Popen([sys.executable, "-m", "advbench", "run", *BASE, f"out_dir={tmp_path}"],
+                                      stdout=subprocess.DEVNULL, stderr=err,
+                                      env={**os.environ, "ADVBENCH_CACHE": str(trained_digits_cache)})
+        wait_for(lambda: "waiting" in log.read_text() or second.poll() is not None, timeout=300)
+        assert second.poll() is None, log.read_text()
+        write_part(reference, files.part)  # the first run finishes: part written, chunks removed
+        files.clear_partial()
+    assert second.wait(timeout=300) == 0, log.read_text()
+    err = log.read_text()
+    assert "skip" in err and "Traceback" not in err, err
+    pd.testing.assert_frame_equal(pd.read_parquet(files.part), reference)
 
 
 @pytest.mark.slow
