@@ -10,6 +10,7 @@ import torch
 import advbench.attacks.apgd as apgd
 from advbench.attacks.apgd import APGD, checkpoints, dlr_loss, halve_step
 from advbench.attacks.oracles import WhiteBoxOracle
+from advbench.attacks.steps import lp_norm
 from advbench.data.targets import target_classes
 from advbench.errors import AdvbenchError
 
@@ -127,6 +128,32 @@ def test_restarts_and_target_classes_count_iterations_across_runs(tiny_model, ba
     assert (apgd_t.first_success <= 60).all() and (oracle.grad_evals <= 60).all()
     assert (apgd_t.first_success > 10).any(), "later runs break samples the first run left robust"
     assert apgd_t.success.sum() >= single.success.sum()
+
+
+@pytest.mark.parametrize("norm", ["linf", "l2"])
+@pytest.mark.parametrize("targeted", [False, True])
+def test_apgd_t_keeps_the_catalogue_contract_on_a_short_schedule(norm: str, targeted: bool, tiny_model, batch) -> None:
+    """test_attacks.py runs `apgd_t` (9 x 100 iterations) only with the slow tests; the same
+    contract on 9 x 8 iterations, plus batch independence."""
+    x, y = batch
+    n = len(y)
+    target = target_classes(torch.arange(n), y, 10, seed=0) if targeted else None
+    eps = torch.linspace(0.2, 1.0, n) * {"linf": 0.1, "l2": 0.8}[norm] * (3 if targeted else 1)
+    apgd_t = APGD(loss="dlr", n_iter=8, n_target_classes=9)
+    oracle = WhiteBoxOracle(tiny_model, n)
+    res = apgd_t(oracle, x, y, eps=eps, norm=norm, target=target)
+    assert res.x_adv.min() >= 0 and res.x_adv.max() <= 1
+    assert (lp_norm(res.x_adv - x, norm) <= eps * (1 + 1e-5) + 1e-6).all()
+    pred = tiny_model(res.x_adv).argmax(1)
+    assert torch.equal(res.success, (pred == target) if targeted else (pred != y))
+    assert torch.equal(res.success, res.first_success >= 0)
+    assert (res.first_success <= apgd_t.steps).all() and (oracle.grad_evals <= apgd_t.steps).all()
+    assert res.success.float().mean() > 0.1
+    ids = torch.arange(n)
+    halves = [apgd_t(oracle.subset(i), x[i], y[i], eps=eps[i], norm=norm, target=None if target is None else target[i],
+                     sample_id=i) for i in (ids[:60], ids[60:])]
+    assert torch.allclose(res.x_adv, torch.cat([h.x_adv for h in halves]), atol=1e-5)
+    assert torch.equal(res.first_success, torch.cat([h.first_success for h in halves]))
 
 
 def test_deterministic_under_a_seed(tiny_model, batch) -> None:

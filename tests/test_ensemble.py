@@ -94,6 +94,32 @@ def test_min_eps_is_no_larger_than_any_members(tiny_model, batch) -> None:
     assert float(ens["min_eps"].median()) <= float(alone["min_eps"].median())
 
 
+@pytest.mark.parametrize("norm", ["linf", "l2"])
+@pytest.mark.parametrize("targeted", [False, True])
+def test_autoattack_keeps_the_catalogue_contract_on_a_short_schedule(norm, targeted, tiny_model, batch) -> None:
+    """test_attacks.py runs the `autoattack` preset (up to 1000 iterations) only with the slow
+    tests; the same contract with 8-iteration members, plus batch independence."""
+    x, y = batch
+    n = len(y)
+    target = target_classes(torch.arange(n), y, 10, seed=0) if targeted else None
+    eps = torch.linspace(0.2, 1.0, n) * {"linf": 0.1, "l2": 0.8}[norm] * (3 if targeted else 1)
+    auto = load_attack("autoattack", 0, {"member_params": {"apgd_ce": {"n_iter": 8}, "apgd_t": {"n_iter": 8}}})
+    assert auto.steps == 8 + 9 * 8
+    oracle = WhiteBoxOracle(tiny_model, n)
+    res = auto(oracle, x, y, eps=eps, norm=norm, target=target)
+    assert res.x_adv.min() >= 0 and res.x_adv.max() <= 1
+    assert (lp_norm(res.x_adv - x, norm) <= eps * (1 + 1e-5) + 1e-6).all()
+    pred = tiny_model(res.x_adv).argmax(1)
+    assert torch.equal(res.success, (pred == target) if targeted else (pred != y))
+    assert torch.equal(res.success, res.first_success >= 0)
+    assert (res.first_success <= auto.steps).all() and (oracle.grad_evals <= auto.steps).all()
+    ids = torch.arange(n)
+    halves = [auto(oracle.subset(i), x[i], y[i], eps=eps[i], norm=norm, target=None if target is None else target[i],
+                   sample_id=i) for i in (ids[:70], ids[70:])]
+    assert torch.allclose(res.x_adv, torch.cat([h.x_adv for h in halves]), atol=1e-5)
+    assert torch.equal(res.info["broken_by"], torch.cat([h.info["broken_by"] for h in halves]))
+
+
 def test_configured_by_member_option_names_with_the_run_seed() -> None:
     cfg = compose_config("config", ["attack=ensemble", "attack.members=[pgd,apgd_dlr]", "seed=7",
                                     "attack.params.member_params={apgd_dlr: {n_iter: 20}}"])
