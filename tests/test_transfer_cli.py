@@ -139,8 +139,8 @@ def test_seed_presets_sweep_the_seed_attack_list(preset: str) -> None:
     sweep = OmegaConf.load(conf_dir() / "experiment" / f"{preset}.yaml").hydra.sweeper.params
     cells = set()
     with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-        for row in str(sweep["+seed_row"]).split(","):
-            cfg = compose("config", overrides=[f"experiment={preset}", f"+seed_row={row}"])
+        for row in str(sweep["+experiment/seed_row"]).split(","):
+            cfg = compose("config", overrides=[f"experiment={preset}", f"+experiment/seed_row={row}"])
             attack = instantiate(cfg.attack.params)
             knowledge = cfg.threat.knowledge
             assert knowledge == "white" or cfg.attack.params.get("steps", 10) == 10, "the seed's 10 transfer iterations"
