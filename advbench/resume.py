@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -157,6 +158,7 @@ class ChunkStore:
         self.position = {sid: i for i, sid in enumerate(expected)}
         self.tables: dict[Path, pa.Table] = {}
         self.owner: dict[int, Path] = {}
+        self.done = np.zeros(len(expected), dtype=bool)
         self.reused: set[Path] = set()
         self.schema: pa.Schema | None = None
 
@@ -204,18 +206,19 @@ class ChunkStore:
         self.tables[path] = table
         for sid in table.column("sample_id").to_pylist():
             self.owner[int(sid)] = path
+            self.done[self.position[int(sid)]] = True
 
     def _forget(self, path: Path) -> None:
         table = self.tables.pop(path)
         for sid in table.column("sample_id").to_pylist():
             del self.owner[int(sid)]
+            self.done[self.position[int(sid)]] = False
         self.reused.discard(path)
         path.unlink(missing_ok=True)
 
     def missing(self) -> list[int]:
         """Positions (in `expected` order) that still need computing."""
-        covered = {self.position[sid] for sid in self.owner}
-        return [i for i in range(len(self.position)) if i not in covered]
+        return np.flatnonzero(~self.done).tolist()
 
     def add(self, frame: pd.DataFrame) -> None:
         """Save a freshly computed chunk; reused chunks of a different schema are dropped."""
