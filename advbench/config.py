@@ -160,29 +160,45 @@ _NO_OVERRIDE = re.compile(r"Could not override '([^']+)'")
 
 
 def _unknown_key(config_name: str, overrides: Sequence[str], exc: BaseException) -> AdvbenchError | None:
-    """Hydra's "Could not override 'x'" as "unknown key 'x'; did you mean y?" (difflib)."""
+    """Hydra's "Could not override 'x'" as "unknown key 'x'; did you mean y?" (difflib).
+
+    The suggestion comes from the keys at the level of the first segment that does not
+    exist, in the config composed without the offending override.
+    """
     found = _NO_OVERRIDE.search(str(exc))
     if found is None:
         return None
     key = found.group(1)
-    parent, _, leaf = key.rpartition(".")
-    if not parent and any((d / key).is_dir() for d in _search_dirs(overrides)):
+    if "." not in key and any((d / key).is_dir() for d in _search_dirs(overrides)):
         given = next((o for o in overrides if o.partition("=")[0] == key), f"{key}=...")
         return AdvbenchError(f"config group '{key}' is not in the defaults list; add it with +{given}")
-    rest = [o for o in overrides if o.partition("=")[0].lstrip("+~") != key]
-    try:
-        base = _compose(config_name, rest)
-    except (HydraException, OmegaConfBaseException, ValueError):
-        base = _compose(config_name, [o for o in overrides if o.startswith("hydra.")])
-    node = OmegaConf.select(base, parent) if parent else base
+    base = None
+    for kept in ([o for o in overrides if o.partition("=")[0].lstrip("+~") != key],
+                 [o for o in overrides if o.startswith("hydra.")]):
+        try:
+            base = _compose(config_name, kept)
+            break
+        except (HydraException, OmegaConfBaseException, ValueError):
+            continue
+    if base is None:
+        return None
+    parts = key.split(".")
+    node: Any = base
+    depth = 0
+    while depth < len(parts) - 1 and isinstance(node, DictConfig) and parts[depth] in node:
+        node, depth = node[parts[depth]], depth + 1
+    parent, leaf = ".".join(parts[:depth]), parts[depth]
     if not isinstance(node, DictConfig):
         return AdvbenchError(f"unknown key '{key}': '{parent}' holds a value, not keys")
+    if leaf in node:
+        return None
     names = sorted(str(k) for k in node.keys())
+    unknown = ".".join(parts[:depth + 1])
     close = difflib.get_close_matches(leaf, names, n=1, cutoff=0.6)
     if close:
-        return AdvbenchError(f"unknown key '{key}'; did you mean {parent + '.' if parent else ''}{close[0]}?")
+        return AdvbenchError(f"unknown key '{unknown}'; did you mean {parent + '.' if parent else ''}{close[0]}?")
     where = f" under {parent}" if parent else ""
-    return AdvbenchError(f"unknown key '{key}'; valid keys{where}: {', '.join(names)}")
+    return AdvbenchError(f"unknown key '{unknown}'; valid keys{where}: {', '.join(names)}")
 
 
 def _one_line(exc: BaseException) -> str:
