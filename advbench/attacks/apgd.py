@@ -124,8 +124,8 @@ class APGD(Attack):
         first = torch.where(success_of(clean, y, target), 0, -1)
         x_adv = x.clone()
         active = everyone[(first < 0) & (eps > 0)]   # at ε = 0 nothing can change
-        for run, (loss_target, restart) in enumerate(
-                (t, r) for t in loss_targets for r in range(self.n_restarts)):
+        runs = [t for t in loss_targets for _ in range(self.n_restarts)]   # target-major, as AutoAttack
+        for run, loss_target in enumerate(runs):
             if active.numel() == 0:
                 break
             t = None if loss_target is None else loss_target[active]
