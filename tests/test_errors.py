@@ -233,6 +233,14 @@ def searchpath_config(env: Env) -> list[str]:
             f"out_dir={env.tmp / 'a' / 'b'}"]
 
 
+def extra_group(env: Env, choice: str) -> list[str]:
+    """A config group of the user's own (`hydra.searchpath`) that no defaults list names."""
+    folder = env.tmp / "my-groups" / "extra"
+    folder.mkdir(parents=True)
+    (folder / "opt.yaml").write_text("value: 1\n")
+    return [f"hydra.searchpath=[file://{folder.parent}]", choice]
+
+
 def run(*overrides: str) -> Callable[[Env], list[str]]:
     return lambda env: [*SMOKE, env.out, *overrides]
 
@@ -253,7 +261,7 @@ ROWS = [
     Row("fraction-text", run("dataset.test_fraction=abc"), ("dataset.test_fraction must be a number", "'abc'")),
     Row("steps-text", run("attack=bim", "attack.params.steps=abc"), ("attack.params.steps must be a whole number",)),
     Row("norm-unknown", run("threat.norm=l3"), ("unknown threat.norm 'l3'", "linf, l2")),
-    Row("group-not-in-defaults", run("seed_row=white_bim"), ("+seed_row=white_bim",)),
+    Row("group-not-in-defaults", lambda env: [*run()(env), *extra_group(env, "extra=opt")], ("add it with +extra=opt",)),
     Row("amplitudes-empty", stability("amplitudes=[]"), ("amplitudes", "non-empty")),
     Row("amplitudes-text", stability("amplitudes=[abc]"), ("amplitudes", "'abc'")),
     Row("uap-empty-shape", empty_uap, ("empty_uap.pt", "(3, 0, 0)")),
