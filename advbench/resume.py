@@ -45,8 +45,7 @@ def warn(message: str) -> None:
 @contextmanager
 def file_lock(path: Path, what: str) -> Iterator[None]:
     """Hold an exclusive `flock` on `path` (created if needed); say so when we have to wait."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+b") as fh:
+    with _open_lock_file(path) as fh:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -58,10 +57,18 @@ def file_lock(path: Path, what: str) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+def _open_lock_file(path: Path) -> Any:
+    """The lock file opened for locking; a folder we cannot write to is a one-line error."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return open(path, "a+b")
+    except OSError as exc:
+        raise AdvbenchError(f"cannot create the lock file '{path}': {exc.strerror or exc}") from None
+
+
 def _try_lock(path: Path) -> Any:
     """An open, locked handle on `path`, or None when another run holds it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fh = open(path, "a+b")
+    fh = _open_lock_file(path)
     try:
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

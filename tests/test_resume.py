@@ -348,3 +348,11 @@ def test_kill_at_random_points_then_resume_equals_an_uninterrupted_run(tmp_path:
     (reference,) = (tmp_path / "clean/records").glob("*.parquet")
     pd.testing.assert_frame_equal(comparable(pd.read_parquet(resumed)), comparable(pd.read_parquet(reference)))
     assert not list(records.rglob("*.tmp")) and not any((records / ".partial").iterdir())
+
+
+def test_unwritable_lock_folder_is_one_line(tmp_path: Path) -> None:
+    """A records folder where the lock cannot be made (here `.locks` is a file) is a user error."""
+    (tmp_path / "records").mkdir()
+    (tmp_path / "records/.locks").write_text("not a folder")
+    with pytest.raises(AdvbenchError, match="cannot create the lock file"):
+        engine.run_main(config(tmp_path))
