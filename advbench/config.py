@@ -401,6 +401,7 @@ CHECKS: dict[str, Check] = {
     "chunk_size": _whole(1),
     "threads": _whole(1, nullable=True),
     "threat.norm": _one_of(*NORMS), "threat.goal": _one_of(*GOALS), "threat.knowledge": _one_of(*KNOWLEDGE),
+    "threat.steps": _whole(1, nullable=True),  # iterations of BIM/MIM/DIM/TI under transfer threats
     "shard.index": _whole(0),
     "shard.count": _whole(1),
     "force": _flag,
