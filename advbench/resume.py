@@ -18,9 +18,9 @@ import fcntl
 import re
 import shutil
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO
 
 import numpy as np
 import pandas as pd
@@ -57,7 +57,7 @@ def file_lock(path: Path, what: str) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _open_lock_file(path: Path) -> Any:
+def _open_lock_file(path: Path) -> IO[bytes]:
     """The lock file opened for locking; a folder we cannot write to is a one-line error."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -66,7 +66,7 @@ def _open_lock_file(path: Path) -> Any:
         raise AdvbenchError(f"cannot create the lock file '{path}': {exc.strerror or exc}") from None
 
 
-def _try_lock(path: Path) -> Any:
+def _try_lock(path: Path) -> IO[bytes] | None:
     """An open, locked handle on `path`, or None when another run holds it."""
     fh = _open_lock_file(path)
     try:
@@ -86,7 +86,7 @@ class CellFiles:
         self.partial = self.records_dir / ".partial" / part.stem
         self.lock_path = self.records_dir / ".locks" / f"{part.stem}.lock"
 
-    def lock(self) -> Any:
+    def lock(self) -> AbstractContextManager[None]:
         return file_lock(self.lock_path, f"the lock of {self.part.name}")
 
     def part_is_readable(self) -> bool:

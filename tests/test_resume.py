@@ -168,7 +168,7 @@ def test_skip_when_finished_and_unreadable_part_is_recomputed(tmp_path: Path, mo
 
 def test_kills_leave_no_orphans_after_the_next_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Leftovers of kills (temporary files, chunks of finished cells) go on the next run."""
-    finished = engine.run_main(config(tmp_path, "attack=bim"))
+    finished = engine.run_main(config(tmp_path, "threat=l2"))
     stale_partial = CellFiles(finished).partial
     stale_partial.mkdir(parents=True)
     (stale_partial / "chunk-000000-00016.parquet").write_bytes(b"left by a kill after the part was written")
