@@ -28,31 +28,40 @@ def diverse_inputs(x: torch.Tensor, *, prob: float, resize_rate: float, seed: in
 
     The seed's DIM (appendix B). Sizes and pad offsets are uniform integers over the closed
     ranges, drawn per sample; the resize is bilinear with align_corners=False, i.e. exactly
-    `F.interpolate` then `F.pad`, written as one `grid_sample` so every sample can have its own
-    size in one batched, differentiable call. Samples not drawn are returned unchanged.
+    `F.interpolate` then `F.pad`. Bilinear resizing is separable, so each sample's resize and
+    pad is one matrix per axis, out = R_y · x · R_xᵀ, batched with `einsum`: every sample has its
+    own size in one call, and forward and backward are plain matrix products (deterministic on
+    GPUs too, unlike `grid_sample`'s backward). Samples not drawn are returned unchanged.
     """
-    n, _, h, w = x.shape
+    _, _, h, w = x.shape
     u = uniform(seed, sample_id, (4,), stream, device=x.device, dtype=torch.float64)
     apply = u[:, 0] < prob
     if not bool(apply.any()):
         return x
-
-    def axis(size: int, frac: torch.Tensor, offset: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Sampling coordinates in grid_sample's [-1, 1] units and the inside-the-window mask."""
-        lo = int(resize_rate * size)
-        rnd = lo + torch.floor(frac * (size - lo + 1)).clamp(max=size - lo)        # (n,)
-        start = torch.floor(offset * (size - rnd + 1)).clamp(max=size - rnd)        # (n,)
-        pos = torch.arange(size, device=x.device, dtype=torch.float64)[None, :] - start[:, None]
-        coord = (pos + 0.5) * 2.0 / rnd[:, None] - 1.0                               # (n, size)
-        inside = (pos >= 0) & (pos < rnd[:, None])
-        return coord.to(x.dtype), inside
-
-    gy, in_y = axis(h, u[:, 1], u[:, 2])
-    gx, in_x = axis(w, u[:, 1], u[:, 3])
-    grid = torch.stack((gx[:, None, :].expand(n, h, w), gy[:, :, None].expand(n, h, w)), dim=-1)
-    out = F.grid_sample(x, grid, mode="bilinear", padding_mode="border", align_corners=False)
-    out = out * (in_y[:, :, None] & in_x[:, None, :]).to(x.dtype)[:, None]
+    rows = _resize_and_pad(h, resize_rate, u[:, 1], u[:, 2]).to(x.dtype)
+    cols = _resize_and_pad(w, resize_rate, u[:, 1], u[:, 3]).to(x.dtype)
+    out = torch.einsum("nij,ncjk,nlk->ncil", rows, x, cols)
     return torch.where(apply.reshape(-1, 1, 1, 1), out, x)
+
+
+def _resize_and_pad(size: int, resize_rate: float, frac: torch.Tensor, offset: torch.Tensor) -> torch.Tensor:
+    """(n, size, size) matrices: row r of sample i interpolates the input at (r − start + ½)·size/rnd − ½.
+
+    rnd = ⌊rate·size⌋ + ⌊frac·(size − ⌊rate·size⌋ + 1)⌋ and start = ⌊offset·(size − rnd + 1)⌋, so
+    both are uniform over their closed ranges; rows outside [start, start + rnd) are zero (the pad).
+    """
+    lo = int(resize_rate * size)
+    rnd = lo + torch.floor(frac * (size - lo + 1)).clamp(max=size - lo)            # (n,)
+    start = torch.floor(offset * (size - rnd + 1)).clamp(max=size - rnd)            # (n,)
+    pos = torch.arange(size, device=frac.device, dtype=torch.float64)[None, :] - start[:, None]
+    src = ((pos + 0.5) * size / rnd[:, None] - 0.5).clamp(0, size - 1)              # (n, size)
+    i0 = src.floor()
+    i1 = (i0 + 1).clamp(max=size - 1)
+    t = src - i0
+    j = torch.arange(size, device=frac.device, dtype=torch.float64)[None, None, :]
+    weights = (1 - t)[..., None] * (j == i0[..., None]) + t[..., None] * (j == i1[..., None])
+    inside = (pos >= 0) & (pos < rnd[:, None])
+    return weights * inside[..., None]
 
 
 def gaussian_kernel(size: int, nsig: float) -> torch.Tensor:
