@@ -166,6 +166,15 @@ def pickled_model(env: Env) -> list[str]:
     return [*SMOKE, f"checkpoint={path}", env.out]
 
 
+def pickled_metric_weights(env: Env) -> list[str]:
+    path = env.tmp / "nima_model.pth"
+    torch.save({"state_dict": {}, "hook": torch.nn.Identity()}, path)
+    uap_file = env.tmp / "uap.pt"
+    torch.save({"uap": torch.full((3, 8, 8), 0.05), "meta": "{}"}, uap_file)
+    return ["uap", "eval", "metric=nima", f"metric.weights={path}", f"perturbation={uap_file}", "methods=[uap]",
+            env.out, "device=cpu"]
+
+
 def empty_uap(env: Env) -> list[str]:
     path = env.tmp / "empty_uap.pt"
     torch.save({"uap": torch.zeros(3, 0, 0), "meta": "{}"}, path)
@@ -272,6 +281,8 @@ ROWS = [
     Row("plot-older-schema", older_schema, ("old.parquet", "knowledge", "strength_budget")),
     Row("plot-before-min-eps-fix", before_min_eps_fix, ("prefix.parquet", "adv_norm", "min_eps_source")),
     Row("checkpoint-pickled", pickled_model, ("whole_model.pt", "pickled"), absent=("weights_only",)),
+    Row("metric-weights-pickled", pickled_metric_weights, ("nima_model.pth", "pickled", "torch.nn"),
+        absent=("weights_only", "can still be loaded")),
     # section 3: paths stay inside the output folder
     Row("attack-name-escapes", run("attack.name=/../../tmp/x"), ("attack.name", "file name"),
         outside=("out/tmp", "out/records/*/**")),

@@ -50,18 +50,27 @@ def read_torch_file(path: Path, what: str) -> Any:
     try:
         return torch.load(path, weights_only=True, map_location="cpu")
     except Exception as exc:  # torch raises many types for bad files (pickle, zip, runtime)
-        text = _ANSI.sub("", str(exc))
-        found = _UNSAFE_GLOBAL.search(text)
-        if found or "Weights only load failed" in text:
-            held = f" ({found.group(1)})" if found else ""
-            raise AdvbenchError(
-                f"'{path}' is not a {what} advbench can load: it holds pickled Python objects{held}, which "
-                "advbench never unpickles because loading them could run code; save tensors and plain values "
-                "instead (e.g. model.state_dict(), not the model object)"
-            ) from None
-        reason = (text.strip().splitlines() or [""])[0]
+        unsafe = unsafe_pickle(exc)
+        if unsafe:
+            raise AdvbenchError(f"'{path}' is not a {what} advbench can load: {unsafe}") from None
+        reason = (_ANSI.sub("", str(exc)).strip().splitlines() or [""])[0]
         detail = f": {reason}" if " " in reason else ""
         raise AdvbenchError(f"'{path}' is not a readable {what} (corrupt, or not written by torch.save){detail}") from None
+
+
+def unsafe_pickle(exc: BaseException) -> str | None:
+    """Why a weights-only load refused pickled objects, in one line; None for other failures.
+
+    Torch's own message advises lifting the restriction, which would let the file run code;
+    this one says what to save instead.
+    """
+    text = _ANSI.sub("", str(exc))
+    found = _UNSAFE_GLOBAL.search(text)
+    if not found and "Weights only load failed" not in text:
+        return None
+    held = f" ({found.group(1)})" if found else ""
+    return (f"it holds pickled Python objects{held}, which advbench never unpickles because loading them could "
+            "run code; save tensors and plain values instead (e.g. model.state_dict(), not the model object)")
 
 
 def first_mismatch(found: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Tensor]) -> str | None:

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from advbench.errors import AdvbenchError
+from advbench.models.checkpoint import unsafe_pickle
 
 _DATA_PARALLEL_PREFIX = "module."
 
@@ -56,7 +57,7 @@ def read_checkpoint(path: str | os.PathLike[str], metric: str, option: str, sour
     try:
         return torch.load(file, map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, ValueError, AttributeError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = unsafe_pickle(exc) or (str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
         raise AdvbenchError(f"{metric}: cannot read '{file}' as a weights-only torch checkpoint: {first}") from None
 
 
