@@ -261,8 +261,8 @@ def guarded(task: Task, cfg: DictConfig) -> Any:
 def check_writable(cfg: DictConfig) -> None:
     """Create the job's output folder and write a scratch file there, or fail in one line.
 
-    `out_dir` (and `records_dir` when it lies elsewhere) for jobs that have one; the cache
-    for `advbench train`, which writes only there.
+    `out_dir` and `records_dir` for the jobs that have them; the cache for `advbench train`,
+    which writes only there.
     """
     keys = [k for k in ("out_dir", "records_dir") if cfg.get(k)] or [k for k in ("cache_dir",) if cfg.get(k)]
     for key in keys:
