@@ -29,7 +29,7 @@ BUDGETS = {"linf": 0.1, "l2": 0.8}
 # AutoAttack preset take up to 900/1000 iterations on every robust sample (~40 s a test here);
 # test_apgd.py and test_ensemble.py hold them to the contract fast with short schedules.
 MINIMIZING_N = 50
-SLOW = {"cw", "apgd_t", "autoattack"}
+SLOW = {"cw", "cw_clip", "apgd_t", "autoattack"}
 CATALOGUE = [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in ATTACKS]
 
 
@@ -107,7 +107,7 @@ def test_samples_do_not_interact(name: str, tiny_model, batch) -> None:
 
 
 # Attacks whose search through the engine takes over ~10 s on a busy CPU run with the slow tests.
-ENGINE_SLOW = {"cw", "apgd_t", "autoattack", "ensemble"}
+ENGINE_SLOW = {"cw", "cw_clip", "apgd_t", "autoattack", "ensemble"}
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in ENGINE_SLOW else n for n in ATTACKS])

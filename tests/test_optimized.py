@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from advbench.attacks.optimized import CarliniWagnerL2, DeepFool, goal_margin, max_other, next_const
+from advbench.attacks.optimized import CarliniWagnerL2, ClipBox, DeepFool, goal_margin, max_other, next_const
 from advbench.attacks.oracles import TransferOracle, WhiteBoxOracle
 from advbench.attacks.steps import adam_step, lp_norm
 from advbench.data.targets import target_classes
@@ -29,10 +29,15 @@ def fast_cw(**kw) -> CarliniWagnerL2:
     return CarliniWagnerL2(**{"iterations": 30, "binary_search_steps": 4, "stepsize": 0.05, **kw})
 
 
+def fast_cw_clip(**kw) -> CarliniWagnerL2:
+    return fast_cw(box="clip", **kw)
+
+
 CASES = {
     "deepfool-l2": (DeepFool, "l2"),
     "deepfool-linf": (DeepFool, "linf"),
     "cw-l2": (fast_cw, "l2"),
+    "cw-clip-l2": (fast_cw_clip, "l2"),
 }
 
 
@@ -237,6 +242,39 @@ def test_cw_early_abort_saves_steps_per_sample(tiny_model, batch) -> None:
     full, cost_full = attack("cw-l2", x, y, tiny_model, abort_early=False)
     assert float(cost_eager.grad_evals.float().mean()) < 0.8 * float(cost_full.grad_evals.float().mean())
     assert eager.success.float().mean() >= full.success.float().mean() - 0.02
+
+
+def test_clip_box_passes_the_gradient_inside_the_bounds_ends_included() -> None:
+    """A pixel at a bound must be able to move inwards (gradient at the end passes); one the
+    step pushed outside is clipped in the objective, so it gets no gradient and costs nothing."""
+    x = torch.tensor([0.0, 1.0, 0.5, 0.0, 1.0])
+    w = torch.tensor([0.0, 0.0, 0.2, -0.1, 0.3])
+    x_model = ClipBox.to_model(w, x, (0.0, 1.0))
+    assert torch.equal(x_model, torch.tensor([0.0, 1.0, 0.7, 0.0, 1.0]))
+    assert torch.equal(ClipBox.chain(w, x, (0.0, 1.0), torch.full((5,), 2.0)), torch.tensor([2.0, 2.0, 2.0, 0.0, 0.0]))
+    assert torch.equal(ClipBox.start(x, (0.0, 1.0)), torch.zeros(5))
+
+
+def test_cw_clip_box_moves_saturated_pixels_and_finds_smaller_examples(tiny_model, batch) -> None:
+    """On digits most pixels sit at 0 or 1. The tanh box starts them where tanh' ≈ 1e-6, so
+    they stay put and C&W must go around them; the clipped box moves them like any other."""
+    x, y = batch[0][:64], batch[1][:64]
+    eps = torch.full((64,), 0.8)
+    runs = {box: fast_cw(iterations=25, box=box)(WhiteBoxOracle(tiny_model, 64), x, y, eps=eps, norm="l2")
+            for box in ("tanh", "clip")}
+    saturated = (x == 0) | (x == 1)
+    delta = {box: res.x_adv - x for box, res in runs.items()}
+    assert float(delta["tanh"][saturated].abs().max()) < 1e-3
+    energy = float((delta["clip"] ** 2)[saturated].sum() / (delta["clip"] ** 2).sum())
+    assert energy > 0.2, f"the clipped box put only {energy:.1%} of its perturbation on saturated pixels"
+    median = {box: float(torch.where(res.success, lp_norm(delta[box], "l2"), torch.tensor(float("inf"))).median())
+              for box, res in runs.items()}
+    assert runs["clip"].success.all() and median["clip"] < 0.95 * median["tanh"], median
+
+
+def test_cw_rejects_an_unknown_box() -> None:
+    with pytest.raises(ValueError, match="unknown box 'sigmoid'; valid: tanh, clip"):
+        CarliniWagnerL2(box="sigmoid")
 
 
 def test_cw_is_l2_only(tiny_model, batch) -> None:

@@ -163,6 +163,57 @@ class DeepFool(Attack):
         return per_sample(dist[rows, nearest] + 1e-4, w) * unit_direction(w, norm)
 
 
+class TanhBox:
+    """C&W's change of variables x' = lo + (hi − lo)·(tanh(w) + 1)/2: in bounds by construction.
+
+    Pixels at a bound start at w = atanh(±(1 − 1e-6)) ≈ ±7.25, where the gradient is ~1e-6,
+    so Adam barely moves them: costly on images with many saturated pixels (digits).
+    """
+
+    @staticmethod
+    def start(x: torch.Tensor, bounds: tuple[float, float]) -> torch.Tensor:
+        lo, hi = bounds
+        return torch.atanh(((x - lo) / (hi - lo) * 2 - 1) * (1 - 1e-6))
+
+    @staticmethod
+    def to_model(w: torch.Tensor, x: torch.Tensor, bounds: tuple[float, float]) -> torch.Tensor:
+        lo, hi = bounds
+        return lo + (hi - lo) * (torch.tanh(w) + 1) / 2
+
+    @staticmethod
+    def chain(w: torch.Tensor, x: torch.Tensor, bounds: tuple[float, float], grad: torch.Tensor) -> torch.Tensor:
+        """d loss / dw from d loss / dx'."""
+        lo, hi = bounds
+        return grad * (hi - lo) / 2 * (1 - torch.tanh(w) ** 2)
+
+
+class ClipBox:
+    """C&W's clipped gradient descent: w = δ, x' = clip(x + δ) inside the objective.
+
+    The gradient passes where x + δ lies within the bounds, ends included, so a pixel at a
+    bound moves inwards at full speed; a coordinate pushed outside stays clipped (zero
+    gradient) and costs nothing, since the distance is measured on the clipped x'.
+    """
+
+    @staticmethod
+    def start(x: torch.Tensor, bounds: tuple[float, float]) -> torch.Tensor:
+        return torch.zeros_like(x)
+
+    @staticmethod
+    def to_model(w: torch.Tensor, x: torch.Tensor, bounds: tuple[float, float]) -> torch.Tensor:
+        return clip(x + w, bounds)
+
+    @staticmethod
+    def chain(w: torch.Tensor, x: torch.Tensor, bounds: tuple[float, float], grad: torch.Tensor) -> torch.Tensor:
+        """d loss / dδ from d loss / dx': zero where the clip is active."""
+        lo, hi = bounds
+        inside = (x + w >= lo) & (x + w <= hi)
+        return grad * inside
+
+
+BOXES: dict[str, type[TanhBox] | type[ClipBox]] = {"tanh": TanhBox, "clip": ClipBox}
+
+
 def next_const(const: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor,
                found: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """C&W's per-sample search over c after one optimisation at `const`.
@@ -178,9 +229,10 @@ def next_const(const: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor,
 
 
 class CarliniWagnerL2(Attack):
-    """Carlini–Wagner ℓ2: min ‖x' − x‖₂² + c·max(margin(x') + κ, 0) with Adam in tanh space.
+    """Carlini–Wagner ℓ2: min ‖x' − x‖₂² + c·max(margin(x') + κ, 0) with Adam on a variable w.
 
-    x' = lo + (hi − lo)·(tanh(w) + 1)/2 stays in bounds by construction. Each sample runs
+    `box` keeps x' in bounds: "tanh" (the seed's, `TanhBox`) or "clip" (`ClipBox`, C&W's
+    clipped gradient descent, which moves saturated pixels). Each sample runs
     `binary_search_steps` optimisations of at most `iterations` Adam steps, each from x with fresh
     moments, and searches its own c (see `next_const`). With `abort_early`, a sample stops an
     optimisation when its loss fell by less than 0.01% over a tenth of `iterations`. An example
@@ -198,7 +250,8 @@ class CarliniWagnerL2(Attack):
     norms = ("l2",)
 
     def __init__(self, *, iterations: int = 100, binary_search_steps: int = 10, initial_const: float = 1.0,
-                 stepsize: float = 0.01, confidence: float = 0.0, abort_early: bool = True) -> None:
+                 stepsize: float = 0.01, confidence: float = 0.0, abort_early: bool = True,
+                 box: str = "tanh") -> None:
         for name, value in (("iterations", iterations), ("binary_search_steps", binary_search_steps)):
             if value < 1:
                 raise ValueError(f"expected {name} >= 1, got {value}")
@@ -206,12 +259,15 @@ class CarliniWagnerL2(Attack):
             raise ValueError(f"expected initial_const > 0 and stepsize > 0, got {initial_const}, {stepsize}")
         if confidence < 0:
             raise ValueError(f"expected confidence >= 0, got {confidence}")
+        if box not in BOXES:
+            raise ValueError(f"unknown box '{box}'; valid: {', '.join(BOXES)}")
         self.iterations = iterations
         self.binary_search_steps = binary_search_steps
         self.initial_const = initial_const
         self.stepsize = stepsize
         self.confidence = confidence
         self.abort_early = abort_early
+        self.box = box
 
     @property
     def steps(self) -> int:
@@ -231,7 +287,7 @@ class CarliniWagnerL2(Attack):
         lo = torch.zeros_like(const)
         hi = torch.full_like(const, math.inf)
         spent = torch.zeros(n, dtype=torch.long, device=x.device)
-        w0 = self._to_tanh(x, oracle.bounds)
+        w0 = BOXES[self.box].start(x, oracle.bounds)
         for _ in range(self.binary_search_steps):
             if todo.numel() == 0:
                 break
@@ -248,16 +304,6 @@ class CarliniWagnerL2(Attack):
             return met
         return met & (goal_margin(logits, y, target) <= -self.confidence)
 
-    @staticmethod
-    def _to_tanh(x: torch.Tensor, bounds: tuple[float, float]) -> torch.Tensor:
-        lo, hi = bounds
-        return torch.atanh(((x - lo) / (hi - lo) * 2 - 1) * (1 - 1e-6))
-
-    @staticmethod
-    def _to_model(w: torch.Tensor, bounds: tuple[float, float]) -> torch.Tensor:
-        lo, hi = bounds
-        return lo + (hi - lo) * (torch.tanh(w) + 1) / 2
-
     def _optimise(self, oracle: Oracle, x: torch.Tensor, w0: torch.Tensor, y: torch.Tensor,
                   target: torch.Tensor | None, const: torch.Tensor, todo: torch.Tensor,
                   best: SmallestAdversarial, spent: torch.Tensor) -> torch.Tensor:
@@ -268,12 +314,12 @@ class CarliniWagnerL2(Attack):
         m, v = torch.zeros_like(w), torch.zeros_like(w)
         prev = torch.full((todo.shape[0],), math.inf, dtype=x.dtype, device=x.device)
         check_every = math.ceil(self.iterations / 10)
-        lo, hi = oracle.bounds
+        box = BOXES[self.box]
         for i in range(self.iterations):
             act = todo[pos]
             ya, ta, xo = y[act], _rows(target, act), x[act]
             c = const[act].to(x.dtype)
-            xa = self._to_model(w, oracle.bounds)
+            xa = box.to_model(w, xo, oracle.bounds)
 
             def penalty(z: torch.Tensor) -> torch.Tensor:
                 return c * (goal_margin(z, ya, ta) + self.confidence).clamp_min(0)
@@ -283,7 +329,7 @@ class CarliniWagnerL2(Attack):
             best.offer(act, xa, adv, spent[act])
             found[pos] |= adv
             loss = lp_norm(xa - xo, "l2") ** 2 + penalty(logits)
-            g_w = (g + 2 * (xa - xo)) * (hi - lo) / 2 * (1 - torch.tanh(w) ** 2)
+            g_w = box.chain(w, xo, oracle.bounds, g + 2 * (xa - xo))
             w -= adam_step(g_w, m, v, i + 1, self.stepsize)
             spent[act] += 1
             if self.abort_early and i % check_every == 0:
