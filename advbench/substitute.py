@@ -67,14 +67,17 @@ def substitute_identity(cfg: DictConfig, threat: ThreatModel) -> dict[str, Any]:
     sub = _required(cfg, threat)
     if sub is None:
         return {}
-    as_tgt = as_target(cfg, sub)
+    weights = _as_substitute_error(weights_identity, as_target(cfg, sub))
+    if model_identity(sub.model) == model_identity(cfg.model) and weights == weights_identity(cfg):
+        raise AdvbenchError(f"substitute '{sub.get('name', '')}' is the target itself (same model and weights), "
+                            "so the attack would be white-box; set substitute.seed=..., another substitute or threat.knowledge=white")
     return {"substitute": {
         "name": str(sub.get("name", "")),
         "model": str(sub.model.name),
         "model_config": model_identity(sub.model),
         "defense": str(sub.defense.name),
         "defense_config": {k: v for k, v in plain(sub.defense).items() if k not in ("name", "description")},
-        "weights": _as_substitute_error(weights_identity, as_tgt),
+        "weights": weights,
     }}
 
 

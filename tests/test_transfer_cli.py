@@ -115,6 +115,16 @@ def test_substitute_is_part_of_the_cell_key_of_transfer_cells_only(tmp_path: Pat
     assert identity([*base, "substitute=digits_seed1"]) == identity(base), "white-box cells ignore the substitute"
 
 
+def test_a_substitute_that_is_the_target_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(AdvbenchError, match="is the target itself"):
+        identity(["threat=linf_transfer", "substitute=digits_seed1", "substitute.seed=0", f"cache_dir={tmp_path}"])
+    ckpt = tmp_path / "same.pt"
+    ckpt.write_bytes(b"weights")
+    with pytest.raises(AdvbenchError, match="is the target itself"):
+        identity(["threat=linf_transfer", "substitute=digits_seed1", f"checkpoint={ckpt}",
+                  f"substitute.checkpoint={ckpt}", f"cache_dir={tmp_path}"])
+
+
 def test_the_seed_cifar10_pairing() -> None:
     common = ["experiment=seed_cifar10", "model=wrn34_10"]
     assert substitute_config(compose_config("config", [*common, "defense=pgd_at"])).defense.name == "trades"
