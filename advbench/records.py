@@ -130,13 +130,13 @@ def read_kind(paths: Iterable[Path | str], kinds: Collection[str] | None = None,
             found.setdefault(kind.name, []).append(f)
     if not found:
         raise AdvbenchError(f"no records to read in {where}: only {', '.join(KINDS_BY_NAME[k].label for k in skip)}")
+    if kinds is not None and not found.keys() & set(kinds):
+        expected = " or ".join(KINDS_BY_NAME[k].label for k in kinds)
+        raise AdvbenchError(f"expected {expected} in {where}, found {_describe(found)}")
     if len(found) > 1:
         raise AdvbenchError(f"{where} mixes record kinds, pass one folder per kind: {_describe(found)}")
     (name, parts), = found.items()
     kind = KINDS_BY_NAME[name]
-    if kinds is not None and name not in kinds:
-        expected = " or ".join(KINDS_BY_NAME[k].label for k in kinds)
-        raise AdvbenchError(f"expected {expected} in {where}, found {_describe(found)}")
     frames = [_read_part(f, kind) for f in parts]
     return kind, pd.concat(frames, ignore_index=True)
 

@@ -296,7 +296,8 @@ ROWS = [
         ("substitute.defense.name", "file name"), outside=("x*",)),
     # section 6: misleading errors
     Row("plot-mixed-kinds", whole_output_folder, ("mixes record kinds", "advbench uap ablation"), absent=("NaN",)),
-    Row("plot-uap-folder", plot_uap, ("advbench uap ablation",), absent=("eps grid",)),
+    Row("plot-uap-folder", plot_uap, ("expected benchmark records", "advbench uap ablation"),
+        absent=("eps grid", "mixes")),
     Row("typo-key", run("atack=bim"), ("unknown key 'atack'; did you mean attack?",)),
     Row("typo-nested-key", run("attack.paramz.steps=3"), ("unknown key 'attack.paramz'; did you mean attack.params?",)),
     Row("channels", run("model=resnet56"), ("3-channel input", "1 channel")),
