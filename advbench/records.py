@@ -20,6 +20,7 @@ from advbench.errors import AdvbenchError
 
 
 def write_part(frame: pd.DataFrame, path: Path) -> Path:
+    """Write `frame` to `path` atomically (temp file + rename)."""
     return write_table(pa.Table.from_pandas(frame, preserve_index=False), path)
 
 
@@ -29,7 +30,6 @@ def write_table(table: pa.Table, path: Path) -> Path:
     A kill can leave the temporary file (never a half-written `path`); `advbench.resume`
     removes such leftovers by that name pattern.
     """
-    """Write `frame` to `path` atomically (temp file + rename)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
