@@ -102,7 +102,7 @@ def _figure(curves: pd.DataFrame, x: str, xlabel: str, styles: dict, show_budget
             ax.set_xticks(range(int(top) + 1))
             ax.set_xlim(-0.3, top + 0.3)
         else:  # iterations and queries are whole numbers
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.xaxis.set_major_locator(MaxNLocator(nbins=6, integer=True))
             ax.set_xlim(0, top or 1)
         ax.set_title(attack, fontsize=11)
         ax.set_ylim(-0.02, 1.02)

@@ -321,25 +321,34 @@ def test_second_run_of_a_running_cell_waits_then_skips(tmp_path: Path, trained_d
 @pytest.mark.slow
 def test_kill_at_random_points_then_resume_equals_an_uninterrupted_run(tmp_path: Path,
                                                                        trained_digits_cache: Path) -> None:
-    """SIGKILL a BIM cell at random moments (start-up, mid-batch, mid-write), rerun, compare all columns."""
-    tic = time.monotonic()
+    """SIGKILL a BIM cell at random moments (start-up, then after a random number of chunks,
+    mid-batch or mid-write), rerun, compare all columns.
+
+    Kills are timed by the chunks on disk, not by the clock, so a loaded machine or a fast
+    resumed run cannot let the cell finish before it was killed.
+    """
     clean = advbench_run(tmp_path / "clean", trained_digits_cache)
     _, err = clean.communicate(timeout=300)
     assert clean.returncode == 0, err
-    duration = time.monotonic() - tic
     rng = random.Random(6)
     records = tmp_path / "killed/records"
+
+    def chunks_on_disk() -> int:
+        return len(list(records.glob(".partial/*/chunk-*.parquet")))
+
     kills = 0
-    for _ in range(8):
+    # 12 chunks of 8 samples: once during start-up, then at two random later chunk counts.
+    for target in [0, *sorted(rng.sample(range(2, 11), 2))]:
         proc = advbench_run(tmp_path / "killed", trained_digits_cache)
-        try:
-            proc.wait(timeout=rng.uniform(0.2, 0.95) * duration)
-        except subprocess.TimeoutExpired:
+        if target == 0:
+            time.sleep(rng.uniform(0.2, 1.0))
+        else:
+            wait_for(lambda: chunks_on_disk() >= target or proc.poll() is not None, timeout=300)
+            time.sleep(rng.uniform(0.0, 0.1))  # land anywhere in the next chunk's batch or write
+        if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
             kills += 1
         proc.communicate(timeout=60)
-        if kills == 3 or proc.returncode == 0:
-            break
     assert kills >= 2, "the cell finished before it could be killed twice"
     final = advbench_run(tmp_path / "killed", trained_digits_cache)
     _, err = final.communicate(timeout=300)
