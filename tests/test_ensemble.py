@@ -16,6 +16,8 @@ from advbench.engine import SearchSettings, evaluate_batch
 from advbench.errors import AdvbenchError
 from advbench.threat import ThreatModel
 
+from contract import assert_budgeted_contract
+
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 MEMBERS = ["fgsm", "apgd_ce", "apgd_dlr"]
@@ -107,12 +109,7 @@ def test_autoattack_keeps_the_catalogue_contract_on_a_short_schedule(norm, targe
     assert auto.steps == 8 + 9 * 8
     oracle = WhiteBoxOracle(tiny_model, n)
     res = auto(oracle, x, y, eps=eps, norm=norm, target=target)
-    assert res.x_adv.min() >= 0 and res.x_adv.max() <= 1
-    assert (lp_norm(res.x_adv - x, norm) <= eps * (1 + 1e-5) + 1e-6).all()
-    pred = tiny_model(res.x_adv).argmax(1)
-    assert torch.equal(res.success, (pred == target) if targeted else (pred != y))
-    assert torch.equal(res.success, res.first_success >= 0)
-    assert (res.first_success <= auto.steps).all() and (oracle.grad_evals <= auto.steps).all()
+    assert_budgeted_contract(auto, res, oracle, tiny_model, x, y, eps, norm, target)
     ids = torch.arange(n)
     halves = [auto(oracle.subset(i), x[i], y[i], eps=eps[i], norm=norm, target=None if target is None else target[i],
                    sample_id=i) for i in (ids[:70], ids[70:])]
