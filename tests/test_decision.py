@@ -1,0 +1,141 @@
+"""HopSkipJump: labels-only access, exact per-sample query counts, checkpoints, starts, the engine.
+
+The catalogue contract (bounds, success agrees with the model, targeted means the target,
+samples do not interact) runs on conf/attack/hsj.yaml in test_attacks.py with a short budget.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+from torch import nn
+
+from advbench.attacks.decision import HopSkipJump
+from advbench.attacks.oracles import DecisionOracle, WhiteBoxOracle
+from advbench.attacks.steps import lp_norm
+from advbench.data.targets import target_classes
+from advbench.errors import AdvbenchError
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+class Counting(nn.Module):
+    """Forwards to a model and counts the images it was shown."""
+
+    bounds = (0.0, 1.0)
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model, self.rows = model, 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.rows += x.shape[0]
+        return self.model(x)
+
+
+@pytest.fixture(scope="module")
+def batch(digits_tensors):
+    _, _, x, y = digits_tensors
+    return x[:24], y[:24]
+
+
+def hsj(**kw) -> HopSkipJump:
+    return HopSkipJump(**{"max_queries": 400, "checkpoints": [100, 200], **kw})
+
+
+def attack(model: nn.Module, x, y, norm="l2", target=None, sample_id=None, **kw):
+    oracle = DecisionOracle(model, len(y))
+    res = hsj(**kw)(oracle, x, y, eps=torch.full((len(y),), 0.8), norm=norm, target=target, sample_id=sample_id)
+    return res, oracle
+
+
+@pytest.mark.parametrize("norm", ["l2", "linf"])
+def test_queries_are_counted_exactly_per_sample_and_stop_at_the_budget(norm: str, tiny_model, batch) -> None:
+    x, y = batch
+    stub = Counting(tiny_model)
+    res, oracle = attack(stub, x, y, norm)
+    assert stub.rows == int(oracle.queries.sum()), "every image the model saw is a counted query"
+    assert (oracle.queries <= 400).all()
+    started = res.success & (tiny_model(x).argmax(1) == y)
+    assert started.any() and (oracle.queries[started] == 400).all(), "a started sample spends its whole budget"
+    for i in (0, 5):  # alone, a sample is shown exactly the images it was charged for in the batch
+        alone = Counting(tiny_model)
+        attack(alone, x[i:i + 1], y[i:i + 1], norm, sample_id=torch.tensor([i]))
+        assert alone.rows == int(oracle.queries[i])
+
+
+def test_the_oracle_gives_labels_only_and_white_box_access_is_refused(tiny_model, batch) -> None:
+    x, y = batch
+    oracle = DecisionOracle(tiny_model, len(y))
+    assert not hasattr(oracle, "logits") and not hasattr(oracle, "value_and_grad")
+    labels = oracle.labels(x.requires_grad_(True), torch.arange(len(y)))
+    assert labels.dtype == torch.long and labels.shape == y.shape and labels.grad_fn is None
+    with pytest.raises(AdvbenchError, match="decision"):
+        hsj()(WhiteBoxOracle(tiny_model, len(y)), x.detach(), y, eps=torch.full((len(y),), 0.8), norm="l2")
+
+
+def test_deterministic_and_independent_of_the_batch(tiny_model, batch) -> None:
+    x, y = batch
+    whole, _ = attack(tiny_model, x, y)
+    again, _ = attack(tiny_model, x, y)
+    assert torch.equal(whole.x_adv, again.x_adv) and torch.equal(whole.first_success, again.first_success)
+    ids = torch.arange(len(y))
+    part, _ = attack(tiny_model, x[7:13], y[7:13], sample_id=ids[7:13])
+    assert torch.allclose(part.x_adv, whole.x_adv[7:13], atol=1e-5)
+    assert torch.equal(part.info["norm_at_100"], whole.info["norm_at_100"][7:13])
+
+
+def test_checkpoints_and_first_success_are_in_queries(tiny_model, batch) -> None:
+    x, y = batch
+    res, oracle = attack(tiny_model, x, y, max_queries=1000, checkpoints=[100, 300, 5000])
+    assert set(res.info) == {"norm_at_100", "norm_at_300", "norm_at_1000"}, "checkpoints past the budget drop; the budget is one"
+    a, b, c = (res.info[k] for k in ("norm_at_100", "norm_at_300", "norm_at_1000"))
+    assert (b <= a).all() and (c <= b).all() and (c < a).any(), "more queries never hurt and here help"
+    found = lp_norm(res.x_adv - x, "l2")
+    assert torch.allclose(c[res.success], found[res.success]) and torch.isinf(c[~res.success]).all()
+    first = res.first_success
+    assert ((first >= 0) == (res.success & (found <= 0.8))).all()
+    assert (first <= oracle.queries).all()
+    assert (first[b <= 0.8] <= 300).all() and (first[(b > 0.8) & (first >= 0)] > 100).all()
+
+
+def test_median_minimum_l2_is_small_within_a_small_budget(tiny_model, digits_tensors) -> None:
+    _, _, x, y = digits_tensors
+    x, y = x[:40], y[:40]
+    res, _ = attack(tiny_model, x, y, max_queries=1000)
+    norms = torch.where(res.success, lp_norm(res.x_adv - x, "l2"), torch.full((40,), math.inf))
+    assert res.success.all()
+    assert norms.median() < 1.0, f"median minimum l2 {norms.median():.3f} after 1000 queries"
+
+
+def test_targeted_starts_from_the_batch_and_fails_cleanly_without_one(tiny_model, batch) -> None:
+    x, y = batch
+    target = target_classes(torch.arange(len(y)), y, 10, seed=0)
+    res, _ = attack(tiny_model, x, y, target=target)
+    assert res.success.float().mean() > 0.5
+    assert (tiny_model(res.x_adv).argmax(1)[res.success] == target[res.success]).all()
+    alone = (y != 3) & (tiny_model(x).argmax(1) != 3)  # no image of class 3 left: a target of 3 has no start
+    res, oracle = attack(tiny_model, x[alone], y[alone], target=torch.full((int(alone.sum()),), 3))
+    assert not res.success.any() and torch.equal(res.x_adv, x[alone])
+    assert (oracle.queries == 1).all() and torch.isinf(res.info["norm_at_400"]).all()
+
+
+def test_end_to_end_under_the_decision_threat(tmp_path: Path, trained_digits_cache: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from advbench.config import compose_config
+    from advbench.engine import run_main
+
+    monkeypatch.setenv("ADVBENCH_CACHE", str(trained_digits_cache))
+    overrides = ["attack=hsj", "attack.params.max_queries=300", "attack.params.checkpoints=[100,200]",
+                 "threat=l2_decision", "dataset.n_samples=16", "defense.recipe.epochs=4", f"out_dir={tmp_path}"]
+    frame = pd.read_parquet(run_main(compose_config("config", overrides)))
+    assert set(frame["knowledge"]) == {"decision"} and set(frame["min_eps_source"]) == {"norm"}
+    assert (frame["queries"] <= 300).all() and (frame["grad_evals"] == 0).all()
+    assert {"norm_at_100", "norm_at_200", "norm_at_300"} <= set(frame.columns)
+    won = frame["success_at_budget"]
+    assert won.any() and (frame.loc[won, "first_success_strength"] <= 300).all()
+    assert (frame["norm_at_300"] >= frame["adv_norm"] - 1e-5).all()
