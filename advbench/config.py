@@ -65,11 +65,20 @@ def describe(group: str, option: str) -> str:
     text = (conf_dir() / group / f"{option}.yaml").read_text()
     data = yaml.safe_load(text) or {}
     if data.get("description"):
-        return str(data["description"]).strip()
+        return str(data["description"]).strip() + _defense_metadata(data)
     for line in text.splitlines():
         if line.startswith("#") and not line.startswith("# @package"):
             return line.lstrip("# ").strip()
     return ""
+
+
+def _defense_metadata(data: dict[str, Any]) -> str:
+    """` (category; intended threat: ...)` of a defense YAML, empty for other options."""
+    if "category" not in data:
+        return ""
+    category = data["category"]
+    category = ", ".join(category) if isinstance(category, list) else str(category)
+    return f" ({category}; intended threat: {data.get('threat_model', 'unstated')})"
 
 
 def split_args(args: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -341,6 +350,18 @@ def _positive_list(key: str, value: Any) -> None:
         raise AdvbenchError(f"{key} must be a non-empty list of positive numbers, got {_plain(value)!r}")
 
 
+DEFENSE_CATEGORIES = ("natural training", "robust training", "input transformation", "randomization", "ensemble",
+                      "certified")
+"""The seed's defense categories (Table 1); a defense YAML's `category:` lists one or more."""
+
+
+def _categories(key: str, value: Any) -> None:
+    values = list(value) if isinstance(value, ListConfig) else [value]
+    bad = [str(v) for v in values if v not in DEFENSE_CATEGORIES]
+    if bad or not values:
+        raise AdvbenchError(f"{key} must list categories of {', '.join(DEFENSE_CATEGORIES)}; got {_plain(value)!r}")
+
+
 def _name(key: str, value: Any) -> None:
     safe_name(value, key)
 
@@ -392,6 +413,7 @@ def _check_arguments(key: str, node: Any) -> None:
 CHECKS: dict[str, Check] = {
     # names that become file or folder names
     "dataset.name": _name, "model.name": _name, "defense.name": _name, "attack.name": _name, "metric.name": _name,
+    "defense.category": _categories,
     "substitute.model.name": _name, "substitute.defense.name": _name,  # a substitute's cached checkpoint
     "substitute.fallback.model.name": _name, "substitute.fallback.defense.name": _name,
     "substitute.seed": _whole(0, nullable=True), "substitute.fallback.seed": _whole(0, nullable=True),

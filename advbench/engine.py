@@ -46,6 +46,9 @@ _ABS_TOL = 1e-6
 _FRAME_COLUMNS = ("sample_id", "label", "target", "clean_correct", "seconds")
 """Record columns `_batch_frame` adds to what `evaluate_batch` measures."""
 
+DEFENSE_LABELS = ("name", "description", "category", "threat_model")
+"""Keys of a `conf/defense` YAML that describe it and never change a number (not in cell keys)."""
+
 
 @dataclass(frozen=True)
 class SearchSettings:
@@ -220,12 +223,13 @@ def _columns(b: _Batch, res: AttackResult, pred_at: torch.Tensor, x_at: torch.Te
         "dist_l2": d["l2"],
         "dist_l2_norm": d["l2_norm"],
     }
-    clash = sorted(set(res.info) & {*out, *_FRAME_COLUMNS, "min_eps_source"})
+    clash = sorted(set(res.info) & {*out, *_FRAME_COLUMNS, "min_eps_source", "grad_mode"})
     if clash:
         raise AdvbenchError(f"{type(b.attack).__name__} reports info columns {', '.join(clash)} that the engine writes")
     out.update(res.info)
     out = {k: v.detach().cpu() for k, v in out.items()}
     out["min_eps_source"] = source
+    out["grad_mode"] = b.oracle.grad_mode
     return out
 
 
@@ -293,7 +297,7 @@ def cell_identity(cfg: DictConfig, threat: ThreatModel, attack: Attack) -> dict[
         "model": cfg.model.name,
         "model_config": model_identity(cfg.model),
         "defense": cfg.defense.name,
-        "defense_config": {k: v for k, v in plain(cfg.defense).items() if k not in ("name", "description")},
+        "defense_config": {k: v for k, v in plain(cfg.defense).items() if k not in DEFENSE_LABELS},
         "weights": weights_identity(cfg),
         "attack": cfg.attack.name,
         "attack_params": attack.params(),
@@ -399,16 +403,20 @@ def run_main(cfg: DictConfig) -> Path | None:
 
 
 def load_defended_model(cfg: DictConfig, dataset: Any) -> torch.nn.Module:
-    """The defense's model: an explicit `checkpoint=` path, else the cache (trained on demand)."""
+    """The defense's model: an explicit `checkpoint=` path, else the cache (trained on demand),
+    behind the defense's `wrapper:` if it has one (the cache entry is then the base defense's)."""
     from advbench.defenses.training import load_trained_model
+    from advbench.defenses.wrappers import base_config, wrap
     from advbench.models import instantiate_model
     from advbench.models.checkpoint import load_checkpoint
 
     if cfg.get("checkpoint"):
         model = instantiate_model(cfg.model, dataset.num_classes, dataset.input_shape[0])
         load_checkpoint(Path(cfg.checkpoint), model)
-        return model.eval().requires_grad_(False)
-    return load_trained_model(cfg, dataset)
+        model = model.eval().requires_grad_(False)
+    else:
+        model = load_trained_model(base_config(cfg), dataset)
+    return wrap(model, plain(cfg.defense.get("wrapper")), seed=int(cfg.seed))
 
 
 def evaluate_cell(cfg: DictConfig, dataset: Any, model: torch.nn.Module, attack: Attack, threat: ThreatModel,

@@ -46,6 +46,8 @@ class Oracle:
     """Per-sample cost counters, subset views, and what every oracle exposes: bounds, classes."""
 
     knowledge: ClassVar[str]
+    grad_mode: str = "none"
+    """What the oracle's gradients are (records' `grad_mode`): none without gradients."""
 
     def __init__(self, model: nn.Module, n: int, *, substitute: nn.Module | None = None,
                  num_classes: int | None = None) -> None:
@@ -96,6 +98,12 @@ class WhiteBoxOracle(Oracle):
         """The model the white-box methods act on (the substitute for transfer)."""
         return self._target
 
+    @property
+    def grad_mode(self) -> str:  # type: ignore[override]
+        """exact, bpda (identity backward through a non-differentiable wrapper) or eot: the
+        model says which (`advbench.defenses.wrappers`), plain models are exact."""
+        return str(getattr(self._white, "grad_mode", "exact"))
+
     def logits(self, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         """Logits, forward only (+1 query per row)."""
         self._count(self._queries, x, idx)
@@ -103,21 +111,28 @@ class WhiteBoxOracle(Oracle):
 
     def value_and_grad(self, x: torch.Tensor, objective: Objective,
                        idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Logits at x and d(Σ objective(logits))/dx (+1 grad_eval per row).
+        """Logits at x and d(Σ objective(logits))/dx (+1 grad_eval per row and pass).
 
         `objective` maps logits (m, K) to per-sample losses (m,); summing keeps each sample's
-        gradient its own (models are in eval mode, so samples do not interact).
+        gradient its own (models are in eval mode, so samples do not interact). A randomized
+        model's `eot_samples` > 1 makes this an EOT estimate: logits and gradient are means
+        over that many independent passes, each counted as one grad_eval.
         """
-        self._count(self._grad_evals, x, idx)
+        passes = int(getattr(self._white, "eot_samples", 1))
         x = x.detach().requires_grad_(True)
-        with torch.enable_grad():
-            logits = self._white(x)
-            value = objective(logits)
-            if value.shape != (x.shape[0],):
-                raise ValueError(f"objective must return one loss per sample, shape ({x.shape[0]},), "
-                                 f"got {tuple(value.shape)}")
-            grad, = torch.autograd.grad(value.sum(), x)
-        return logits.detach(), grad
+        logits_sum = grad_sum = None
+        for _ in range(passes):
+            self._count(self._grad_evals, x, idx)
+            with torch.enable_grad():
+                logits = self._white(x)
+                value = objective(logits)
+                if value.shape != (x.shape[0],):
+                    raise ValueError(f"objective must return one loss per sample, shape ({x.shape[0]},), "
+                                     f"got {tuple(value.shape)}")
+                grad, = torch.autograd.grad(value.sum(), x)
+            logits_sum = logits.detach() if logits_sum is None else logits_sum + logits.detach()
+            grad_sum = grad if grad_sum is None else grad_sum + grad
+        return logits_sum / passes, grad_sum / passes
 
     def loss_grad(self, x: torch.Tensor, labels: torch.Tensor, targeted: bool,
                   idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

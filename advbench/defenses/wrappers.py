@@ -1,0 +1,185 @@
+"""Input-transformation defenses: a transform in front of any classifier, set by `wrapper:`.
+
+A wrapped model is deployed as is: the transform runs on every forward pass, and the engine
+judges success on that. What a white-box oracle differentiates is decided here, at the model
+boundary, so attacks and the engine need no per-defense code (seed 4.2, adaptive attacks):
+
+- `grad_mode = "bpda"`: the transform has no useful gradient (JPEG's quantisation, rounding);
+  the forward value is the transformed input, the backward pass is the identity (BPDA with
+  the identity as the approximation, Athalye et al. 2018).
+- `grad_mode = "eot"`: the transform is random; `eot_samples` tells the white-box oracle how
+  many passes to average its gradient over (EOT).
+
+Random draws come from `advbench.attacks.random`, keyed per row by a hash of the row's own
+values and by the wrapper's pass counter, so a row's draw does not depend on its batch
+position or companions, and a run with the same settings is reproducible.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+from omegaconf import DictConfig, open_dict
+from torch import nn
+
+from advbench.attacks.random import _GOLDEN, _mix
+from advbench.attacks.transfer import diverse_inputs
+from advbench.errors import AdvbenchError
+
+class _StraightThrough(torch.autograd.Function):
+    """Forward: the transformed input `t`; backward: the gradient passed to `x` unchanged."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:  # noqa: ARG004
+        return t.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # noqa: ARG004
+        return grad, None
+
+
+class InputTransform(nn.Module):
+    """`model(transform(x))`, with the wrapped model's bounds and the transform's grad mode."""
+
+    grad_mode: ClassVar[str] = "exact"
+    randomized: ClassVar[bool] = False
+    eot_samples: int = 1
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+        self.bounds: tuple[float, float] = tuple(getattr(model, "bounds", (0.0, 1.0)))  # type: ignore[assignment]
+
+    def transform(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model(self.transform(x))
+
+
+class _BPDA(InputTransform):
+    """A non-differentiable transform whose backward pass is the identity."""
+
+    grad_mode = "bpda"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            t = self.transform(x.detach())
+        return self.model(_StraightThrough.apply(x, t))
+
+
+class JPEG(_BPDA):
+    """JPEG compression at `quality` (Dziugaite et al. 2016; Guo et al. 2018): libjpeg encode
+    and decode through torchvision.io, one batched call each (lists of images).
+
+    Inputs are quantised to uint8 first, as any JPEG file is; CUDA inputs round-trip through
+    the CPU codec so that results match on every device.
+    """
+
+    def __init__(self, model: nn.Module, quality: int = 75) -> None:
+        super().__init__(model)
+        if not 1 <= quality <= 100:
+            raise AdvbenchError(f"defense.wrapper.quality must be a whole number in 1..100, got {quality}")
+        self.quality = int(quality)
+
+    def transform(self, x: torch.Tensor) -> torch.Tensor:
+        return jpeg_roundtrip(x, self.quality)
+
+
+def jpeg_roundtrip(x: torch.Tensor, quality: int) -> torch.Tensor:
+    """x in [0, 1] (N, C, H, W), C ∈ {1, 3}, encoded and decoded as JPEG at `quality`."""
+    from torchvision.io import ImageReadMode, decode_jpeg, encode_jpeg
+
+    if x.shape[1] not in (1, 3):
+        raise AdvbenchError(f"JPEG needs 1 or 3 channels, got {x.shape[1]}")
+    images = (x.detach().clamp(0, 1) * 255).round().to(torch.uint8).cpu()
+    data = encode_jpeg(list(images), quality=quality)
+    decoded = decode_jpeg(data, mode=ImageReadMode.GRAY if x.shape[1] == 1 else ImageReadMode.RGB)
+    return (torch.stack(decoded).to(device=x.device, dtype=x.dtype) / 255)
+
+
+class BitDepth(_BPDA):
+    """Bit-depth reduction (Xu et al. 2018, feature squeezing): each value rounded to the
+    nearest of 2**bits evenly spaced levels in [0, 1]."""
+
+    def __init__(self, model: nn.Module, bits: int = 4) -> None:
+        super().__init__(model)
+        if not 1 <= bits <= 16:
+            raise AdvbenchError(f"defense.wrapper.bits must be a whole number in 1..16, got {bits}")
+        self.bits = int(bits)
+
+    def transform(self, x: torch.Tensor) -> torch.Tensor:
+        levels = 2 ** self.bits - 1
+        return torch.round(x.clamp(0, 1) * levels) / levels
+
+
+class RandomResizePad(InputTransform):
+    """Random resizing and padding (Xie et al. 2018), at the input's own size so that any
+    classifier takes it: shrink to rnd×rnd, rnd uniform in [⌊rate·s⌋, s], zero-pad at a
+    uniform offset back to s×s. Xie et al. enlarge 299 to [299, 331) and pad to 331; that
+    image resized back to 299 is this transform at rate 299/331 (the default).
+
+    Differentiable but random: white-box gradients are EOT means over `eot_samples` passes.
+    Each forward pass is a fresh draw (the pass counter is part of every draw's key).
+    """
+
+    grad_mode = "eot"
+    randomized = True
+
+    def __init__(self, model: nn.Module, rate: float = 299 / 331, eot_samples: int = 10, seed: int = 0) -> None:
+        super().__init__(model)
+        if not 0.0 < rate <= 1.0:
+            raise AdvbenchError(f"defense.wrapper.rate must be in (0, 1], got {rate}")
+        if eot_samples < 1:
+            raise AdvbenchError(f"defense.wrapper.eot_samples must be a whole number >= 1, got {eot_samples}")
+        self.rate = float(rate)
+        self.eot_samples = int(eot_samples)
+        self.seed = int(seed)
+        self.passes = 0
+
+    def transform(self, x: torch.Tensor) -> torch.Tensor:
+        stream, self.passes = self.passes, self.passes + 1
+        return diverse_inputs(x, prob=1.0, resize_rate=self.rate, seed=self.seed, sample_id=row_keys(x),
+                              stream=stream)
+
+
+def row_keys(x: torch.Tensor) -> torch.Tensor:
+    """(n,) int64 hash of each row's exact float32 bits: a per-sample key that needs no sample id."""
+    bits = x.detach().float().reshape(x.shape[0], -1).view(torch.int32).to(torch.int64)
+    weights = _mix(torch.arange(1, bits.shape[1] + 1, device=x.device, dtype=torch.int64) * _GOLDEN) | 1
+    return _mix((bits * weights).sum(dim=1))
+
+
+WRAPPERS: dict[str, type[InputTransform]] = {"jpeg": JPEG, "bit_depth": BitDepth, "random_resize_pad": RandomResizePad}
+"""`defense.wrapper.type` -> wrapper class; the other wrapper keys are its arguments."""
+
+
+def wrap(model: nn.Module, spec: dict[str, Any] | None, *, seed: int) -> nn.Module:
+    """`model` behind the wrapper `spec` (a plain `defense.wrapper` dict; None: unwrapped)."""
+    if not spec:
+        return model
+    spec = dict(spec)
+    kind = spec.pop("type", None)
+    if kind not in WRAPPERS:
+        raise AdvbenchError(f"defense.wrapper.type is '{kind}'; valid: {', '.join(WRAPPERS)}")
+    cls = WRAPPERS[kind]
+    if cls.randomized:
+        spec.setdefault("seed", seed)
+    try:
+        wrapped = cls(model, **spec)
+    except TypeError as exc:
+        raise AdvbenchError(f"bad defense.wrapper for '{kind}': {exc}") from None
+    return wrapped.eval()
+
+
+def base_config(cfg: DictConfig) -> DictConfig:
+    """`cfg` with the defense named as its `base:`, whose cached checkpoint a wrapper wraps (the
+    recipe comes from the base's YAML through the wrapper YAML's defaults list); no base: `cfg`."""
+    base = cfg.defense.get("base")
+    if base is None:
+        return cfg
+    out = cfg.copy()
+    with open_dict(out):
+        out.defense.name = str(base)
+    return out
