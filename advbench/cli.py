@@ -1,7 +1,7 @@
-"""Command-line entry point: `advbench run | train | plot | list | uap`.
+"""Command-line entry point: `advbench run | train | plot | check | list | uap`.
 
 `run`, `train` and the `uap` jobs hand their arguments to Hydra (sweeps with `-m`, launcher
-plugins, `--cfg job`); `plot` and `list` are plain commands. Library errors become a single
+plugins, `--cfg job`); `plot`, `check` and `list` are plain commands. Library errors become a single
 `error: ...` line and exit status 1.
 """
 
@@ -26,6 +26,7 @@ def main() -> None:
     advbench run -m attack=fgsm,bim defense=natural,pgd_at   a sweep
     advbench run -m experiment=benchmark              the default digits benchmark
     advbench plot advbench-out/records --out results  curves and tables
+    advbench check advbench-out/records --min-accuracy 0.4   a CI gate
     advbench list attack                              what can be chosen
     """
 
@@ -38,10 +39,15 @@ def run(args: tuple[str, ...]) -> None:
     ARGS are Hydra overrides (group=option, key=value) and Hydra flags: -m/--multirun for
     sweeps (hydra/launcher=joblib runs them in parallel), --cfg job to print the config,
     --force (as force=true) to redo cells whose records exist. Groups: dataset, model,
-    defense, attack, threat, experiment; see `advbench list`.
+    defense, attack, threat, experiment; see `advbench list`. gate.min_accuracy=0.4 and/or
+    gate.max_asr=0.1 judge each cell after it runs (as `advbench check`): failing cells print
+    one line each and the command exits 1 once every cell of the sweep has run.
     """
+    from advbench.gate import sweep_verdicts
+
     args = tuple("force=true" if a == "--force" else a for a in args)
-    hydra_command("config", "advbench.engine.run_main", "advbench run")(args)
+    with sweep_verdicts():
+        hydra_command("config", "advbench.engine.run_main", "advbench run")(args)
 
 
 @main.command(context_settings=HYDRA_ARGS)
@@ -79,6 +85,41 @@ def plot(records: tuple[Path, ...], out_dir: Path) -> None:
         print_tables(summary_table(frame), console)
     for path in written:
         console.print(f"wrote {path}")
+
+
+@main.command()
+@click.argument("records", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--min-accuracy", type=float, default=None, metavar="FRACTION",
+              help="Lowest robust accuracy at the budget an untargeted cell may have, e.g. 0.4.")
+@click.option("--max-asr", type=float, default=None, metavar="FRACTION",
+              help="Highest targeted attack success rate at the budget a targeted cell may have, e.g. 0.1.")
+@one_line_errors
+def check(records: tuple[Path, ...], min_accuracy: float | None, max_asr: float | None) -> None:
+    """Gate CI on benchmark records: exit 1 with one line per cell below the threshold.
+
+    RECORDS are record files or folders (`advbench run` writes them under
+    advbench-out/records). Untargeted cells are judged by accuracy at the budget, targeted
+    cells by targeted ASR; a cell whose goal has no threshold is not judged. All cells
+    passing prints one summary line and exits 0. See docs/ci.md.
+
+    \b
+    advbench check advbench-out/smoke/records --min-accuracy 0.4
+    """
+    from advbench.gate import Thresholds, check_fraction, check_records
+
+    check_fraction("--min-accuracy", min_accuracy)
+    check_fraction("--max-asr", max_asr)
+    if min_accuracy is None and max_asr is None:
+        raise AdvbenchError("give a threshold: --min-accuracy (untargeted cells) and/or --max-asr (targeted cells)")
+    limits = Thresholds(min_accuracy, max_asr)
+    verdict = check_records(records, limits)
+    for line in verdict.failures:
+        click.echo(line, err=True)
+    if not verdict.passed:
+        n = len(verdict.failures)
+        raise click.ClickException(f"gate failed: {n} of {verdict.judged} cell{'s' if verdict.judged != 1 else ''} "
+                                   f"below the threshold")
+    click.echo(verdict.summary(limits))
 
 
 @main.command(name="list")

@@ -26,6 +26,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 import advbench.paths  # noqa: F401  (registers the ${advbench:cache|data|weights} resolver the YAML uses)
 from advbench.errors import AdvbenchError, user_error
+from advbench.gate import check_fraction
 from advbench.names import safe_name
 from advbench.threat import GOALS, KNOWLEDGE, NORMS
 
@@ -350,6 +351,11 @@ def _positive_list(key: str, value: Any) -> None:
         raise AdvbenchError(f"{key} must be a non-empty list of positive numbers, got {_plain(value)!r}")
 
 
+def _gate_threshold(key: str, value: Any) -> None:
+    """The same check as `advbench check` applies to its options, so both say the same."""
+    check_fraction(key, value, nullable=True)
+
+
 DEFENSE_CATEGORIES = ("natural training", "robust training", "input transformation", "randomization", "ensemble",
                       "certified")
 """The seed's defense categories (Table 1); a defense YAML's `category:` lists one or more."""
@@ -434,6 +440,7 @@ CHECKS: dict[str, Check] = {
     "search.resolution": _real(0, 1, why=" (a fraction of the budget)"),
     "search.max_factor": _real(1, _MAX_BUDGET, open_low=False, why=" (a multiple of the budget)"),
     "search.max_probes": _whole(0),
+    "gate.min_accuracy": _gate_threshold, "gate.max_asr": _gate_threshold,
     # advbench uap train | eval | stability
     "subset": _whole(1, nullable=True),
     "n_images": _whole(1, nullable=True),

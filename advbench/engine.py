@@ -30,6 +30,7 @@ from advbench.attacks.oracles import Oracle, build_oracle
 from advbench.attacks.steps import clip, lp_norm, per_sample, project
 from advbench.data.targets import target_classes
 from advbench.errors import AdvbenchError
+from advbench.gate import gate_cell
 from advbench.keys import content_key, dataset_identity, file_digest, model_identity, plain
 from advbench.records import write_part
 from advbench.resume import CellFiles, ChunkStore, sample_ids, sweep_orphans
@@ -391,6 +392,7 @@ def run_main(cfg: DictConfig) -> Path | None:
         elif files.part_is_readable():
             files.clear_partial()
             console.print(f"[dim]skip {label}: records exist at {out} (force=true to redo)[/dim]", soft_wrap=True)
+            gate_cell(cfg.get("gate"), out)
             return out
         model = load_defended_model(cfg, dataset).to(device)
         substitute = load_substitute(cfg, dataset, threat)
@@ -399,6 +401,7 @@ def run_main(cfg: DictConfig) -> Path | None:
         write_part(frame, out)
         files.clear_partial()
     summarize(frame, label, out)
+    gate_cell(cfg.get("gate"), out)
     return out
 
 

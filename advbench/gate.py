@@ -1,0 +1,174 @@
+"""A CI gate over benchmark records: `advbench check` and `advbench run ... gate.min_accuracy=X`.
+
+Each cell is judged at its budget by the number its goal makes meaningful (from
+:func:`advbench.curves.summary_table`):
+
+* untargeted cells by robust accuracy, checked against ``min_accuracy`` (the attack tried to
+  make the model wrong, so the share still right is the robustness);
+* targeted cells by targeted attack success rate, checked against ``max_asr`` (a failed
+  targeted attack may still leave the model wrong, so its accuracy would flatter the model).
+
+A cell whose goal has no threshold is not judged; a gate that judges no cell is an error.
+In a `-m` sweep every job judges its own cell, failing cells print one line each, the other
+cells still run, and the command exits 1 at the end (see :func:`sweep_verdicts`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from advbench.errors import AdvbenchError
+
+VERDICT_DIR_ENV = "ADVBENCH_GATE_DIR"
+"""Folder where the jobs of one `advbench run` leave a file per failing cell for the parent."""
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Lowest robust accuracy of untargeted cells, highest ASR of targeted cells (fractions)."""
+
+    min_accuracy: float | None = None
+    max_asr: float | None = None
+
+    def __post_init__(self) -> None:
+        for name, value in (("min_accuracy", self.min_accuracy), ("max_asr", self.max_asr)):
+            check_fraction(name, value)
+        if self.min_accuracy is None and self.max_asr is None:
+            raise AdvbenchError("the gate needs a threshold: min_accuracy (untargeted cells) "
+                                "and/or max_asr (targeted cells)")
+
+
+def check_fraction(name: str, value: object, *, nullable: bool = False) -> None:
+    """A threshold is a fraction in [0, 1] (or None); 40 for 40% is the likely slip, so say so."""
+    if value is None:
+        return
+    number = value if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+    if not (math.isfinite(number) and 0 <= number <= 1):
+        hint = f" ({number:g}% is {number / 100:g})" if math.isfinite(number) and 1 < number <= 100 else ""
+        raise AdvbenchError(f"{name} must be a fraction in [0, 1]{' or null' if nullable else ''}{hint}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the gate found: one line per failing cell, and how many cells it judged/skipped."""
+
+    failures: list[str]
+    judged: int
+    unjudged: dict[str, int]
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    def summary(self, limits: Thresholds) -> str:
+        """One line for a passing gate: what was checked, and what was left out and why."""
+        checked = [f"{self.judged} cell{'s' if self.judged != 1 else ''} passed"]
+        if limits.min_accuracy is not None:
+            checked.append(f"untargeted accuracy ≥ {limits.min_accuracy:.1%}")
+        if limits.max_asr is not None:
+            checked.append(f"targeted ASR ≤ {limits.max_asr:.1%}")
+        line = "gate: " + ", ".join(checked)
+        skipped = [f"{n} {goal} not checked (no {'--min-accuracy' if goal == 'untargeted' else '--max-asr'})"
+                   for goal, n in self.unjudged.items()]
+        return line + ("; " + "; ".join(skipped) if skipped else "")
+
+
+def cell_label(row: pd.Series) -> str:
+    """The label `advbench run` prints for a cell: 'digits/natural/bim linf untargeted ε=0.2'."""
+    label = f"{row['dataset']}/{row['defense']}/{row['attack']} {row['norm']} {row['goal']} ε={row['eps_budget']:g}"
+    return label if row["knowledge"] == "white" else f"{label} ({row['knowledge']})"
+
+
+def judge(records: pd.DataFrame, limits: Thresholds) -> Verdict:
+    """Judge every cell of `records` at its budget; error if no cell has a threshold for its goal."""
+    from advbench.curves import summary_table
+
+    table = summary_table(records)
+    failures: list[str] = []
+    judged = 0
+    unjudged: dict[str, int] = {}
+    for _, row in table.iterrows():
+        if row["goal"] == "untargeted" and limits.min_accuracy is not None:
+            judged += 1
+            if not row["accuracy"] >= limits.min_accuracy:
+                failures.append(f"{cell_label(row)}: accuracy {row['accuracy']:.1%} < {limits.min_accuracy:.1%}")
+        elif row["goal"] == "targeted" and limits.max_asr is not None:
+            judged += 1
+            if not row["asr"] <= limits.max_asr:
+                failures.append(f"{cell_label(row)}: ASR {row['asr']:.1%} > {limits.max_asr:.1%}")
+        else:
+            unjudged[row["goal"]] = unjudged.get(row["goal"], 0) + 1
+    if not judged:
+        goals = " and ".join(sorted(unjudged))
+        need = "--min-accuracy" if "untargeted" in unjudged else "--max-asr"
+        raise AdvbenchError(f"no cell to check: the records hold only {goals} cells; give {need}")
+    return Verdict(failures, judged, unjudged)
+
+
+def check_records(paths: Iterable[Path], limits: Thresholds) -> Verdict:
+    """`advbench check`: judge the benchmark records under `paths` (files or folders)."""
+    from advbench.records import read_records
+
+    return judge(read_records(paths, kinds=("benchmark",)), limits)
+
+
+def gate_cell(gate: object, part: Path) -> None:
+    """`advbench run` with `gate.*` set: judge the cell just run (or found on disk) at `part`.
+
+    A failing cell prints its line on stderr and leaves it in the folder the parent process
+    named in ADVBENCH_GATE_DIR, so a sweep finishes its other cells before exiting 1; without
+    that folder (the engine called as a library) the failure is an AdvbenchError.
+    """
+    min_accuracy = getattr(gate, "min_accuracy", None) if gate is not None else None
+    max_asr = getattr(gate, "max_asr", None) if gate is not None else None
+    if min_accuracy is None and max_asr is None:
+        return
+    limits = Thresholds(min_accuracy, max_asr)
+    verdict = check_records([part], limits)
+    folder = os.environ.get(VERDICT_DIR_ENV)
+    if verdict.passed:
+        print(verdict.summary(limits))
+        return
+    if folder is None:
+        raise AdvbenchError("gate failed: " + "; ".join(verdict.failures))
+    for line in verdict.failures:
+        print(f"gate failed: {line}", file=sys.stderr)
+    (Path(folder) / f"{uuid.uuid4().hex}.txt").write_text("\n".join(verdict.failures) + "\n")
+
+
+@contextmanager
+def sweep_verdicts() -> Iterator[None]:
+    """Around a whole `advbench run` (one cell or a sweep): exit 1 after it if any cell failed.
+
+    Hydra's launchers let a job's SystemExit end the sweep (basic launcher) or turn a job's
+    exception into a traceback after the sweep, so jobs do neither: they leave their failing
+    lines in a folder shared through the environment (inherited by joblib and submitit's local
+    workers), and this parent reads it once every job is done.
+    """
+    folder = tempfile.mkdtemp(prefix="advbench-gate-")
+    saved = os.environ.get(VERDICT_DIR_ENV)
+    os.environ[VERDICT_DIR_ENV] = folder
+    try:
+        yield
+        lines = [ln for f in sorted(Path(folder).glob("*.txt")) for ln in f.read_text().splitlines() if ln]
+        if lines:
+            print(f"gate failed: {len(lines)} cell{'s' if len(lines) != 1 else ''} below the threshold "
+                  f"(listed above)", file=sys.stderr)
+            raise SystemExit(1)
+    finally:
+        if saved is None:
+            os.environ.pop(VERDICT_DIR_ENV, None)
+        else:
+            os.environ[VERDICT_DIR_ENV] = saved
+        shutil.rmtree(folder, ignore_errors=True)
