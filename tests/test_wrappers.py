@@ -32,7 +32,7 @@ def test_jpeg_is_the_codecs_round_trip(x) -> None:
     """Each image equals PIL's libjpeg encode/decode at the same quality, and differs from the input."""
     out = jpeg_roundtrip(x, 30)
     for i in range(len(x)):
-        img = Image.fromarray((x[i, 0] * 255).round().to(torch.uint8).numpy(), mode="L")
+        img = Image.fromarray((x[i, 0] * 255).round().to(torch.uint8).numpy())  # uint8 2-D: grey
         buf = io.BytesIO()
         img.save(buf, format="JPEG", quality=30)
         ref = torch.from_numpy(np.asarray(Image.open(io.BytesIO(buf.getvalue())), dtype=np.float32)) / 255
