@@ -1,7 +1,7 @@
-"""HopSkipJump: labels-only access, exact per-sample query counts, checkpoints, starts, the engine.
+"""HopSkipJump and Boundary: labels-only access, exact per-sample query counts, checkpoints, starts, the engine.
 
 The catalogue contract (bounds, success agrees with the model, targeted means the target,
-samples do not interact) runs on conf/attack/hsj.yaml in test_attacks.py with a short budget.
+samples do not interact) runs on conf/attack/hsj.yaml and boundary.yaml in test_attacks.py with short budgets.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch import nn
 
-from advbench.attacks.decision import HopSkipJump
+from advbench.attacks.decision import Boundary, HopSkipJump
 from advbench.attacks.oracles import DecisionOracle, WhiteBoxOracle
 from advbench.attacks.steps import lp_norm
 from advbench.data.targets import target_classes
@@ -43,55 +43,64 @@ def batch(digits_tensors):
     return x[:24], y[:24]
 
 
-def hsj(**kw) -> HopSkipJump:
-    return HopSkipJump(**{"max_queries": 400, "checkpoints": [100, 200], **kw})
+ATTACKS = {"hsj": HopSkipJump, "boundary": Boundary}
+NAMES = list(ATTACKS)
 
 
-def attack(model: nn.Module, x, y, norm="l2", target=None, sample_id=None, **kw):
+def make(name: str = "hsj", **kw) -> HopSkipJump | Boundary:
+    return ATTACKS[name](**{"max_queries": 400, "checkpoints": [100, 200], **kw})
+
+
+def attack(model: nn.Module, x, y, norm="l2", target=None, sample_id=None, name="hsj", **kw):
     oracle = DecisionOracle(model, len(y))
-    res = hsj(**kw)(oracle, x, y, eps=torch.full((len(y),), 0.8), norm=norm, target=target, sample_id=sample_id)
+    res = make(name, **kw)(oracle, x, y, eps=torch.full((len(y),), 0.8), norm=norm, target=target, sample_id=sample_id)
     return res, oracle
 
 
-@pytest.mark.parametrize("norm", ["l2", "linf"])
-def test_queries_are_counted_exactly_per_sample_and_stop_at_the_budget(norm: str, tiny_model, batch) -> None:
+@pytest.mark.parametrize(("name", "norm"), [("hsj", "l2"), ("hsj", "linf"), ("boundary", "l2")])
+def test_queries_are_counted_exactly_per_sample_and_stop_at_the_budget(name: str, norm: str, tiny_model, batch) -> None:
     x, y = batch
     stub = Counting(tiny_model)
-    res, oracle = attack(stub, x, y, norm)
+    res, oracle = attack(stub, x, y, norm, name=name)
     assert stub.rows == int(oracle.queries.sum()), "every image the model saw is a counted query"
     assert (oracle.queries <= 400).all()
+    assert res.x_adv.min() >= 0 and res.x_adv.max() <= 1
+    assert torch.equal(res.success, tiny_model(res.x_adv).argmax(1) != y), "success is the model's verdict"
     started = res.success & (tiny_model(x).argmax(1) == y)
     assert started.any() and (oracle.queries[started] == 400).all(), "a started sample spends its whole budget"
     for i in (0, 5):  # alone, a sample is shown exactly the images it was charged for in the batch
         alone = Counting(tiny_model)
-        attack(alone, x[i:i + 1], y[i:i + 1], norm, sample_id=torch.tensor([i]))
+        attack(alone, x[i:i + 1], y[i:i + 1], norm, sample_id=torch.tensor([i]), name=name)
         assert alone.rows == int(oracle.queries[i])
 
 
-def test_the_oracle_gives_labels_only_and_white_box_access_is_refused(tiny_model, batch) -> None:
+@pytest.mark.parametrize("name", NAMES)
+def test_the_oracle_gives_labels_only_and_white_box_access_is_refused(name: str, tiny_model, batch) -> None:
     x, y = batch
     oracle = DecisionOracle(tiny_model, len(y))
     assert not hasattr(oracle, "logits") and not hasattr(oracle, "value_and_grad")
     labels = oracle.labels(x.requires_grad_(True), torch.arange(len(y)))
     assert labels.dtype == torch.long and labels.shape == y.shape and labels.grad_fn is None
     with pytest.raises(AdvbenchError, match="decision"):
-        hsj()(WhiteBoxOracle(tiny_model, len(y)), x.detach(), y, eps=torch.full((len(y),), 0.8), norm="l2")
+        make(name)(WhiteBoxOracle(tiny_model, len(y)), x.detach(), y, eps=torch.full((len(y),), 0.8), norm="l2")
 
 
-def test_deterministic_and_independent_of_the_batch(tiny_model, batch) -> None:
+@pytest.mark.parametrize("name", NAMES)
+def test_deterministic_and_independent_of_the_batch(name: str, tiny_model, batch) -> None:
     x, y = batch
-    whole, _ = attack(tiny_model, x, y)
-    again, _ = attack(tiny_model, x, y)
+    whole, _ = attack(tiny_model, x, y, name=name)
+    again, _ = attack(tiny_model, x, y, name=name)
     assert torch.equal(whole.x_adv, again.x_adv) and torch.equal(whole.first_success, again.first_success)
     ids = torch.arange(len(y))
-    part, _ = attack(tiny_model, x[7:13], y[7:13], sample_id=ids[7:13])
+    part, _ = attack(tiny_model, x[7:13], y[7:13], sample_id=ids[7:13], name=name)
     assert torch.allclose(part.x_adv, whole.x_adv[7:13], atol=1e-5)
     assert torch.equal(part.info["norm_at_100"], whole.info["norm_at_100"][7:13])
 
 
-def test_checkpoints_and_first_success_are_in_queries(tiny_model, batch) -> None:
+@pytest.mark.parametrize("name", NAMES)
+def test_checkpoints_and_first_success_are_in_queries(name: str, tiny_model, batch) -> None:
     x, y = batch
-    res, oracle = attack(tiny_model, x, y, max_queries=1000, checkpoints=[100, 300, 5000])
+    res, oracle = attack(tiny_model, x, y, max_queries=1000, checkpoints=[100, 300, 5000], name=name)
     assert set(res.info) == {"norm_at_100", "norm_at_300", "norm_at_1000"}, "checkpoints past the budget drop; the budget is one"
     a, b, c = (res.info[k] for k in ("norm_at_100", "norm_at_300", "norm_at_1000"))
     assert (b <= a).all() and (c <= b).all() and (c < a).any(), "more queries never hurt and here help"
@@ -103,23 +112,25 @@ def test_checkpoints_and_first_success_are_in_queries(tiny_model, batch) -> None
     assert (first[b <= 0.8] <= 300).all() and (first[(b > 0.8) & (first >= 0)] > 100).all()
 
 
-def test_median_minimum_l2_is_small_within_a_small_budget(tiny_model, digits_tensors) -> None:
+@pytest.mark.parametrize(("name", "bound"), [("hsj", 1.0), ("boundary", 2.0)])
+def test_median_minimum_l2_is_small_within_a_small_budget(name: str, bound: float, tiny_model, digits_tensors) -> None:
     _, _, x, y = digits_tensors
     x, y = x[:40], y[:40]
-    res, _ = attack(tiny_model, x, y, max_queries=1000)
+    res, _ = attack(tiny_model, x, y, max_queries=1000, name=name)
     norms = torch.where(res.success, lp_norm(res.x_adv - x, "l2"), torch.full((40,), math.inf))
     assert res.success.all()
-    assert norms.median() < 1.0, f"median minimum l2 {norms.median():.3f} after 1000 queries"
+    assert norms.median() < bound, f"median minimum l2 {norms.median():.3f} after 1000 queries"
 
 
-def test_targeted_starts_from_the_batch_and_fails_cleanly_without_one(tiny_model, batch) -> None:
+@pytest.mark.parametrize("name", NAMES)
+def test_targeted_starts_from_the_batch_and_fails_cleanly_without_one(name: str, tiny_model, batch) -> None:
     x, y = batch
     target = target_classes(torch.arange(len(y)), y, 10, seed=0)
-    res, _ = attack(tiny_model, x, y, target=target)
+    res, _ = attack(tiny_model, x, y, target=target, name=name)
     assert res.success.float().mean() > 0.5
     assert (tiny_model(res.x_adv).argmax(1)[res.success] == target[res.success]).all()
     alone = (y != 3) & (tiny_model(x).argmax(1) != 3)  # no image of class 3 left: a target of 3 has no start
-    res, oracle = attack(tiny_model, x[alone], y[alone], target=torch.full((int(alone.sum()),), 3))
+    res, oracle = attack(tiny_model, x[alone], y[alone], target=torch.full((int(alone.sum()),), 3), name=name)
     assert not res.success.any() and torch.equal(res.x_adv, x[alone])
     assert (oracle.queries == 1).all() and torch.isinf(res.info["norm_at_400"]).all()
 

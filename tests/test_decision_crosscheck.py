@@ -1,4 +1,4 @@
-"""HopSkipJump against Foolbox 3.3.4's on the same model, samples and query budget.
+"""HopSkipJump and Boundary against Foolbox 3.3.4's on the same model, samples and query budget.
 
 Foolbox queries every sample of the batch in every call, so its per-sample cost is the
 number of images its model saw divided by the batch size; advbench gets that many queries
@@ -13,12 +13,13 @@ import pytest
 import torch
 from torch import nn
 
-from advbench.attacks.decision import HopSkipJump
+from advbench.attacks.decision import Boundary, HopSkipJump
 from advbench.attacks.oracles import DecisionOracle
 from advbench.attacks.steps import lp_norm
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 STEPS = 12  # Foolbox iterations: about 3,200 queries a sample on digits
+BOUNDARY_STEPS = 3000  # Foolbox steps: one query each, a second every 10th
 
 
 class Counting(nn.Module):
@@ -31,21 +32,28 @@ class Counting(nn.Module):
         return self.model(x)
 
 
-def test_hopskipjump_l2_at_least_as_strong_as_foolbox(tiny_model, digits_tensors) -> None:
+CASES = {  # Foolbox attack, advbench attack at a query budget
+    "hsj": (lambda: fb.attacks.HopSkipJumpAttack(steps=STEPS), lambda q: HopSkipJump(max_queries=q)),
+    "boundary": (lambda: fb.attacks.BoundaryAttack(steps=BOUNDARY_STEPS), lambda q: Boundary(max_queries=q)),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_l2_at_least_as_strong_as_foolbox(name: str, tiny_model, digits_tensors) -> None:
     _, _, x, y = digits_tensors
     keep = tiny_model(x).argmax(1) == y
     x, y = x[keep][:40], y[keep][:40]
     counted = Counting(tiny_model).eval()
     torch.manual_seed(0)
     fmodel = fb.PyTorchModel(counted, bounds=(0, 1))
-    theirs = fb.attacks.HopSkipJumpAttack(steps=STEPS)
-    _, x_fb, ok = theirs(fmodel, x, fb.criteria.Misclassification(y), epsilons=None)
+    theirs, ours_at = CASES[name]
+    _, x_fb, ok = theirs()(fmodel, x, fb.criteria.Misclassification(y), epsilons=None)
     budget = counted.rows // len(y)
     d_fb = torch.where(ok, lp_norm(x_fb - x, "l2"), torch.full((len(y),), float("inf")))
 
     oracle = DecisionOracle(tiny_model, len(y))
-    ours = HopSkipJump(max_queries=budget)(oracle, x, y, eps=torch.full((len(y),), 0.8), norm="l2")
+    ours = ours_at(budget)(oracle, x, y, eps=torch.full((len(y),), 0.8), norm="l2")
     d_ours = torch.where(ours.success, lp_norm(ours.x_adv - x, "l2"), torch.full((len(y),), float("inf")))
     assert (oracle.queries <= budget).all()
-    print(f"queries/sample {budget}: median l2 advbench {d_ours.median():.4f}, foolbox {d_fb.median():.4f}")
+    print(f"{name}: queries/sample {budget}: median l2 advbench {d_ours.median():.4f}, foolbox {d_fb.median():.4f}")
     assert d_ours.median() <= 1.1 * d_fb.median()
