@@ -392,7 +392,7 @@ def run_main(cfg: DictConfig) -> Path | None:
         elif files.part_is_readable():
             files.clear_partial()
             console.print(f"[dim]skip {label}: records exist at {out} (force=true to redo)[/dim]", soft_wrap=True)
-            gate_cell(cfg.get("gate"), out)
+            gate_cell(cfg.get("gate"), out, label, in_sweep=_in_sweep())
             return out
         model = load_defended_model(cfg, dataset).to(device)
         substitute = load_substitute(cfg, dataset, threat)
@@ -401,15 +401,15 @@ def run_main(cfg: DictConfig) -> Path | None:
         write_part(frame, out)
         files.clear_partial()
     summarize(frame, label, out)
-    gate_cell(cfg.get("gate"), out)
+    gate_cell(cfg.get("gate"), out, label, in_sweep=_in_sweep())
     return out
 
 
 def load_defended_model(cfg: DictConfig, dataset: Any) -> torch.nn.Module:
     """The defense's model: an explicit `checkpoint=` path, else the cache (trained on demand),
-    behind the defense's `wrapper:` if it has one (the cache entry is then the base defense's)."""
+    behind the defense's `wrapper:` if it has one (the cache entry is then its `base:`'s)."""
     from advbench.defenses.training import load_trained_model
-    from advbench.defenses.wrappers import base_config, wrap
+    from advbench.defenses.wrappers import wrap
     from advbench.models import instantiate_model
     from advbench.models.checkpoint import load_checkpoint
 
@@ -418,7 +418,7 @@ def load_defended_model(cfg: DictConfig, dataset: Any) -> torch.nn.Module:
         load_checkpoint(Path(cfg.checkpoint), model)
         model = model.eval().requires_grad_(False)
     else:
-        model = load_trained_model(base_config(cfg), dataset)
+        model = load_trained_model(cfg, dataset)
     return wrap(model, plain(cfg.defense.get("wrapper")), seed=int(cfg.seed))
 
 

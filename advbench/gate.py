@@ -90,7 +90,16 @@ def cell_label(row: pd.Series) -> str:
     return label if row["knowledge"] == "white" else f"{label} ({row['knowledge']})"
 
 
-def judge(records: pd.DataFrame, limits: Thresholds) -> Verdict:
+CHECK_OPTIONS = {"untargeted": "--min-accuracy", "targeted": "--max-asr"}
+RUN_KEYS = {"untargeted": "gate.min_accuracy", "targeted": "gate.max_asr"}
+"""How the thresholds are spelt on `advbench check` and on `advbench run`, for messages."""
+
+
+class NothingJudged(AdvbenchError):
+    """No cell of the records has a threshold for its goal: the gate would pass vacuously."""
+
+
+def judge(records: pd.DataFrame, limits: Thresholds, names: dict[str, str] = CHECK_OPTIONS) -> Verdict:
     """Judge every cell of `records` at its budget; error if no cell has a threshold for its goal."""
     from advbench.curves import summary_table
 
@@ -111,31 +120,38 @@ def judge(records: pd.DataFrame, limits: Thresholds) -> Verdict:
             unjudged[row["goal"]] = unjudged.get(row["goal"], 0) + 1
     if not judged:
         goals = " and ".join(sorted(unjudged))
-        need = "--min-accuracy" if "untargeted" in unjudged else "--max-asr"
-        raise AdvbenchError(f"no cell to check: the records hold only {goals} cells; give {need}")
+        need = " and/or ".join(names[g] for g in sorted(unjudged, reverse=True))
+        raise NothingJudged(f"no cell to check: the records hold only {goals} cells; give {need}")
     return Verdict(failures, judged, unjudged)
 
 
-def check_records(paths: Iterable[Path], limits: Thresholds) -> Verdict:
+def check_records(paths: Iterable[Path], limits: Thresholds, names: dict[str, str] = CHECK_OPTIONS) -> Verdict:
     """`advbench check`: judge the benchmark records under `paths` (files or folders)."""
     from advbench.records import read_records
 
-    return judge(read_records(paths, kinds=("benchmark",)), limits)
+    return judge(read_records(paths, kinds=("benchmark",)), limits, names)
 
 
-def gate_cell(gate: object, part: Path) -> None:
-    """`advbench run` with `gate.*` set: judge the cell just run (or found on disk) at `part`.
+def gate_cell(gate: object, part: Path, label: str, *, in_sweep: bool = False) -> None:
+    """`advbench run` with `gate.*` set: judge the cell `label` just run (or found on disk) at `part`.
 
     A failing cell prints its line on stderr and leaves it in the folder the parent process
     named in ADVBENCH_GATE_DIR, so a sweep finishes its other cells before exiting 1; without
-    that folder (the engine called as a library) the failure is an AdvbenchError.
+    that folder (the engine called as a library) the failure is an AdvbenchError. A cell
+    whose goal has no threshold is an error on its own, and a note in a sweep that mixes goals.
     """
     min_accuracy = getattr(gate, "min_accuracy", None) if gate is not None else None
     max_asr = getattr(gate, "max_asr", None) if gate is not None else None
     if min_accuracy is None and max_asr is None:
         return
     limits = Thresholds(min_accuracy, max_asr)
-    verdict = check_records([part], limits)
+    try:
+        verdict = check_records([part], limits, RUN_KEYS)
+    except NothingJudged as exc:
+        if not in_sweep:
+            raise
+        print(f"gate: {label} not judged ({str(exc).partition('; ')[2]})")
+        return
     folder = os.environ.get(VERDICT_DIR_ENV)
     if verdict.passed:
         print(verdict.summary(limits))

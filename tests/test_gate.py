@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from advbench.cli import main
 from advbench.config import compose_config, validate
 from advbench.errors import AdvbenchError
-from advbench.gate import Thresholds, judge
+from advbench.gate import VERDICT_DIR_ENV, Thresholds, gate_cell, judge, sweep_verdicts
 from advbench.records import write_part
 
 
@@ -113,6 +113,36 @@ def test_unreadable_records_and_unjudged_records_are_one_line_errors(tmp_path: P
                                             "give --max-asr")
 
 
+def test_gate_cell_fails_in_one_line_or_leaves_its_verdict_for_the_command(tmp_path: Path, capsys,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    part = write_part(cell("bim", "untargeted", 10, 8), tmp_path / "bim.parquet")
+    gate = Thresholds(min_accuracy=0.4)
+    monkeypatch.delenv(VERDICT_DIR_ENV, raising=False)
+    with pytest.raises(AdvbenchError, match="^gate failed: digits/natural/bim linf untargeted ε=0.2: accuracy 20.0% < 40.0%$"):
+        gate_cell(gate, part, "bim")
+    with pytest.raises(SystemExit) as stop, sweep_verdicts():
+        gate_cell(gate, part, "bim", in_sweep=True)  # returns: the sweep goes on
+        gate_cell(Thresholds(min_accuracy=0.2), part, "bim", in_sweep=True)
+    assert stop.value.code == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["gate failed: digits/natural/bim linf untargeted ε=0.2: accuracy 20.0% < 40.0%",
+                   "gate failed: 1 cell below the threshold (listed above)"]
+    with sweep_verdicts():  # every cell passes: no exit
+        gate_cell(Thresholds(min_accuracy=0.2), part, "bim")
+    assert capsys.readouterr().out.strip() == "gate: 1 cell passed, untargeted accuracy ≥ 20.0%"
+    assert VERDICT_DIR_ENV not in os.environ
+
+
+def test_gate_cell_without_a_threshold_for_its_goal(tmp_path: Path, capsys) -> None:
+    part = write_part(cell("bim", "targeted", 10, 6), tmp_path / "t.parquet")
+    with pytest.raises(AdvbenchError, match="only targeted cells; give gate.max_asr$"):
+        gate_cell(Thresholds(min_accuracy=0.4), part, "digits/natural/bim linf targeted ε=0.2")
+    gate_cell(Thresholds(min_accuracy=0.4), part, "digits/natural/bim linf targeted ε=0.2", in_sweep=True)
+    assert capsys.readouterr().out.strip() == "gate: digits/natural/bim linf targeted ε=0.2 not judged (give gate.max_asr)"
+    gate_cell(None, part, "off")  # gate off: nothing read, nothing said
+    assert capsys.readouterr().out == ""
+
+
 @pytest.mark.parametrize("value", ["40", "-1", "'high'"])
 def test_run_gate_values_are_checked(value: str) -> None:
     with pytest.raises(AdvbenchError, match="gate.min_accuracy must be a fraction in \\[0, 1\\] or null"):
@@ -152,6 +182,10 @@ def test_run_gate_both_ways_then_check(tmp_path: Path, checkpoint: Path) -> None
     assert "Traceback" not in failed.stderr
     assert "gate failed: digits/natural/bim linf untargeted ε=0.2: accuracy" in failed.stderr
     assert failed.stderr.strip().splitlines()[-1] == "gate failed: 1 cell below the threshold (listed above)"
+    # Rerun: the cell is skipped (records exist) and judged from its records, failing again.
+    again = advbench("run", *common, "gate.min_accuracy=0.5", "out_dir=big", cwd=tmp_path)
+    assert again.returncode == 1 and "records exist" in again.stdout + again.stderr
+    assert "gate failed: digits/natural/bim linf untargeted ε=0.2: accuracy" in again.stderr
     # The records stay on disk, so `advbench check` judges them the same way afterwards.
     assert advbench("check", "big/records", "--min-accuracy", "0.5", cwd=tmp_path).returncode == 1
     ok = advbench("check", "small/records", "--min-accuracy", "0.5", cwd=tmp_path)
