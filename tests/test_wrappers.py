@@ -129,6 +129,16 @@ def test_every_defense_has_metadata_and_instantiates(tmp_path, tiny_model) -> No
         compose_config("config", ["defense.category=[magic]", f"out_dir={tmp_path}"])
 
 
+def test_a_wrapper_trains_and_loads_its_bases_checkpoint(tmp_path) -> None:
+    from advbench.defenses.training import _cfg_checkpoint_path, train_command
+
+    natural = compose_config("config", ["defense=natural", f"cache_dir={tmp_path}"])
+    for name in ("jpeg", "bit_red", "rp"):
+        cfg = compose_config("config", [f"defense={name}", f"cache_dir={tmp_path}"])
+        assert _cfg_checkpoint_path(cfg) == _cfg_checkpoint_path(natural)
+        assert train_command(cfg).endswith("defense=natural")
+
+
 def test_jpeg_cell_end_to_end_uses_bpda_and_lowers_accuracy(tmp_path, trained_digits_cache) -> None:
     out = tmp_path / "out"
     common = ["attack=bim", "dataset.n_samples=48", "defense.recipe.epochs=4", f"cache_dir={trained_digits_cache}",

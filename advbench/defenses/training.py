@@ -245,14 +245,20 @@ def checkpoint_key(cfg: DictConfig) -> str:
     })
 
 
+def trained_defense(cfg: DictConfig) -> str:
+    """The defense whose checkpoint `cfg` uses: a wrapper's `base:` (JPEG wraps natural's
+    model, whose recipe its YAML pulls in), else the defense itself."""
+    return str(cfg.defense.get("base") or cfg.defense.name)
+
+
 def train_command(cfg: DictConfig) -> str:
     """The `advbench train` line that creates the checkpoint `cfg` asks for."""
     seed = f" seed={cfg.seed}" if int(cfg.seed) != 0 else ""
-    return f"advbench train dataset={cfg.dataset.name} model={cfg.model.name} defense={cfg.defense.name}{seed}"
+    return f"advbench train dataset={cfg.dataset.name} model={cfg.model.name} defense={trained_defense(cfg)}{seed}"
 
 
 def _cfg_checkpoint_path(cfg: DictConfig) -> Path:
-    return checkpoint_path(cfg.cache_dir, cfg.dataset.name, cfg.model.name, cfg.defense.name, checkpoint_key(cfg))
+    return checkpoint_path(cfg.cache_dir, cfg.dataset.name, cfg.model.name, trained_defense(cfg), checkpoint_key(cfg))
 
 
 def train_main(cfg: DictConfig, reason: str = "") -> Path:
@@ -270,7 +276,7 @@ def train_main(cfg: DictConfig, reason: str = "") -> Path:
     path = _cfg_checkpoint_path(cfg)
     meta = train_defense(dataset, cfg.model, recipe, path, device=cfg.device, seed=cfg.seed, reason=reason)
     print(
-        f"trained {cfg.model.name}/{cfg.defense.name} on {dataset.name}: clean accuracy "
+        f"trained {cfg.model.name}/{trained_defense(cfg)} on {dataset.name}: clean accuracy "
         f"{meta['clean_accuracy']:.2%} in {meta['train_seconds']:.1f} s -> {path}"
     )
     return path

@@ -20,7 +20,6 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import torch
-from omegaconf import DictConfig, open_dict
 from torch import nn
 
 from advbench.attacks.random import _GOLDEN, _mix
@@ -172,14 +171,3 @@ def wrap(model: nn.Module, spec: dict[str, Any] | None, *, seed: int) -> nn.Modu
         raise AdvbenchError(f"bad defense.wrapper for '{kind}': {exc}") from None
     return wrapped.eval()
 
-
-def base_config(cfg: DictConfig) -> DictConfig:
-    """`cfg` with the defense named as its `base:`, whose cached checkpoint a wrapper wraps (the
-    recipe comes from the base's YAML through the wrapper YAML's defaults list); no base: `cfg`."""
-    base = cfg.defense.get("base")
-    if base is None:
-        return cfg
-    out = cfg.copy()
-    with open_dict(out):
-        out.defense.name = str(base)
-    return out
