@@ -13,7 +13,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from advbench.attacks.gradient import BIM, FGSM
-from advbench.attacks.oracles import WhiteBoxOracle
+from advbench.attacks.oracles import Oracle, WhiteBoxOracle, build_oracle
 from advbench.attacks.steps import lp_norm
 from advbench.config import conf_dir, group_options
 from advbench.data.targets import target_classes
@@ -31,12 +31,21 @@ BUDGETS = {"linf": 0.1, "l2": 0.8}
 MINIMIZING_N = 50
 SLOW = {"cw", "cw_clip", "apgd_t", "autoattack"}
 CATALOGUE = [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in ATTACKS]
+# Query budgets of score-based attacks (20,000 a sample in the catalogue) cut to keep the contract fast.
+SHORT = {"square": {"n_queries": 200}}
 
 
 def make_attack(name: str):
     cfg = OmegaConf.load(conf_dir() / "attack" / f"{name}.yaml")
     OmegaConf.update(cfg, "params.seed", 0, force_add=True) if "seed" in cfg.params else None
+    for key, value in SHORT.get(name, {}).items():
+        OmegaConf.update(cfg, f"params.{key}", value)
     return instantiate(cfg.params)
+
+
+def oracle_for(attack, model, n: int) -> Oracle:
+    """The oracle of the attack's first knowledge level (white-box for gradient attacks)."""
+    return build_oracle(attack.knowledge[0], model, n)
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +64,7 @@ def test_attack_contract(name: str, norm: str, targeted: bool, tiny_model, batch
         pytest.skip(f"{name} does not attack {norm} {goal}")
     minimizing = attack.kind == "minimizing"
     x, y = (t[:MINIMIZING_N] for t in batch) if minimizing else batch
-    oracle = WhiteBoxOracle(tiny_model, len(y))
+    oracle = oracle_for(attack, tiny_model, len(y))
     target = target_classes(torch.arange(len(y)), y, 10, seed=0) if targeted else None
     eps = torch.linspace(0.2, 1.0, len(y)) * BUDGETS[norm] * (3 if targeted else 1)
     res = attack(oracle, x, y, eps=eps, norm=norm, target=target)
@@ -73,6 +82,8 @@ def test_attack_contract(name: str, norm: str, targeted: bool, tiny_model, batch
         assert (dist <= eps * (1 + 1e-5) + 1e-6).all()
         assert torch.equal(res.success, res.first_success >= 0)
         assert (res.first_success <= attack.steps).all() and (oracle.grad_evals <= attack.steps).all()
+        if oracle.knowledge == "score":  # strength is queries: the oracle's count stays within the budget
+            assert (oracle.queries <= attack.steps).all()
     assert res.success.float().mean() > 0.1, "the attack should break a natural model on some samples"
     if targeted:
         assert (pred[res.success] == target[res.success]).all()
@@ -83,7 +94,8 @@ def test_zero_budget_changes_nothing(name: str, tiny_model, batch) -> None:
     if make_attack(name).kind == "minimizing":
         pytest.skip("eps does not bound a minimum-norm attack")
     x, y = batch
-    res = make_attack(name)(WhiteBoxOracle(tiny_model, len(y)), x, y, eps=torch.zeros(len(y)), norm="linf")
+    attack = make_attack(name)
+    res = attack(oracle_for(attack, tiny_model, len(y)), x, y, eps=torch.zeros(len(y)), norm="linf")
     assert torch.equal(res.x_adv, x)
     assert torch.equal(res.success, tiny_model(x).argmax(1) != y)
 
@@ -96,7 +108,7 @@ def test_samples_do_not_interact(name: str, tiny_model, batch) -> None:
     norm = "linf" if "linf" in attack.norms else attack.norms[0]
     x, y = (t[:MINIMIZING_N] for t in batch) if attack.kind == "minimizing" else batch
     h = len(y) // 2
-    oracle = WhiteBoxOracle(tiny_model, len(y))
+    oracle = oracle_for(attack, tiny_model, len(y))
     eps = torch.full((len(y),), 0.08)
     whole = make_attack(name)(oracle, x, y, eps=eps, norm=norm)
     ids = torch.arange(len(y))
@@ -118,7 +130,7 @@ def test_engine_records_of_every_attack_keep_the_invariants(name: str, tiny_mode
     norm = "linf" if "linf" in attack.norms else attack.norms[0]
     eps = BUDGETS[norm]
     x, y = (t[:32] for t in batch)
-    threat = ThreatModel(norm=norm, goal="untargeted", eps=eps)
+    threat = ThreatModel(norm=norm, goal="untargeted", eps=eps, knowledge=attack.knowledge[0])
     out = evaluate_batch(attack, tiny_model, x, y, None, threat, SearchSettings(resolution=0.1, max_probes=5))
     hi, lo = out["min_eps"], out["min_eps_lo"]
     assert torch.equal(out["success_at_budget"], hi <= eps)
