@@ -29,10 +29,11 @@ BUDGETS = {"linf": 0.1, "l2": 0.8}
 # AutoAttack preset take up to 900/1000 iterations on every robust sample (~40 s a test here);
 # test_apgd.py and test_ensemble.py hold them to the contract fast with short schedules.
 MINIMIZING_N = 50
-SLOW = {"cw", "cw_clip", "apgd_t", "autoattack"}
+# Boundary takes one query a step (~4 s for the 1000 here); test_decision.py holds it to the contract fast.
+SLOW = {"cw", "cw_clip", "apgd_t", "autoattack", "boundary"}
 CATALOGUE = [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in ATTACKS]
 # Query budgets of score-based attacks (20,000 a sample in the catalogue) cut to keep the contract fast.
-SHORT = {"square": {"n_queries": 200}}
+SHORT = {"square": {"n_queries": 200}, "hsj": {"max_queries": 1000}, "boundary": {"max_queries": 1000}}
 
 
 def make_attack(name: str):
@@ -78,6 +79,8 @@ def test_attack_contract(name: str, norm: str, targeted: bool, tiny_model, batch
     if minimizing:  # eps only dates first_success; a failure returns x, never a perturbation
         assert torch.equal(res.x_adv[~res.success], x[~res.success])
         assert torch.equal(res.first_success >= 0, res.success & (dist <= eps))
+        if oracle.knowledge == "decision":  # strength is queries, counted by the oracle
+            assert (oracle.queries <= attack.steps).all()
     else:
         assert (dist <= eps * (1 + 1e-5) + 1e-6).all()
         assert torch.equal(res.success, res.first_success >= 0)
@@ -119,7 +122,7 @@ def test_samples_do_not_interact(name: str, tiny_model, batch) -> None:
 
 
 # Attacks whose search through the engine takes over ~10 s on a busy CPU run with the slow tests.
-ENGINE_SLOW = {"cw", "cw_clip", "apgd_t", "autoattack", "ensemble"}
+ENGINE_SLOW = {"cw", "cw_clip", "apgd_t", "autoattack", "ensemble", "boundary"}
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in ENGINE_SLOW else n for n in ATTACKS])
@@ -140,7 +143,7 @@ def test_engine_records_of_every_attack_keep_the_invariants(name: str, tiny_mode
         assert out["min_eps_source"] == "search"
         return
     assert out["min_eps_source"] == "norm" and torch.isnan(lo).all()
-    res = make_attack(name)(WhiteBoxOracle(tiny_model, len(y)), x, y, eps=torch.full((len(y),), eps), norm=norm)
+    res = make_attack(name)(oracle_for(attack, tiny_model, len(y)), x, y, eps=torch.full((len(y),), eps), norm=norm)
     norms = lp_norm(res.x_adv.double() - x.double(), norm)
     fresh = tiny_model(x).argmax(1) == y
     adv = tiny_model(res.x_adv).argmax(1) != y
