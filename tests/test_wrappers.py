@@ -96,6 +96,26 @@ def test_eot_averages_n_passes_and_counts_each(tiny_model, digits_tensors, x) ->
     assert not torch.equal(grads[0], grads[1]), "each pass is a fresh draw"
 
 
+def test_a_randomized_cell_repeats_exactly_and_judges_the_deployed_model(tiny_model, digits_tensors) -> None:
+    """Two runs of an R&P batch with fresh wrappers give the same records (EOT gradients, one
+    random pass to judge), and the records say the gradients were EOT means."""
+    from advbench.attacks.gradient import BIM
+    from advbench.threat import ThreatModel
+
+    x, y = digits_tensors[2][:24], digits_tensors[3][:24]
+    threat = ThreatModel(norm="linf", goal="untargeted", knowledge="white", eps=0.2)
+
+    def once() -> dict:
+        model = wrap(tiny_model, {"type": "random_resize_pad", "rate": 0.5, "eot_samples": 2}, seed=0)
+        return engine.evaluate_batch(BIM(steps=3), model, x, y, None, threat, engine.SearchSettings(enabled=False))
+
+    a, b = once(), once()
+    assert a["grad_mode"] == "eot"
+    assert (a["grad_evals"] % 2 == 0).all() and a["grad_evals"].max() == 6, "two passes a gradient, 3 steps at most"
+    for k in ("clean_pred", "adv_pred", "min_eps"):
+        assert torch.equal(a[k], b[k]), k
+
+
 def test_bad_wrapper_settings_are_one_line(tiny_model) -> None:
     with pytest.raises(AdvbenchError, match="valid: jpeg, bit_depth, random_resize_pad"):
         wrap(tiny_model, {"type": "blur"}, seed=0)
