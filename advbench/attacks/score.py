@@ -19,6 +19,7 @@ from functools import lru_cache
 import torch
 
 from advbench.attacks.base import Attack, AttackResult, success_of
+from advbench.attacks.optimized import goal_margin
 from advbench.attacks.oracles import ScoreOracle
 from advbench.attacks.random import uniform
 from advbench.attacks.steps import clip, lp_norm, per_sample
@@ -27,16 +28,6 @@ from advbench.errors import AdvbenchError
 _TINY = 1e-12
 _RESAMPLES = 16  # redraws of an ℓ∞ square whose colour would not change the image (authors: until it does)
 _STREAMS = 2  # random streams per step: the squares' places, the colours
-
-
-def margin_loss(logits: torch.Tensor, labels: torch.Tensor, targeted: bool) -> torch.Tensor:
-    """The loss score attacks minimise: Z_y − max_{i≠y} Z_i untargeted, max_{i≠t} Z_i − Z_t targeted.
-
-    Negative means the goal is met (up to ties, which the argmax decides).
-    """
-    own = logits.gather(1, labels[:, None]).squeeze(1)
-    others = logits.scatter(1, labels[:, None], -math.inf).amax(dim=1)
-    return others - own if targeted else own - others
 
 
 def p_schedule(p_init: float, it: int, n_queries: int) -> float:
@@ -86,7 +77,9 @@ def _corner(u: torch.Tensor, span: int) -> torch.Tensor:
 
 
 class Square(Attack):
-    """Square attack, ℓ∞ and ℓ2, on the margin loss, with the authors' p schedule and starts.
+    """Square attack, ℓ∞ and ℓ2, with the authors' p schedule and starts.
+
+    The loss is the margin `goal_margin` (Z_y − max_{i≠y} Z_i; targeted max_{i≠t} Z_i − Z_t).
 
     ℓ∞: start from vertical stripes of ±ε, then each step recolours one random square (side
     √(p·h·w), one ±ε per channel) and keeps it if the margin drops. ℓ2: start from a grid of
@@ -117,14 +110,12 @@ class Square(Attack):
             target: torch.Tensor | None, sample_id: torch.Tensor) -> AttackResult:
         if x.dim() != 4:
             raise AdvbenchError(f"Square attacks images (N, C, H, W), got inputs of shape {tuple(x.shape)}")
-        targeted = target is not None
-        labels = target if targeted else y
         n = x.shape[0]
         everyone = torch.arange(n, device=x.device)
         start = self._start(x, eps, norm, oracle.bounds, sample_id)
         logits = oracle.logits(start, everyone)
         x_best = start
-        loss = margin_loss(logits, labels, targeted)
+        loss = goal_margin(logits, y, target)
         first = torch.where(success_of(logits, y, target), 1, -1)
         active = everyone[first < 0]
         for t in range(1, self.n_queries):
@@ -135,8 +126,9 @@ class Square(Attack):
             step = self._linf_step if norm == "linf" else self._l2_step
             cand = step(xa, xb, ea, p, oracle.bounds, ids, t)
             logits = oracle.logits(cand, active)
-            new = margin_loss(logits, labels[active], targeted)
-            hit = success_of(logits, y[active], target[active] if targeted else None)
+            t_active = None if target is None else target[active]
+            new = goal_margin(logits, y[active], t_active)
+            hit = success_of(logits, y[active], t_active)
             better = (new < loss[active]) | hit
             x_best[active[better]] = cand[better]
             loss[active[better]] = new[better]
