@@ -101,7 +101,8 @@ def test_deterministic_and_independent_of_the_batch(name: str, tiny_model, batch
 def test_checkpoints_and_first_success_are_in_queries(name: str, tiny_model, batch) -> None:
     x, y = batch
     res, oracle = attack(tiny_model, x, y, max_queries=1000, checkpoints=[100, 300, 5000], name=name)
-    assert set(res.info) == {"norm_at_100", "norm_at_300", "norm_at_1000"}, "checkpoints past the budget drop; the budget is one"
+    # checkpoints past the budget drop; the budget is one
+    assert set(res.info) == {"norm_at_100", "norm_at_300", "norm_at_1000"}
     a, b, c = (res.info[k] for k in ("norm_at_100", "norm_at_300", "norm_at_1000"))
     assert (b <= a).all() and (c <= b).all() and (c < a).any(), "more queries never hurt and here help"
     found = lp_norm(res.x_adv - x, "l2")

@@ -30,6 +30,7 @@ from advbench.attacks.steps import clip, lp_norm, per_sample
 from advbench.threat import goal_met
 
 _INIT_STREAM = 1 << 32  # uniform-noise starts; iteration streams count up from 1
+CHECKPOINTS = (1000, 2000, 5000, 10000, 20000)  # query counts whose best norm the records keep
 
 
 class QueryLog:
@@ -175,7 +176,7 @@ class HopSkipJump(Attack):
     norms = ("l2", "linf")
 
     def __init__(self, *, max_queries: int = 20000, init_evals: int = 100, max_evals: int = 10000,
-                 gamma: float = 1.0, init_tries: int = 100, checkpoints: Sequence[int] = (1000, 2000, 5000, 10000, 20000),
+                 gamma: float = 1.0, init_tries: int = 100, checkpoints: Sequence[int] = CHECKPOINTS,
                  seed: int = 0) -> None:
         for name, value in (("max_queries", max_queries), ("init_evals", init_evals), ("max_evals", max_evals),
                             ("init_tries", init_tries)):
@@ -326,7 +327,7 @@ class Boundary(Attack):
 
     def __init__(self, *, max_queries: int = 20000, spherical_step: float = 1e-2, source_step: float = 1e-2,
                  source_step_convergence: float = 1e-7, step_adaptation: float = 1.5, update_stats_every_k: int = 10,
-                 init_tries: int = 100, checkpoints: Sequence[int] = (1000, 2000, 5000, 10000, 20000),
+                 init_tries: int = 100, checkpoints: Sequence[int] = CHECKPOINTS,
                  seed: int = 0) -> None:
         for name, value in (("max_queries", max_queries), ("update_stats_every_k", update_stats_every_k),
                             ("init_tries", init_tries)):
@@ -382,7 +383,8 @@ class Boundary(Attack):
         return log.result()
 
     def _proposals(self, x: torch.Tensor, cur: torch.Tensor, spherical: torch.Tensor, source: torch.Tensor,
-                   sample_id: torch.Tensor, step: int, bounds: tuple[float, float]) -> tuple[torch.Tensor, torch.Tensor]:
+                   sample_id: torch.Tensor, step: int,
+                   bounds: tuple[float, float]) -> tuple[torch.Tensor, torch.Tensor]:
         """(candidate, spherical candidate) per row, as the reference draws them (per-sample noise)."""
         shape = x.shape
         xf, cf = x.flatten(1), cur.flatten(1)
