@@ -9,12 +9,13 @@ Each cell is judged at its budget by the number its goal makes meaningful (from
   targeted attack may still leave the model wrong, so its accuracy would flatter the model).
 
 A cell whose goal has no threshold is not judged; a gate that judges no cell is an error.
-In a `-m` sweep every job judges its own cell, failing cells print one line each, the other
-cells still run, and the command exits 1 at the end (see :func:`sweep_verdicts`).
+In a `-m` sweep every job judges its own cell and every cell runs; at the end the command
+prints one line per failing cell and exits 1 (see :func:`sweep_verdicts`).
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
@@ -135,10 +136,10 @@ def check_records(paths: Iterable[Path], limits: Thresholds, names: dict[str, st
 def gate_cell(gate: object, part: Path, label: str, *, in_sweep: bool = False) -> None:
     """`advbench run` with `gate.*` set: judge the cell `label` just run (or found on disk) at `part`.
 
-    A failing cell prints its line on stderr and leaves it in the folder the parent process
-    named in ADVBENCH_GATE_DIR, so a sweep finishes its other cells before exiting 1; without
-    that folder (the engine called as a library) the failure is an AdvbenchError. A cell
-    whose goal has no threshold is an error on its own, and a note in a sweep that mixes goals.
+    The verdict goes into the folder the `advbench run` process named in ADVBENCH_GATE_DIR,
+    which reports every cell once the sweep is over (see :func:`sweep_verdicts`); without that
+    folder (the engine called as a library) a failure is an AdvbenchError. A cell whose goal
+    has no threshold is an error on its own, and a note in a sweep that mixes goals.
     """
     min_accuracy = getattr(gate, "min_accuracy", None) if gate is not None else None
     max_asr = getattr(gate, "max_asr", None) if gate is not None else None
@@ -153,35 +154,41 @@ def gate_cell(gate: object, part: Path, label: str, *, in_sweep: bool = False) -
         print(f"gate: {label} not judged ({str(exc).partition('; ')[2]})")
         return
     folder = os.environ.get(VERDICT_DIR_ENV)
-    if verdict.passed:
+    if folder is None:
+        if not verdict.passed:
+            raise AdvbenchError("gate failed: " + "; ".join(verdict.failures))
         print(verdict.summary(limits))
         return
-    if folder is None:
-        raise AdvbenchError("gate failed: " + "; ".join(verdict.failures))
-    for line in verdict.failures:
-        print(f"gate failed: {line}", file=sys.stderr)
-    (Path(folder) / f"{uuid.uuid4().hex}.txt").write_text("\n".join(verdict.failures) + "\n")
+    record = {"failures": verdict.failures, "judged": verdict.judged, "limits": [min_accuracy, max_asr]}
+    (Path(folder) / f"{uuid.uuid4().hex}.json").write_text(json.dumps(record))
 
 
 @contextmanager
 def sweep_verdicts() -> Iterator[None]:
-    """Around a whole `advbench run` (one cell or a sweep): exit 1 after it if any cell failed.
+    """Around a whole `advbench run` (one cell or a sweep): report the gate, exit 1 if a cell failed.
 
-    Hydra's launchers let a job's SystemExit end the sweep (basic launcher) or turn a job's
-    exception into a traceback after the sweep, so jobs do neither: they leave their failing
-    lines in a folder shared through the environment (inherited by joblib and submitit's local
-    workers), and this parent reads it once every job is done.
+    Hydra's basic launcher lets a job's SystemExit end the sweep, and a job's exception becomes
+    a traceback once the sweep is over, so jobs do neither: each leaves its verdict in a folder
+    named in the environment (inherited by joblib's and submitit's local workers, whose output
+    goes to log files), and this process prints one line per failing cell, or one passing line,
+    once every job is done.
     """
     folder = tempfile.mkdtemp(prefix="advbench-gate-")
     saved = os.environ.get(VERDICT_DIR_ENV)
     os.environ[VERDICT_DIR_ENV] = folder
     try:
         yield
-        lines = [ln for f in sorted(Path(folder).glob("*.txt")) for ln in f.read_text().splitlines() if ln]
-        if lines:
-            print(f"gate failed: {len(lines)} cell{'s' if len(lines) != 1 else ''} below the threshold "
-                  f"(listed above)", file=sys.stderr)
-            raise SystemExit(1)
+        records = [json.loads(f.read_text()) for f in sorted(Path(folder).glob("*.json"))]
+        if records:
+            failures = [line for r in records for line in r["failures"]]
+            verdict = Verdict(failures, sum(r["judged"] for r in records), {})
+            for line in sorted(failures):
+                print(line, file=sys.stderr)
+            if failures:
+                print(f"gate failed: {len(failures)} of {verdict.judged} cell{'s' if verdict.judged != 1 else ''} "
+                      f"below the threshold", file=sys.stderr)
+                raise SystemExit(1)
+            print(verdict.summary(Thresholds(*records[0]["limits"])))
     finally:
         if saved is None:
             os.environ.pop(VERDICT_DIR_ENV, None)
