@@ -8,6 +8,8 @@ Measures, on the same model, batch and device:
   (c) torchattacks PGD per iteration, and (d) Foolbox LinfPGD if `import foolbox` works;
   (d') our APGD-CE and torchattacks' APGD (CE) per iteration, at the same tiny budget;
   (e) a full minimum-ε search against one fixed-budget run (`evaluate_batch`, search on/off);
+  (g) with --score: Square (score-based, ℓ∞) batched against one sample at a time, in queries
+      per second, at a budget no sample breaks at (every sample pays every query);
   (f) with --minnorm: whole runs of DeepFool-ℓ2 and C&W-ℓ2 and of Foolbox's on the same batch,
       per sample (they stop per sample, so per iteration means nothing), with the model
       evaluations each side made and the median minimum ℓ2 each found.
@@ -47,7 +49,8 @@ from advbench.attacks.apgd import APGD
 from advbench.attacks.base import Attack
 from advbench.attacks.gradient import BIM
 from advbench.attacks.optimized import CarliniWagnerL2, DeepFool
-from advbench.attacks.oracles import WhiteBoxOracle
+from advbench.attacks.oracles import ScoreOracle, WhiteBoxOracle
+from advbench.attacks.score import Square
 from advbench.attacks.steps import lp_norm
 from advbench.engine import SearchSettings, evaluate_batch, resolve_device
 from advbench.errors import AdvbenchError
@@ -82,6 +85,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--minnorm", action="store_true", help="also time DeepFool and C&W against Foolbox's")
     p.add_argument("--cw-iterations", type=int, default=100, help="C&W Adam steps per c (--minnorm)")
     p.add_argument("--cw-search-steps", type=int, default=10, help="C&W binary-search steps over c (--minnorm)")
+    p.add_argument("--score", action="store_true", help="also time Square batched vs one sample at a time")
+    p.add_argument("--score-queries", type=int, default=100, help="Square's queries per sample (--score)")
     p.add_argument("--out", type=Path, default=Path("bench_attacks.json"))
     args = p.parse_args(argv)
     for name in ("batch", "iters", "repeats", "search_repeats"):
@@ -236,6 +241,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     if args.minnorm:
         with autocast(args, device):
             rows.update(minimum_norm_rows(args, model, x, y, device))
+    if args.score:
+        with autocast(args, device):
+            rows.update(score_rows(args, model, x, y, device))
     quartiles = torch.quantile(searched["min_eps"].double(), torch.tensor([0.25, 0.5, 0.75], dtype=torch.float64),
                                interpolation="nearest").tolist()
     return {
@@ -320,6 +328,39 @@ def minimum_norm_rows(args: argparse.Namespace, model: nn.Module, x: torch.Tenso
                      "median_min_l2": float(norms.median()), "found": float(fooled.float().mean()),
                      "note": f"{sec / n * 1e3:.2f} ms/sample, median min ℓ2 {float(norms.median()):.4g}, "
                              f"{float(fooled.float().mean()):.0%} found, model rows evaluated"}
+    return rows
+
+
+def score_rows(args: argparse.Namespace, model: nn.Module, x: torch.Tensor, y: torch.Tensor,
+               device: torch.device) -> dict[str, dict[str, Any]]:
+    """Square's queries per second: the whole batch per oracle call vs one sample per call (the
+    peers' and the seed's platform's loop); one timed run each, every sample active throughout."""
+    n, q = x.shape[0], args.score_queries
+    tiny = torch.full((n,), TINY_EPS, device=device)
+    ids = torch.arange(n, device=device)
+    square = Square(n_queries=q, seed=args.seed)
+
+    def batched() -> ScoreOracle:
+        oracle = ScoreOracle(model, n)
+        square(oracle, x, y, eps=tiny, norm="linf", sample_id=ids)
+        return oracle
+
+    def one_at_a_time() -> ScoreOracle:
+        oracle = ScoreOracle(model, n)
+        for i in range(n):
+            square(oracle.subset(ids[i:i + 1]), x[i:i + 1], y[i:i + 1], eps=tiny[i:i + 1], norm="linf",
+                   sample_id=ids[i:i + 1])
+        return oracle
+
+    keys = (f"advbench Square-{q} batched", f"advbench Square-{q} one sample at a time")
+    timed = interleaved(dict(zip(keys, (batched, one_at_a_time))), device, 0, 1)
+    rows = {}
+    for key, (times, oracle) in timed.items():
+        queries = int(oracle.queries.sum())
+        rows[key] = {"seconds": min(times), "times": times, "grad_evals": 0, "queries": queries,
+                     "queries_per_s": queries / min(times), "note": f"{queries / min(times):,.0f} queries/s"}
+    speedup = rows[keys[0]]["queries_per_s"] / rows[keys[1]]["queries_per_s"]
+    rows[keys[0]]["note"] += f", {speedup:.1f}x one sample at a time"
     return rows
 
 
