@@ -32,8 +32,9 @@ MINIMIZING_N = 50
 # Boundary takes one query a step (~4 s for the 1000 here); test_decision.py holds it to the contract fast.
 SLOW = {"cw", "cw_clip", "apgd_t", "autoattack", "boundary"}
 CATALOGUE = [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in ATTACKS]
-# Query budgets of score-based attacks (20,000 a sample in the catalogue) cut to keep the contract fast.
-SHORT = {"square": {"n_queries": 200}, "hsj": {"max_queries": 1000}, "boundary": {"max_queries": 1000}}
+# Query budgets of score-based attacks (20,000 a sample in the catalogue) cut to keep the contract fast
+# (NES/SPSA: 20 steps on 20 direction pairs).
+SHORT = {"square": {"n_queries": 200}, "nes": {"n_queries": 821, "samples": 20}, "spsa": {"n_queries": 821, "samples": 20}, "hsj": {"max_queries": 1000}, "boundary": {"max_queries": 1000}}
 
 
 def make_attack(name: str):

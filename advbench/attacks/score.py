@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
+from typing import ClassVar
 
 import torch
 
 from advbench.attacks.base import Attack, AttackResult, success_of
 from advbench.attacks.optimized import goal_margin
 from advbench.attacks.oracles import ScoreOracle
-from advbench.attacks.random import uniform
-from advbench.attacks.steps import clip, lp_norm, per_sample
+from advbench.attacks.random import normal, uniform
+from advbench.attacks.steps import ascend, clip, lp_norm, per_sample, unit_direction
 from advbench.errors import AdvbenchError
 
 _TINY = 1e-12
@@ -206,3 +207,89 @@ class Square(Attack):
 def _to_radius(delta: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
     """δ rescaled to ℓ2 norm ε per sample (the authors keep Square's ℓ2 iterates on the sphere)."""
     return delta / per_sample(lp_norm(delta, "l2").clamp_min(_TINY), delta) * per_sample(eps, delta)
+
+
+def _gaussian(seed: int, sample_id: torch.Tensor, shape: tuple[int, ...], stream: int, like: torch.Tensor) -> torch.Tensor:
+    return normal(seed, sample_id, shape, stream, device=like.device, dtype=like.dtype)
+
+
+def _rademacher(seed: int, sample_id: torch.Tensor, shape: tuple[int, ...], stream: int, like: torch.Tensor) -> torch.Tensor:
+    u = uniform(seed, sample_id, shape, stream, device=like.device, dtype=like.dtype)
+    return torch.where(u < 0.5, -1.0, 1.0).to(like)
+
+
+DIRECTIONS = {"gaussian": _gaussian, "rademacher": _rademacher}
+"""Samplers of the random directions u_i of the gradient estimate, per (seed, sample_id, step)."""
+
+
+class GradientEstimateAttack(Attack):
+    """BIM on an estimated gradient (the seed's Eq. 10): ĝ = 1/q Σ_i [J(x+σu_i) − J(x−σu_i)]/(2σ)·u_i.
+
+    J is the margin `goal_margin`, descended: x ← Π_ε(x − α·dir(ĝ)), α = rel_stepsize·ε (the
+    seed's 0.15). A step costs 2q + 1 queries per sample: the 2q probes (clipped to bounds) in
+    one oracle call for all active samples, then one query of the new iterate, which decides
+    success. One first query checks the clean input. A sample stops at success or when another
+    step would pass `n_queries`; `first_success` is the queries spent at the succeeding check.
+    Probes hold q·d numbers per active sample: large inputs want smaller batches.
+    """
+
+    knowledge = ("score",)
+    directions: ClassVar[str]
+
+    def __init__(self, *, n_queries: int = 20000, samples: int = 100, sigma: float = 0.001,
+                 rel_stepsize: float = 0.15, seed: int = 0) -> None:
+        if n_queries < 1 or samples < 1:
+            raise AdvbenchError(f"{type(self).__name__} needs n_queries >= 1 and samples >= 1, got {n_queries}, {samples}")
+        if sigma <= 0 or rel_stepsize <= 0:
+            raise AdvbenchError(f"{type(self).__name__} needs sigma > 0 and rel_stepsize > 0, got {sigma}, {rel_stepsize}")
+        self.n_queries = n_queries
+        self.samples = samples
+        self.sigma = sigma
+        self.rel_stepsize = rel_stepsize
+        self.seed = seed
+
+    @property
+    def steps(self) -> int:
+        """The strength budget: queries per sample."""
+        return self.n_queries
+
+    def run(self, oracle: ScoreOracle, x: torch.Tensor, y: torch.Tensor, *, eps: torch.Tensor, norm: str,
+            target: torch.Tensor | None, sample_id: torch.Tensor) -> AttackResult:
+        n, q = x.shape[0], self.samples
+        everyone = torch.arange(n, device=x.device)
+        first = torch.where(success_of(oracle.logits(x, everyone), y, target), 1, -1)
+        x_adv = x.clone()
+        alpha = self.rel_stepsize * eps
+        cost = 2 * q + 1
+        active = everyone[first < 0]
+        for t in range((self.n_queries - 1) // cost):
+            if active.numel() == 0:
+                break
+            xa, m = x_adv[active], active.numel()
+            ya, ta = y[active], None if target is None else target[active]
+            u = DIRECTIONS[self.directions](self.seed, sample_id[active], (q, *x.shape[1:]), t, xa)
+            probes = torch.cat([xa[:, None] + self.sigma * u, xa[:, None] - self.sigma * u], dim=1)
+            rows = 2 * q
+            z = oracle.logits(clip(probes.flatten(0, 1), oracle.bounds), active.repeat_interleave(rows))
+            j = goal_margin(z, ya.repeat_interleave(rows), None if ta is None else ta.repeat_interleave(rows))
+            j = j.view(m, 2, q)
+            slope = (j[:, 0] - j[:, 1]) / (2 * self.sigma)                      # (m, q)
+            grad = (slope.view(m, q, *([1] * (x.dim() - 1))) * u).mean(dim=1)
+            xa = ascend(xa, x[active], unit_direction(-grad, norm), alpha[active], eps[active], norm, oracle.bounds)
+            x_adv[active] = xa
+            hit = success_of(oracle.logits(xa, active), ya, ta)
+            first[active[hit]] = 1 + (t + 1) * cost
+            active = active[~hit]
+        return AttackResult(x_adv=x_adv, success=first >= 0, first_success=first)
+
+
+class NES(GradientEstimateAttack):
+    """NES (Ilyas et al. 2018): Gaussian directions; the seed's q = 100, σ = 0.001."""
+
+    directions = "gaussian"
+
+
+class SPSA(GradientEstimateAttack):
+    """SPSA (Uesato et al. 2018): Rademacher (±1) directions; the seed's q = 100, σ = 0.001."""
+
+    directions = "rademacher"
