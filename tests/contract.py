@@ -1,4 +1,5 @@
-"""The budgeted-attack contract as one assertion, shared by the catalogue and short-schedule tests."""
+"""Shared test helpers: the budgeted-attack contract as one assertion, and a model that counts
+the images it is shown (the exact query cost of decision and score attacks)."""
 
 from __future__ import annotations
 
@@ -22,3 +23,17 @@ def assert_budgeted_contract(attack: Attack, res: AttackResult, oracle: WhiteBox
     assert torch.equal(res.success, agrees), "success must be what the model says on the returned example"
     assert torch.equal(res.success, res.first_success >= 0)
     assert (res.first_success <= attack.steps).all() and (oracle.grad_evals <= attack.steps).all()
+
+
+class Counting(nn.Module):
+    """Forwards to a model and counts the images it was shown."""
+
+    bounds = (0.0, 1.0)
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model, self.rows = model, 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.rows += x.shape[0]
+        return self.model(x)

@@ -20,21 +20,9 @@ from advbench.attacks.steps import lp_norm
 from advbench.data.targets import target_classes
 from advbench.errors import AdvbenchError
 
+from contract import Counting
+
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-class Counting(nn.Module):
-    """Forwards to a model and counts the images it was shown."""
-
-    bounds = (0.0, 1.0)
-
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__()
-        self.model, self.rows = model, 0
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.rows += x.shape[0]
-        return self.model(x)
 
 
 @pytest.fixture(scope="module")

@@ -11,25 +11,16 @@ from __future__ import annotations
 import foolbox as fb
 import pytest
 import torch
-from torch import nn
 
 from advbench.attacks.decision import Boundary, HopSkipJump
 from advbench.attacks.oracles import DecisionOracle
 from advbench.attacks.steps import lp_norm
 
+from contract import Counting
+
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 STEPS = 12  # Foolbox iterations: about 3,200 queries a sample on digits
 BOUNDARY_STEPS = 3000  # Foolbox steps: one query each, a second every 10th
-
-
-class Counting(nn.Module):
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__()
-        self.model, self.rows = model, 0
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.rows += x.shape[0]
-        return self.model(x)
 
 
 CASES = {  # Foolbox attack, advbench attack at a query budget, norm
