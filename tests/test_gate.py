@@ -17,6 +17,7 @@ from click.testing import CliRunner
 
 from advbench.cli import main
 from advbench.config import compose_config, validate
+from advbench.defenses.training import ensure_checkpoint
 from advbench.errors import AdvbenchError
 from advbench.gate import VERDICT_DIR_ENV, Thresholds, gate_cell, judge, sweep_verdicts
 from advbench.records import write_part
@@ -165,8 +166,10 @@ def advbench(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def checkpoint(trained_digits_cache: Path) -> Path:
-    """The user's model in CI: a natural digits small_cnn checkpoint file."""
-    (path,) = sorted(trained_digits_cache.glob("checkpoints/digits/small_cnn/*.pt"))
+    """The user's model in CI: the natural digits small_cnn checkpoint file the shared cache
+    fixture trained (other tests may add other checkpoints to that cache)."""
+    cfg = compose_config("train", ["defense=natural", "defense.recipe.epochs=4", f"cache_dir={trained_digits_cache}"])
+    path = ensure_checkpoint(cfg)
     return path
 
 
