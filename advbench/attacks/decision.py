@@ -155,7 +155,32 @@ def bisect(log: QueryLog, x: torch.Tensor, x_adv: torch.Tensor, idx: torch.Tenso
     return torch.where(per_sample(unmoved, x), x_adv, moved), dist_in
 
 
-class HopSkipJump(Attack):
+class DecisionAttack(Attack):
+    """What the decision-based attacks share: top-1 labels only, a minimum-norm result, and a
+    per-sample query budget (the strength budget, `steps`) with checkpoints the records keep."""
+
+    kind = "minimizing"
+    knowledge = ("decision",)
+
+    def __init__(self, *, max_queries: int, init_tries: int, checkpoints: Sequence[int], seed: int,
+                 **counts: int) -> None:
+        for name, value in (("max_queries", max_queries), *counts.items(), ("init_tries", init_tries)):
+            if value < 1:
+                raise ValueError(f"expected {name} >= 1, got {value}")
+        if any(c < 1 for c in checkpoints):
+            raise ValueError(f"expected query checkpoints >= 1, got {list(checkpoints)}")
+        self.max_queries = max_queries
+        self.init_tries = init_tries
+        self.checkpoints = [int(c) for c in checkpoints]
+        self.seed = seed
+
+    @property
+    def steps(self) -> int:
+        """Strength budget: queries per sample."""
+        return self.max_queries
+
+
+class HopSkipJump(DecisionAttack):
     """HopSkipJump (Chen, Jordan & Wainwright 2020), ℓ2 and ℓ∞, with the authors' defaults.
 
     From an adversarial start, each iteration j: binary search to the boundary, estimate the
@@ -171,33 +196,18 @@ class HopSkipJump(Attack):
     blend search towards x (tolerance 0.001); targeted: see `starting_points`.
     """
 
-    kind = "minimizing"
-    knowledge = ("decision",)
     norms = ("l2", "linf")
 
     def __init__(self, *, max_queries: int = 20000, init_evals: int = 100, max_evals: int = 10000,
                  gamma: float = 1.0, init_tries: int = 100, checkpoints: Sequence[int] = CHECKPOINTS,
                  seed: int = 0) -> None:
-        for name, value in (("max_queries", max_queries), ("init_evals", init_evals), ("max_evals", max_evals),
-                            ("init_tries", init_tries)):
-            if value < 1:
-                raise ValueError(f"expected {name} >= 1, got {value}")
+        super().__init__(max_queries=max_queries, init_tries=init_tries, checkpoints=checkpoints, seed=seed,
+                         init_evals=init_evals, max_evals=max_evals)
         if gamma <= 0:
             raise ValueError(f"expected gamma > 0, got {gamma}")
-        if any(c < 1 for c in checkpoints):
-            raise ValueError(f"expected query checkpoints >= 1, got {list(checkpoints)}")
-        self.max_queries = max_queries
         self.init_evals = init_evals
         self.max_evals = max_evals
         self.gamma = gamma
-        self.init_tries = init_tries
-        self.checkpoints = [int(c) for c in checkpoints]
-        self.seed = seed
-
-    @property
-    def steps(self) -> int:
-        """Strength budget: queries per sample."""
-        return self.max_queries
 
     def run(self, oracle: DecisionOracle, x: torch.Tensor, y: torch.Tensor, *, eps: torch.Tensor, norm: str,
             target: torch.Tensor | None, sample_id: torch.Tensor) -> AttackResult:
@@ -308,7 +318,7 @@ class Window:
         self.count[idx] = 0
 
 
-class Boundary(Attack):
+class Boundary(DecisionAttack):
     """Boundary attack (Brendel, Rauber & Bethge 2018), ℓ2, with the authors' defaults.
 
     From an adversarial start (`starting_points`, then a blend search towards x), each step
@@ -321,36 +331,21 @@ class Boundary(Attack):
     step falls below `source_step_convergence` or its `max_queries` are spent.
     """
 
-    kind = "minimizing"
-    knowledge = ("decision",)
     norms = ("l2",)
 
     def __init__(self, *, max_queries: int = 20000, spherical_step: float = 1e-2, source_step: float = 1e-2,
                  source_step_convergence: float = 1e-7, step_adaptation: float = 1.5, update_stats_every_k: int = 10,
                  init_tries: int = 100, checkpoints: Sequence[int] = CHECKPOINTS,
                  seed: int = 0) -> None:
-        for name, value in (("max_queries", max_queries), ("update_stats_every_k", update_stats_every_k),
-                            ("init_tries", init_tries)):
-            if value < 1:
-                raise ValueError(f"expected {name} >= 1, got {value}")
+        super().__init__(max_queries=max_queries, init_tries=init_tries, checkpoints=checkpoints, seed=seed,
+                         update_stats_every_k=update_stats_every_k)
         if min(spherical_step, source_step, source_step_convergence) <= 0 or step_adaptation <= 1:
             raise ValueError("expected positive step sizes and step_adaptation > 1")
-        if any(c < 1 for c in checkpoints):
-            raise ValueError(f"expected query checkpoints >= 1, got {list(checkpoints)}")
-        self.max_queries = max_queries
         self.spherical_step = spherical_step
         self.source_step = source_step
         self.source_step_convergence = source_step_convergence
         self.step_adaptation = step_adaptation
         self.update_stats_every_k = update_stats_every_k
-        self.init_tries = init_tries
-        self.checkpoints = [int(c) for c in checkpoints]
-        self.seed = seed
-
-    @property
-    def steps(self) -> int:
-        """Strength budget: queries per sample."""
-        return self.max_queries
 
     def run(self, oracle: DecisionOracle, x: torch.Tensor, y: torch.Tensor, *, eps: torch.Tensor, norm: str,
             target: torch.Tensor | None, sample_id: torch.Tensor) -> AttackResult:

@@ -77,7 +77,20 @@ def _corner(u: torch.Tensor, span: int) -> torch.Tensor:
     return (u * span).long().clamp(max=span - 1)
 
 
-class Square(Attack):
+class ScoreAttack(Attack):
+    """What the score-based attacks share: logits only, and `n_queries` per sample as the
+    strength budget (`first_success` counts queries)."""
+
+    knowledge = ("score",)
+    n_queries: int
+
+    @property
+    def steps(self) -> int:
+        """The strength budget: queries per sample."""
+        return self.n_queries
+
+
+class Square(ScoreAttack):
     """Square attack, ℓ∞ and ℓ2, with the authors' p schedule and starts.
 
     The loss is the margin `goal_margin` (Z_y − max_{i≠y} Z_i; targeted max_{i≠t} Z_i − Z_t).
@@ -91,8 +104,6 @@ class Square(Attack):
     5,000 (attack.params.n_queries=5000), and p's schedule scales with the budget.
     """
 
-    knowledge = ("score",)
-
     def __init__(self, *, n_queries: int = 20000, p_init: float = 0.8, seed: int = 0) -> None:
         if n_queries < 1:
             raise AdvbenchError(f"Square needs n_queries >= 1, got {n_queries}")
@@ -101,11 +112,6 @@ class Square(Attack):
         self.n_queries = n_queries
         self.p_init = p_init
         self.seed = seed
-
-    @property
-    def steps(self) -> int:
-        """The strength budget: queries per sample."""
-        return self.n_queries
 
     def run(self, oracle: ScoreOracle, x: torch.Tensor, y: torch.Tensor, *, eps: torch.Tensor, norm: str,
             target: torch.Tensor | None, sample_id: torch.Tensor) -> AttackResult:
@@ -222,7 +228,7 @@ DIRECTIONS = {"gaussian": _gaussian, "rademacher": _rademacher}
 """Samplers of the random directions u_i of the gradient estimate, per (seed, sample_id, step)."""
 
 
-class GradientEstimateAttack(Attack):
+class GradientEstimateAttack(ScoreAttack):
     """BIM on an estimated gradient (the seed's Eq. 10): ĝ = 1/q Σ_i [J(x+σu_i) − J(x−σu_i)]/(2σ)·u_i.
 
     J is the margin `goal_margin`, descended: x ← Π_ε(x − α·dir(ĝ)), α = rel_stepsize·ε (the
@@ -233,7 +239,6 @@ class GradientEstimateAttack(Attack):
     Probes hold q·d numbers per active sample: large inputs want smaller batches.
     """
 
-    knowledge = ("score",)
     directions: ClassVar[str]
 
     def __init__(self, *, n_queries: int = 20000, samples: int = 100, sigma: float = 0.001,
@@ -247,11 +252,6 @@ class GradientEstimateAttack(Attack):
         self.sigma = sigma
         self.rel_stepsize = rel_stepsize
         self.seed = seed
-
-    @property
-    def steps(self) -> int:
-        """The strength budget: queries per sample."""
-        return self.n_queries
 
     def run(self, oracle: ScoreOracle, x: torch.Tensor, y: torch.Tensor, *, eps: torch.Tensor, norm: str,
             target: torch.Tensor | None, sample_id: torch.Tensor) -> AttackResult:
