@@ -28,6 +28,7 @@ def main() -> None:
     advbench plot advbench-out/records --out results  curves and tables
     advbench check advbench-out/records --min-accuracy 0.4   a CI gate
     advbench list attack                              what can be chosen
+    advbench weights fetch nima                       a metric's published weights
     """
 
 
@@ -64,9 +65,16 @@ def train(args: tuple[str, ...]) -> None:
 @click.argument("records", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("results"), show_default=True,
               help="Folder for figures (PNG, SVG) and tables (Markdown, CSV).")
+@click.option("--group-by", type=click.Choice(["defense", "category"]), default="defense", show_default=True,
+              help="Colour benchmark curves per defense, or per defense category (the legend and the tables' "
+                   "defense columns then list defenses by category).")
 @one_line_errors
-def plot(records: tuple[Path, ...], out_dir: Path) -> None:
-    """Turn record files or folders into robustness curves, stability plots and tables."""
+def plot(records: tuple[Path, ...], out_dir: Path, group_by: str) -> None:
+    """Turn record files or folders into robustness curves, stability plots and tables.
+
+    Score- and decision-based attacks get accuracy-vs-queries figures (log axis) beside the
+    accuracy-vs-ε ones.
+    """
     from rich.console import Console
 
     from advbench.records import read_kind
@@ -79,10 +87,10 @@ def plot(records: tuple[Path, ...], out_dir: Path) -> None:
         written = render_stability(frame, out_dir)
     else:
         from advbench.curves import summary_table
-        from advbench.plot import print_tables, render_all
+        from advbench.plot import print_tables, render_all, with_categories
 
-        written = render_all(frame, out_dir)
-        print_tables(summary_table(frame), console)
+        written = render_all(frame, out_dir, group_by=group_by)
+        print_tables(summary_table(with_categories(frame)), console, by_category=group_by == "category")
     for path in written:
         console.print(f"wrote {path}")
 
@@ -143,6 +151,59 @@ def list_options(group: str | None) -> None:
         for option in group_options(g):
             table.add_row(g, option, describe(g, option))
     print_table(table)
+
+
+@main.group()
+def weights() -> None:
+    """Published weights of the quality metrics and ImageNet models: list them, fetch them."""
+
+
+@weights.command(name="list")
+@one_line_errors
+def weights_list() -> None:
+    """Each file's name, where the config expects it, its published source and whether it is there."""
+    from rich.table import Table
+
+    from advbench.terminal import print_table
+    from advbench.weights import rows
+
+    table = Table(show_header=True, header_style="bold")
+    for column in ("name", "present", "size", "file", "source"):
+        table.add_column(column, overflow="fold")
+    for entry, target, present in rows():
+        size = target.stat().st_size / 1e6 if present else entry.size_mb
+        how = entry.url if entry.direct else f"{entry.url} (web page: download by hand)"
+        table.add_row(entry.name, "yes" if present else "no", f"{size:.1f} MB" if size else "?",
+                      str(target), f"{entry.source}\n{how}")
+    print_table(table)
+
+
+@weights.command(name="fetch")
+@click.argument("names", nargs=-1, required=True)
+@click.option("--mirror", metavar="URL", default=None,
+              help="Fetch each file by its published name from this server instead (an internal mirror).")
+@click.option("--force", is_flag=True, help="Download again even when the file is present.")
+@one_line_errors
+def weights_fetch(names: tuple[str, ...], mirror: str | None, force: bool) -> None:
+    """Download NAMES into the weights folder, resuming partial files, and check each loads.
+
+    A file is checked by loading it into its architecture with every key and shape matching
+    (and torchvision's SHA-256 prefix); only then does it take its final name. An interrupted
+    download resumes when the command runs again. See `advbench weights list` for NAMES.
+    """
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+    from advbench.weights import fetch, lookup
+
+    console = Console(stderr=True)
+    for entry in lookup(names):
+        columns = (TextColumn(entry.name), BarColumn(), DownloadColumn(), TransferSpeedColumn())
+        with Progress(*columns, console=console, transient=True) as bar:
+            task = bar.add_task(entry.name, total=None)
+            path = fetch(entry, mirror, force, lambda done, total: bar.update(task, completed=done, total=total))
+        use = f" (use it with model={entry.model} model.weights_path={path})" if entry.model else ""
+        click.echo(f"{entry.name}: {path}{use}")
 
 
 main.add_command(uap)

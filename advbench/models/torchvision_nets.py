@@ -28,7 +28,8 @@ def torchvision_net(name: str, num_classes: int, in_channels: int, weights_path:
 def _load_weights(net: nn.Module, name: str, path: Path) -> None:
     if not path.is_file():
         url = models.get_model_weights(name).IMAGENET1K_V1.url
-        raise AdvbenchError(f"weights file '{path}' for {name} not found; download {url} and set model.weights_path=<file>")
+        raise AdvbenchError(f"weights file '{path}' for {name} not found; `advbench weights fetch {name}` "
+                            f"(or download {url}) and set model.weights_path=<file>")
     state = read_torch_file(path, f"{name} weights file")
     if not isinstance(state, dict):
         raise AdvbenchError(f"'{path}' is not a state dict for {name}")

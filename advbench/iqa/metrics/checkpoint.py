@@ -52,7 +52,7 @@ def read_checkpoint(path: str | os.PathLike[str], metric: str, option: str, sour
     if not file.is_file():
         raise AdvbenchError(
             f"{metric}: weights file '{file}' not found; expected {source} there "
-            f"(set metric.{option}=PATH or ADVBENCH_WEIGHTS=DIR)"
+            f"(set metric.{option}=PATH or ADVBENCH_WEIGHTS=DIR; `advbench weights list` says where to get it)"
         )
     try:
         return torch.load(file, map_location="cpu", weights_only=True)
