@@ -29,6 +29,7 @@ from advbench.attacks.base import Attack, AttackResult
 from advbench.attacks.oracles import Oracle, build_oracle
 from advbench.attacks.steps import clip, lp_norm, per_sample, project
 from advbench.data.targets import target_classes
+from advbench.defenses.masking import cell_flags
 from advbench.errors import AdvbenchError
 from advbench.gate import gate_cell
 from advbench.keys import content_key, dataset_identity, file_digest, model_identity, plain
@@ -457,6 +458,8 @@ def evaluate_cell(cfg: DictConfig, dataset: Any, model: torch.nn.Module, attack:
         "shard": int(cfg.shard.index),
         "device": str(device),
     }
+    static.update(cell_flags(model, eval_set, positions[:int(cfg.batch_size)], device, label=label,
+                             warn_user=threat.knowledge == "white"))
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TimeRemainingColumn(), console=console, transient=True) as progress:
         task = progress.add_task(label, total=len(positions))

@@ -20,11 +20,12 @@ CASES = {
     "small_cnn": dict(in_channels=1, size=8, options={}),
     "resnet56": dict(in_channels=3, size=32, options={}),
     "wrn34_10": dict(in_channels=3, size=32, options={"depth": 10, "widen_factor": 2}),
+    "vgg16": dict(in_channels=3, size=32, options={"depth": 11}),
     "inception_v3": dict(in_channels=3, size=75, options={}),
     "resnet50": dict(in_channels=3, size=32, options={}),
     "resnet152": dict(in_channels=3, size=32, options={}),
 }
-INPUT_SIZES = {"small_cnn": 8, "resnet56": 32, "wrn34_10": 32, "inception_v3": 299, "resnet50": 224, "resnet152": 224}
+INPUT_SIZES = {"small_cnn": 8, "resnet56": 32, "wrn34_10": 32, "vgg16": 32, "inception_v3": 299, "resnet50": 224, "resnet152": 224}
 META = {
     "dataset": "digits",
     "architecture": "small_cnn",
@@ -63,6 +64,7 @@ def test_paper_sizes_of_the_cifar_networks() -> None:
     count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
     assert count(build_model("resnet56", 10, 3)) == pytest.approx(0.853e6, rel=0.01)
     assert count(build_model("wrn34_10", 10, 3)) == pytest.approx(46.16e6, rel=0.01)
+    assert count(build_model("vgg16", 10, 3)) == pytest.approx(14.73e6, rel=0.01)  # RSE's CIFAR-10 VGG-16
 
 
 @pytest.mark.parametrize("yaml_file", sorted(CONF.glob("*.yaml")), ids=lambda p: p.stem)

@@ -153,7 +153,7 @@ def test_a_wrapper_trains_and_loads_its_bases_checkpoint(tmp_path) -> None:
     from advbench.defenses.training import _cfg_checkpoint_path, train_command
 
     natural = compose_config("config", ["defense=natural", f"cache_dir={tmp_path}"])
-    for name in ("jpeg", "bit_red", "rp"):
+    for name in ("jpeg", "bit_red", "rp", "randmix"):
         cfg = compose_config("config", [f"defense={name}", f"cache_dir={tmp_path}"])
         assert _cfg_checkpoint_path(cfg) == _cfg_checkpoint_path(natural)
         assert train_command(cfg).endswith("defense=natural")
@@ -166,6 +166,7 @@ def test_jpeg_cell_end_to_end_uses_bpda_and_lowers_accuracy(tmp_path, trained_di
     engine.run_main(compose_config("config", ["defense=jpeg", *common]))
     frame = read_records([out / "records"])
     assert (frame["grad_mode"] == "bpda").all() and (frame["defense"] == "jpeg").all()
+    assert frame["flag_zero_grad"].all() and not frame["flag_randomized"].any(), "JPEG without BPDA has no gradient"
     clean = frame["clean_correct"].mean()
     robust = (frame["adv_pred"] == frame["label"]).mean()
     assert robust < clean - 0.3, f"BIM with BPDA should break JPEG: clean {clean:.2f}, at the budget {robust:.2f}"

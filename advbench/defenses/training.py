@@ -30,6 +30,7 @@ import advbench
 from advbench.data.base import ImageDataset
 from advbench.data.digits import Digits
 from advbench.defenses.inner import cross_entropy_objective, kl_objective, pgd_linf
+from advbench.defenses.rse import rse_loss
 from advbench.errors import AdvbenchError
 from advbench.keys import content_key, dataset_identity, model_identity
 from advbench.keys import plain as _plain
@@ -57,6 +58,8 @@ class Recipe:
     step_size: Optional[float] = None
     steps: int = 0
     beta: float = 6.0
+    init_noise: float = 0.0
+    inner_noise: float = 0.0
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any]) -> Recipe:
@@ -75,7 +78,7 @@ class Recipe:
             raise AdvbenchError(f"recipe needs epochs >= 1, batch_size >= 1, lr > 0; got {self.epochs}, {self.batch_size}, {self.lr}")
         if self.optimizer not in OPTIMIZERS:
             raise AdvbenchError(f"unknown optimizer '{self.optimizer}'; valid: {', '.join(sorted(OPTIMIZERS))}")
-        if self.type != "natural" and (self.eps <= 0 or self.inner_step <= 0 or self.steps < 1):
+        if self.type not in ("natural", "rse") and (self.eps <= 0 or self.inner_step <= 0 or self.steps < 1):
             raise AdvbenchError(
                 f"recipe '{self.type}' needs eps > 0, step_size > 0, steps >= 1; got {self.eps}, {self.step_size}, {self.steps}"
             )
@@ -121,6 +124,7 @@ LOSSES: dict[str, Callable[[nn.Module, torch.Tensor, torch.Tensor, Recipe], torc
     "natural": _natural_loss,
     "pgd_at": _pgd_at_loss,
     "trades": _trades_loss,
+    "rse": rse_loss,
 }
 OPTIMIZERS: dict[str, Callable[[Any, Recipe], torch.optim.Optimizer]] = {
     "adam": lambda params, r: torch.optim.Adam(params, lr=r.lr, weight_decay=r.weight_decay),

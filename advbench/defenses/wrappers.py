@@ -9,6 +9,10 @@ boundary, so attacks and the engine need no per-defense code (seed 4.2, adaptive
   the identity as the approximation, Athalye et al. 2018).
 - `grad_mode = "eot"`: the transform is random; `eot_samples` tells the white-box oracle how
   many passes to average its gradient over (EOT).
+- `grad_mode = "bpda+eot"`: both (RandMix: random noise, then a rounding to centroids).
+
+`straight_through = False` on a BPDA module turns the approximation off (the plain autograd
+gradient, zero through a rounding): `advbench.defenses.masking` looks at that gradient.
 
 Random draws come from `advbench.attacks.random`, keyed per row by a hash of the row's own
 values and by the wrapper's pass counter, so a row's draw does not depend on its batch
@@ -22,8 +26,10 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from advbench.attacks import random
 from advbench.attacks.random import _GOLDEN, _mix
 from advbench.attacks.transfer import diverse_inputs
+from advbench.defenses.rse import conv_noise, inner_convolutions
 from advbench.errors import AdvbenchError
 
 class _StraightThrough(torch.autograd.Function):
@@ -61,8 +67,11 @@ class _BPDA(InputTransform):
     """A non-differentiable transform whose backward pass is the identity."""
 
     grad_mode = "bpda"
+    straight_through = True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.straight_through:
+            return self.model(self.transform(x))
         with torch.no_grad():
             t = self.transform(x.detach())
         return self.model(_StraightThrough.apply(x, t))
@@ -150,7 +159,112 @@ def row_keys(x: torch.Tensor) -> torch.Tensor:
     return _mix((bits * weights).sum(dim=1))
 
 
-WRAPPERS: dict[str, type[InputTransform]] = {"jpeg": JPEG, "bit_depth": BitDepth, "random_resize_pad": RandomResizePad}
+class _Ensemble(InputTransform):
+    """A randomized defense deployed as the mean logits of `ensemble` noisy passes, batched as
+    one call of the model on every row repeated `ensemble` times. Each (row, member) draws with
+    its own key (`member_keys`) and each call of the module with new streams."""
+
+    grad_mode = "eot"
+    randomized = True
+    streams_per_pass: int = 1
+
+    def __init__(self, model: nn.Module, ensemble: int, eot_samples: int, seed: int) -> None:
+        super().__init__(model)
+        for key, value in (("ensemble", ensemble), ("eot_samples", eot_samples)):
+            if value < 1:
+                raise AdvbenchError(f"defense.wrapper.{key} must be a whole number >= 1, got {value}")
+        self.ensemble = int(ensemble)
+        self.eot_samples = int(eot_samples)
+        self.seed = int(seed)
+        self.passes = 0
+
+    def noisy_logits(self, x: torch.Tensor, keys: torch.Tensor, stream: int) -> torch.Tensor:
+        """Logits of one noisy pass of each row of `x` (rows already repeated per member)."""
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        stream = self.passes * self.streams_per_pass
+        self.passes += 1
+        keys = member_keys(x, self.ensemble)
+        logits = self.noisy_logits(x.repeat_interleave(self.ensemble, dim=0), keys, stream)
+        return logits.view(x.shape[0], self.ensemble, -1).mean(dim=1)
+
+    def normal(self, keys: torch.Tensor, like: torch.Tensor, stream: int) -> torch.Tensor:
+        """N(0, 1) noise shaped like `like`, row i from (seed, keys[i], stream)."""
+        return random.normal(self.seed, keys, tuple(like.shape[1:]), stream, device=like.device, dtype=like.dtype)
+
+
+def member_keys(x: torch.Tensor, members: int) -> torch.Tensor:
+    """(n * members,) keys: row i's `row_keys` mixed with the member index, rows repeated in place."""
+    member = torch.arange(1, members + 1, device=x.device, dtype=torch.int64) * _GOLDEN
+    return _mix(row_keys(x)[:, None] ^ member[None, :]).reshape(-1)
+
+
+class RandomSelfEnsemble(_Ensemble):
+    """RSE at inference (Liu et al. 2018): a model trained with recipe `rse`, run with the same
+    noise (σ_init on the image, σ_inner before every later convolution: `defenses.rse`), logits
+    averaged over `ensemble` noisy passes. The noise is differentiable: white-box gradients are
+    EOT means over `eot_samples` calls, each itself an ensemble."""
+
+    def __init__(self, model: nn.Module, init_noise: float = 0.2, inner_noise: float = 0.1, ensemble: int = 10,
+                 eot_samples: int = 10, seed: int = 0) -> None:
+        super().__init__(model, ensemble, eot_samples, seed)
+        if init_noise < 0 or inner_noise < 0:
+            raise AdvbenchError(f"RSE noise levels must be >= 0, got init {init_noise}, inner {inner_noise}")
+        self.init_noise = float(init_noise)
+        self.inner_noise = float(inner_noise)
+        self.streams_per_pass = 1 + len(inner_convolutions(model))
+
+    def noisy_logits(self, x: torch.Tensor, keys: torch.Tensor, stream: int) -> torch.Tensor:
+        def draw(a: torch.Tensor, layer: int) -> torch.Tensor:
+            return self.inner_noise * self.normal(keys, a, stream + 1 + layer)
+
+        with conv_noise(self.model, draw):
+            return self.model(x + self.init_noise * self.normal(keys, x, stream))
+
+
+class RandomDiscretization(_Ensemble):
+    """RandMix (Zhang & Liang 2019, randomized discretization): Gaussian noise of std `noise`,
+    then every pixel replaced by the nearest (in colour) of `clusters` centroids, logits averaged
+    over `ensemble` noisy passes. Centroids are per image and pass: pixels of another noisy copy
+    at uniform positions, as the seed's code draws them (its k-means++ seeding keeps uniform
+    weights). The rounding has no useful gradient, the noise is random: BPDA (identity backward)
+    inside EOT means over `eot_samples` calls."""
+
+    grad_mode = "bpda+eot"
+    straight_through = True
+    streams_per_pass = 3
+
+    def __init__(self, model: nn.Module, noise: float = 16 / 255, clusters: int = 5, ensemble: int = 10,
+                 eot_samples: int = 10, seed: int = 0) -> None:
+        super().__init__(model, ensemble, eot_samples, seed)
+        if noise < 0 or clusters < 1:
+            raise AdvbenchError(f"RandMix needs noise >= 0 and clusters >= 1, got {noise}, {clusters}")
+        self.noise = float(noise)
+        self.clusters = int(clusters)
+
+    def discretize(self, x: torch.Tensor, keys: torch.Tensor, stream: int) -> torch.Tensor:
+        """Each pixel of x + noise set to its nearest centroid, clipped to the bounds."""
+        m, c = x.shape[:2]
+        seeds = (x + self.noise * self.normal(keys, x, stream)).flatten(2)            # (m, c, pixels)
+        where = (random.uniform(self.seed, keys, (self.clusters,), stream + 1, device=x.device)
+                 * seeds.shape[2]).long()
+        centroids = seeds.gather(2, where[:, None, :].expand(m, c, -1))               # (m, c, k)
+        noisy = (x + self.noise * self.normal(keys, x, stream + 2)).flatten(2)
+        nearest = ((noisy[:, :, :, None] - centroids[:, :, None, :]) ** 2).sum(dim=1).argmin(dim=2)
+        out = centroids.gather(2, nearest[:, None, :].expand(m, c, -1))
+        return out.view_as(x).clamp(*self.bounds)
+
+    def noisy_logits(self, x: torch.Tensor, keys: torch.Tensor, stream: int) -> torch.Tensor:
+        if not self.straight_through:
+            return self.model(self.discretize(x, keys, stream))
+        with torch.no_grad():
+            t = self.discretize(x.detach(), keys, stream)
+        return self.model(_StraightThrough.apply(x, t))
+
+
+WRAPPERS: dict[str, type[InputTransform]] = {"jpeg": JPEG, "bit_depth": BitDepth, "random_resize_pad": RandomResizePad,
+                                             "rse": RandomSelfEnsemble, "randmix": RandomDiscretization}
 """`defense.wrapper.type` -> wrapper class; the other wrapper keys are its arguments."""
 
 

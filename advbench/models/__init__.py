@@ -22,6 +22,7 @@ from advbench.models.base import Classifier
 from advbench.models.resnet_cifar import resnet_cifar
 from advbench.models.small_cnn import small_cnn
 from advbench.models.torchvision_nets import torchvision_net
+from advbench.models.vgg import vgg
 from advbench.models.wide_resnet import wide_resnet
 
 CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
@@ -45,6 +46,7 @@ ARCHITECTURES: dict[str, Architecture] = {
     "small_cnn": Architecture(small_cnn, (0.5,), (0.5,)),
     "resnet56": Architecture(partial(resnet_cifar, depth=56), CIFAR_MEAN, CIFAR_STD),
     "wrn34_10": Architecture(partial(wide_resnet, depth=34, widen_factor=10), CIFAR_MEAN, CIFAR_STD),
+    "vgg16": Architecture(partial(vgg, depth=16), CIFAR_MEAN, CIFAR_STD),
     # torchvision's Inception-v3 weights expect (x - 0.5) / 0.5 (its `transform_input`).
     "inception_v3": Architecture(partial(torchvision_net, "inception_v3"), (0.5,), (0.5,)),
     "resnet50": Architecture(partial(torchvision_net, "resnet50"), IMAGENET_MEAN, IMAGENET_STD),

@@ -1,0 +1,129 @@
+"""Randomized defenses (RSE, RandMix) and the masked-gradient flags in the records."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import hydra.utils
+import pytest
+import torch
+from torch import nn
+
+from advbench.attacks.oracles import build_oracle
+from advbench.config import compose_config
+from advbench.data.digits import Digits
+from advbench.defenses.masking import cell_flags, gradient_flags
+from advbench.defenses.rse import conv_noise, inner_convolutions
+from advbench.defenses.training import _cfg_checkpoint_path, load_trained_model, train_defense, train_main
+from advbench.defenses.wrappers import RandomDiscretization, RandomSelfEnsemble, wrap
+from advbench.models import build_model
+from advbench.models.checkpoint import load_checkpoint
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+NONE_FIRED = {"flag_zero_grad": False, "flag_randomized": False, "flag_probabilities": False}
+
+
+@pytest.fixture(scope="module")
+def batch(digits_tensors) -> tuple[torch.Tensor, torch.Tensor]:
+    return digits_tensors[2][:32], digits_tensors[3][:32]
+
+
+def test_randmix_sets_each_pixel_to_one_of_few_centroids_within_bounds(tiny_model, batch) -> None:
+    x = batch[0]
+    model = RandomDiscretization(tiny_model, noise=0.1, clusters=3, ensemble=4, seed=0)
+    t = model.discretize(x, torch.arange(len(x)), stream=0)
+    assert t.shape == x.shape and t.min() >= 0 and t.max() <= 1
+    assert max(len(torch.unique(row)) for row in t) <= 3
+    assert (t - x).abs().mean() < 0.2, "the centroids are the image's own (noisy) colours"
+    assert model(x).shape == (len(x), 10)
+
+
+def test_rse_without_noise_is_the_base_model_and_leaves_no_hooks(tiny_model, batch) -> None:
+    x = batch[0]
+    quiet = RandomSelfEnsemble(tiny_model, init_noise=0.0, inner_noise=0.0, ensemble=3)
+    torch.testing.assert_close(quiet(x), tiny_model(x))
+    noisy = RandomSelfEnsemble(tiny_model, init_noise=0.2, inner_noise=0.5, ensemble=3)
+    assert noisy.streams_per_pass == 2 and len(inner_convolutions(tiny_model)) == 1
+    assert not torch.equal(noisy(x), tiny_model(x))
+    assert all(not conv._forward_pre_hooks for conv in tiny_model.modules() if isinstance(conv, nn.Conv2d))
+
+
+def test_inner_noise_goes_before_every_convolution_but_the_first(tiny_model, batch) -> None:
+    seen = []
+    with conv_noise(tiny_model, lambda a, layer: seen.append((layer, tuple(a.shape[1:]))) or torch.zeros_like(a)):
+        tiny_model(batch[0])
+    assert seen == [(0, (16, 8, 8))]
+
+
+@pytest.mark.parametrize("spec", [{"type": "rse", "ensemble": 2}, {"type": "randmix", "ensemble": 2}])
+def test_a_rows_draws_do_not_depend_on_its_batch(tiny_model, batch, spec) -> None:
+    """Keyed draws: a row alone gives what it gives in a batch, and a fresh wrapper repeats a run."""
+    x = batch[0]
+    whole = wrap(tiny_model, spec, seed=4)(x)
+    alone = wrap(tiny_model, spec, seed=4)(x[7:8].clone())
+    torch.testing.assert_close(whole[7:8], alone, rtol=1e-4, atol=1e-5)
+    again = wrap(tiny_model, spec, seed=4)
+    torch.testing.assert_close(again(x), whole, rtol=0, atol=0)
+    assert not torch.equal(again(x), whole), "every call draws anew"
+
+
+def test_eot_gradient_variance_falls_with_more_samples(tiny_model, batch) -> None:
+    """RandMix's BPDA+EOT gradient: 8 passes a gradient vary about 8 times less than 1 pass."""
+    x, y = batch[0][:8], batch[1][:8]
+
+    def variance(passes: int) -> float:
+        model = wrap(tiny_model, {"type": "randmix", "ensemble": 1, "eot_samples": passes, "noise": 0.1}, seed=0)
+        oracle = build_oracle("white", model, len(x))
+        assert oracle.grad_mode == "bpda+eot"
+        grads = torch.stack([oracle.loss_grad(x, y, False, torch.arange(len(x)))[1] for _ in range(6)])
+        return float(grads.var(dim=0).mean())
+
+    one, eight = variance(1), variance(8)
+    assert one > 0 and eight < one / 3, (one, eight)
+
+
+def test_flags_fire_on_probabilities_zero_gradients_and_randomness(tiny_model, batch) -> None:
+    x, y = batch
+    assert gradient_flags(tiny_model, x, y)[0] == NONE_FIRED
+    softmax = nn.Sequential(tiny_model, nn.Softmax(dim=1))
+    assert gradient_flags(softmax, x, y)[0] == {**NONE_FIRED, "flag_probabilities": True}
+    jpeg = wrap(tiny_model, {"type": "jpeg", "quality": 75}, seed=0)     # BPDA is switched off for the check
+    assert gradient_flags(jpeg, x, y) == ({**NONE_FIRED, "flag_zero_grad": True}, 1.0)
+    assert jpeg.straight_through, "the check works on a copy"
+    for spec in ({"type": "rse"}, {"type": "randmix"}, {"type": "random_resize_pad"}):
+        model = wrap(tiny_model, spec, seed=0)
+        assert gradient_flags(model, x, y)[0] == {**NONE_FIRED, "flag_randomized": True}, spec
+        assert model.passes == 0, "the deployed model's draws are untouched"
+
+
+def test_flags_stay_quiet_on_the_natural_small_cnn(trained_digits_cache: Path) -> None:
+    cfg = compose_config("config", [f"cache_dir={trained_digits_cache}", "defense.recipe.epochs=4"])
+    dataset = Digits()
+    model = load_trained_model(cfg, dataset)
+    assert cell_flags(model, dataset.eval_set(), range(64), torch.device("cpu"), label="x", warn_user=True) == NONE_FIRED
+
+
+def test_advbench_train_rse_on_digits_deploys_with_its_noise(tmp_path: Path, capsys) -> None:
+    cfg = compose_config("train", ["defense=rse", "dataset=digits", "defense.recipe.epochs=1", f"cache_dir={tmp_path}"])
+    path = train_main(cfg)
+    assert path.name.startswith("rse-") and "trained small_cnn/rse on digits" in capsys.readouterr().out
+    other = compose_config("train", ["defense=rse", "defense.recipe.epochs=1", f"cache_dir={tmp_path}",
+                                     "defense.recipe.inner_noise=0.05"])
+    assert _cfg_checkpoint_path(other) != path, "another noise level is another checkpoint"
+    model = wrap(build_model("small_cnn", 10, 1), dict(cfg.defense.wrapper), seed=0)
+    assert load_checkpoint(path, model.model)["recipe"] == "rse"
+    assert (model.init_noise, model.inner_noise, model.ensemble) == (0.2, 0.1, 10)
+
+
+@pytest.mark.slow
+def test_rse_trains_a_vgg16_on_tiny_cifar(tmp_path: Path, fake_cifar_root: Path) -> None:
+    cfg = compose_config("train", ["dataset=cifar10", f"dataset.root={fake_cifar_root}", "model=vgg16", "defense=rse"])
+    dataset = hydra.utils.instantiate(cfg.dataset)
+    recipe = {**dict(cfg.defense.recipe), "epochs": 1, "batch_size": 20}
+    meta = train_defense(dataset, cfg.model, recipe, tmp_path / "rse.pt", progress=False)
+    assert meta["recipe"] == "rse" and meta["architecture"] == "vgg16"
+    model = wrap(build_model("vgg16", 10, 3), dict(cfg.defense.wrapper, ensemble=2), seed=0)
+    load_checkpoint(tmp_path / "rse.pt", model.model)
+    assert len(inner_convolutions(model.model)) == 12
+    assert model(torch.rand(2, 3, 32, 32)).shape == (2, 10)
