@@ -29,12 +29,14 @@ BUDGETS = {"linf": 0.1, "l2": 0.8}
 # AutoAttack preset take up to 900/1000 iterations on every robust sample (~40 s a test here);
 # test_apgd.py and test_ensemble.py hold them to the contract fast with short schedules.
 MINIMIZING_N = 50
-# Boundary takes one query a step (~4 s for the 1000 here); test_decision.py holds it to the contract fast.
-SLOW = {"cw", "cw_clip", "apgd_t", "autoattack", "boundary"}
+# Boundary and Evolutionary take one query a step (~4 s for the 1000 here); test_decision.py and
+# test_evolutionary.py hold them to the contract fast.
+SLOW = {"cw", "cw_clip", "apgd_t", "autoattack", "boundary", "evolutionary"}
 CATALOGUE = [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in ATTACKS]
 # Query budgets of score-based attacks (20,000 a sample in the catalogue) cut to keep the contract fast
 # (NES/SPSA: 20 steps on 20 direction pairs).
-SHORT = {"square": {"n_queries": 200}, "nes": {"n_queries": 821, "samples": 20}, "spsa": {"n_queries": 821, "samples": 20}, "hsj": {"max_queries": 1000}, "boundary": {"max_queries": 1000}}
+SHORT = {"square": {"n_queries": 200}, "nes": {"n_queries": 821, "samples": 20}, "spsa": {"n_queries": 821, "samples": 20}, "hsj": {"max_queries": 1000}, "boundary": {"max_queries": 1000},
+         "evolutionary": {"max_queries": 700}}
 
 
 def make_attack(name: str):
@@ -123,7 +125,7 @@ def test_samples_do_not_interact(name: str, tiny_model, batch) -> None:
 
 
 # Attacks whose search through the engine takes over ~10 s on a busy CPU run with the slow tests.
-ENGINE_SLOW = {"cw", "cw_clip", "apgd_t", "autoattack", "ensemble", "boundary"}
+ENGINE_SLOW = {"cw", "cw_clip", "apgd_t", "autoattack", "ensemble", "boundary", "evolutionary"}
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in ENGINE_SLOW else n for n in ATTACKS])
