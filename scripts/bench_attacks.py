@@ -10,6 +10,9 @@ Measures, on the same model, batch and device:
   (e) a full minimum-ε search against one fixed-budget run (`evaluate_batch`, search on/off);
   (g) with --score: Square (score-based, ℓ∞) batched against one sample at a time, in queries
       per second, at a budget no sample breaks at (every sample pays every query);
+  (h) with --decision: Boundary and Evolutionary (decision-based, ℓ2) the same way, on the model
+      with its mean logits over the batch subtracted (a random network labels nearly all noise
+      with one class, which leaves no adversarial start), every sample paying every query;
   (f) with --minnorm: whole runs of DeepFool-ℓ2 and C&W-ℓ2 and of Foolbox's on the same batch,
       per sample (they stop per sample, so per iteration means nothing), with the model
       evaluations each side made and the median minimum ℓ2 each found.
@@ -47,9 +50,11 @@ from torch import nn
 
 from advbench.attacks.apgd import APGD
 from advbench.attacks.base import Attack
+from advbench.attacks.decision import Boundary
+from advbench.attacks.evolutionary import Evolutionary
 from advbench.attacks.gradient import BIM
 from advbench.attacks.optimized import CarliniWagnerL2, DeepFool
-from advbench.attacks.oracles import ScoreOracle, WhiteBoxOracle
+from advbench.attacks.oracles import DecisionOracle, Oracle, ScoreOracle, WhiteBoxOracle
 from advbench.attacks.score import Square
 from advbench.attacks.steps import lp_norm
 from advbench.engine import SearchSettings, evaluate_batch, resolve_device
@@ -87,9 +92,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--cw-search-steps", type=int, default=10, help="C&W binary-search steps over c (--minnorm)")
     p.add_argument("--score", action="store_true", help="also time Square batched vs one sample at a time")
     p.add_argument("--score-queries", type=int, default=100, help="Square's queries per sample (--score)")
+    p.add_argument("--decision", action="store_true",
+                   help="also time Boundary and Evolutionary batched vs one sample at a time")
+    p.add_argument("--decision-queries", type=int, default=200,
+                   help="Boundary's and Evolutionary's queries per sample (--decision)")
     p.add_argument("--out", type=Path, default=Path("bench_attacks.json"))
     args = p.parse_args(argv)
-    for name in ("batch", "iters", "repeats", "search_repeats"):
+    for name in ("batch", "iters", "repeats", "search_repeats", "decision_queries"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     return args
@@ -244,6 +253,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     if args.score:
         with autocast(args, device):
             rows.update(score_rows(args, model, x, y, device))
+    if args.decision:
+        with autocast(args, device):
+            rows.update(decision_rows(args, model, x, device))
     quartiles = torch.quantile(searched["min_eps"].double(), torch.tensor([0.25, 0.5, 0.75], dtype=torch.float64),
                                interpolation="nearest").tolist()
     return {
@@ -333,32 +345,72 @@ def minimum_norm_rows(args: argparse.Namespace, model: nn.Module, x: torch.Tenso
 
 def score_rows(args: argparse.Namespace, model: nn.Module, x: torch.Tensor, y: torch.Tensor,
                device: torch.device) -> dict[str, dict[str, Any]]:
-    """Square's queries per second: the whole batch per oracle call vs one sample per call (the
-    peers' and the seed's platform's loop); one timed run each, every sample active throughout."""
+    """Square's queries per second, batched vs one sample at a time, every sample active throughout."""
     n, q = x.shape[0], args.score_queries
-    tiny = torch.full((n,), TINY_EPS, device=device)
-    ids = torch.arange(n, device=device)
     square = Square(n_queries=q, seed=args.seed)
+    return batched_vs_single(f"Square-{q}", square, ScoreOracle, model, x, y, "linf",
+                             torch.full((n,), TINY_EPS, device=device))
 
-    def batched() -> ScoreOracle:
-        oracle = ScoreOracle(model, n)
-        square(oracle, x, y, eps=tiny, norm="linf", sample_id=ids)
+
+class CentredLogits(nn.Module):
+    """The model minus its mean logits over a batch: top-1 labels that spread over the classes
+    like a trained model's (a random network gives nearly all noise one class), at the model's cost."""
+
+    def __init__(self, model: nn.Module, x: torch.Tensor) -> None:
+        super().__init__()
+        self.model, self.bounds = model, (0.0, 1.0)
+        with torch.inference_mode():
+            self.register_buffer("offset", model(x).mean(dim=0).clone())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model(x) - self.offset
+
+
+def decision_rows(args: argparse.Namespace, model: nn.Module, x: torch.Tensor,
+                  device: torch.device) -> dict[str, dict[str, Any]]:
+    """Boundary's and Evolutionary's queries per second, batched vs one sample at a time, on the
+    centred model and its own labels: noise starts are adversarial, and no sample converges
+    within the budget, so every started sample pays every query."""
+    n, q = x.shape[0], args.decision_queries
+    centred = CentredLogits(model, x).eval()
+    with torch.inference_mode():
+        y = centred(x).argmax(dim=1)
+    eps = torch.ones(n, device=device)
+    rows: dict[str, dict[str, Any]] = {}
+    for name, cls in (("Boundary", Boundary), ("Evolutionary", Evolutionary)):
+        attack = cls(max_queries=q, checkpoints=[q], seed=args.seed)
+        rows.update(batched_vs_single(f"{name}-{q}", attack, DecisionOracle, centred, x, y, "l2", eps))
+    return rows
+
+
+def batched_vs_single(label: str, attack: Attack, oracle_cls: type[Oracle], model: nn.Module, x: torch.Tensor,
+                      y: torch.Tensor, norm: str, eps: torch.Tensor) -> dict[str, dict[str, Any]]:
+    """Queries per second of a query attack with the whole batch in each oracle call vs a loop over
+    the samples (the peers' and the seed's platform's way); one timed run each. A sample's queries
+    do not depend on its batch, so both runs pay the same queries."""
+    n = x.shape[0]
+    ids = torch.arange(n, device=x.device)
+
+    def batched() -> Oracle:
+        oracle = oracle_cls(model, n)
+        attack(oracle, x, y, eps=eps, norm=norm, sample_id=ids)
         return oracle
 
-    def one_at_a_time() -> ScoreOracle:
-        oracle = ScoreOracle(model, n)
+    def one_at_a_time() -> Oracle:
+        oracle = oracle_cls(model, n)
         for i in range(n):
-            square(oracle.subset(ids[i:i + 1]), x[i:i + 1], y[i:i + 1], eps=tiny[i:i + 1], norm="linf",
+            attack(oracle.subset(ids[i:i + 1]), x[i:i + 1], y[i:i + 1], eps=eps[i:i + 1], norm=norm,
                    sample_id=ids[i:i + 1])
         return oracle
 
-    keys = (f"advbench Square-{q} batched", f"advbench Square-{q} one sample at a time")
-    timed = interleaved(dict(zip(keys, (batched, one_at_a_time))), device, 0, 1)
+    keys = (f"advbench {label} batched", f"advbench {label} one sample at a time")
+    timed = interleaved(dict(zip(keys, (batched, one_at_a_time))), x.device, 0, 1)
     rows = {}
     for key, (times, oracle) in timed.items():
         queries = int(oracle.queries.sum())
         rows[key] = {"seconds": min(times), "times": times, "grad_evals": 0, "queries": queries,
-                     "queries_per_s": queries / min(times), "note": f"{queries / min(times):,.0f} queries/s"}
+                     "queries_per_s": queries / min(times),
+                     "note": f"{queries / min(times):,.0f} queries/s, {queries / n:.1f} a sample"}
     speedup = rows[keys[0]]["queries_per_s"] / rows[keys[1]]["queries_per_s"]
     rows[keys[0]]["note"] += f", {speedup:.1f}x one sample at a time"
     return rows

@@ -9,6 +9,8 @@ test_attacks.py with a short budget.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from torch import nn
@@ -148,3 +150,18 @@ def test_weighted_choice_picks_k_coordinates_in_proportion_to_the_weights() -> N
 def test_bad_settings_are_one_line_errors(override: str) -> None:
     with pytest.raises(AdvbenchError, match=override.split("=")[0]):
         compose_config("config", ["attack=evolutionary", f"attack.params.{override}", "threat=l2_decision"])
+
+
+def test_bench_script_times_decision_attacks_batched_and_one_at_a_time_on_equal_work(tmp_path) -> None:
+    """Both rows of each attack pay the same queries, every sample its whole budget, so queries/s compare."""
+    from test_crosscheck import load_bench
+
+    out = tmp_path / "bench.json"
+    args = ["--model", "small_cnn", "--batch", "4", "--iters", "1", "--repeats", "1", "--warmup", "0",
+            "--device", "cpu", "--decision", "--decision-queries", "30", "--out", str(out)]
+    assert load_bench().main(args) == 0
+    rows = json.loads(out.read_text())["rows"]
+    for name in ("Boundary-30", "Evolutionary-30"):
+        batched, single = rows[f"advbench {name} batched"], rows[f"advbench {name} one sample at a time"]
+        assert batched["queries"] == single["queries"] == 4 * 30
+        assert batched["queries_per_s"] > 0 and single["queries_per_s"] > 0
