@@ -29,6 +29,7 @@ from advbench.attacks.base import Attack, AttackResult
 from advbench.attacks.oracles import Oracle, build_oracle
 from advbench.attacks.steps import clip, lp_norm, per_sample, project
 from advbench.data.targets import target_classes
+from advbench.defenses.certify import certified_column
 from advbench.defenses.masking import cell_flags
 from advbench.errors import AdvbenchError
 from advbench.gate import gate_cell
@@ -132,6 +133,7 @@ def evaluate_batch(attack: Attack, model: torch.nn.Module, x: torch.Tensor, y: t
     deployed `model` itself, uncounted. The clean input counts as the probe at ε = 0: a sample
     it already fools has min_eps 0 and succeeds at the budget whatever the attack returned.
     Every example behind `adv_pred` and the `dist_*` columns lies within the budget.
+    `certified`: whether interval bounds prove the ℓ∞ budget ball safe (NaN where IBP does not apply).
     """
     n = x.shape[0]
     ids = torch.arange(n, device=x.device) if sample_id is None else sample_id.to(x.device)
@@ -143,7 +145,9 @@ def evaluate_batch(attack: Attack, model: torch.nn.Module, x: torch.Tensor, y: t
     if measure is None:
         raise AdvbenchError(f"{type(attack).__name__} has kind '{attack.kind}'; valid: {', '.join(_MEASURES)}")
     oracle = build_oracle(threat.knowledge, model, n, substitute, num_classes=clean_logits.shape[1])
-    return measure(_Batch(attack, oracle, model, x, y, target, threat, ids, clean_pred), search)
+    measured = measure(_Batch(attack, oracle, model, x, y, target, threat, ids, clean_pred), search)
+    measured["certified"] = certified_column(model, x, y, threat.norm, threat.eps * threat.scale(x))
+    return measured
 
 
 def _measure_budgeted(b: _Batch, search: SearchSettings) -> dict[str, torch.Tensor | str]:
@@ -500,8 +504,10 @@ def _batch_frame(measured: dict[str, torch.Tensor | str], y: torch.Tensor, sampl
 
 
 def summarize(frame: pd.DataFrame, label: str, out: Path) -> None:
-    """One line per cell: clean accuracy, accuracy/ASR at the budget, median min-ε."""
+    """One line per cell: clean accuracy, accuracy/ASR at the budget, certified accuracy where IBP applies, median min-ε."""
     clean = frame["clean_correct"].mean()
     robust = (frame["adv_pred"] == frame["label"]).mean()
-    console.print(f"{label}: clean {clean:.1%}, adversarial accuracy {robust:.1%}, "
+    verified = frame["certified"].dropna() if "certified" in frame else pd.Series(dtype=float)
+    proven = f", certified {verified.mean():.1%}" if len(verified) else ""
+    console.print(f"{label}: clean {clean:.1%}, adversarial accuracy {robust:.1%}{proven}, "
                   f"median min-ε {frame['min_eps'].median():.4g}, {len(frame)} samples -> {out}", soft_wrap=True)

@@ -29,6 +29,7 @@ from torch.utils.data import DataLoader, Dataset
 import advbench
 from advbench.data.base import ImageDataset
 from advbench.data.digits import Digits
+from advbench.defenses.certify import ibp_loss
 from advbench.defenses.inner import cross_entropy_objective, kl_objective, pgd_linf
 from advbench.defenses.rse import rse_loss
 from advbench.errors import AdvbenchError
@@ -60,6 +61,9 @@ class Recipe:
     beta: float = 6.0
     init_noise: float = 0.0
     inner_noise: float = 0.0
+    kappa: float = 0.5  # convex (IBP): final weight of the clean loss, falling from 1 during the ramp-up
+    warmup_steps: int = 0  # convex: clean steps before the ramp-up
+    rampup_steps: int = 0  # convex: steps over which the bound's eps grows from 0 to eps
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any]) -> Recipe:
@@ -78,7 +82,7 @@ class Recipe:
             raise AdvbenchError(f"recipe needs epochs >= 1, batch_size >= 1, lr > 0; got {self.epochs}, {self.batch_size}, {self.lr}")
         if self.optimizer not in OPTIMIZERS:
             raise AdvbenchError(f"unknown optimizer '{self.optimizer}'; valid: {', '.join(sorted(OPTIMIZERS))}")
-        if self.type not in ("natural", "rse") and (self.eps <= 0 or self.inner_step <= 0 or self.steps < 1):
+        if self.type not in ("natural", "rse", "convex") and (self.eps <= 0 or self.inner_step <= 0 or self.steps < 1):
             raise AdvbenchError(
                 f"recipe '{self.type}' needs eps > 0, step_size > 0, steps >= 1; got {self.eps}, {self.step_size}, {self.steps}"
             )
@@ -125,6 +129,7 @@ LOSSES: dict[str, Callable[[nn.Module, torch.Tensor, torch.Tensor, Recipe], torc
     "pgd_at": _pgd_at_loss,
     "trades": _trades_loss,
     "rse": rse_loss,
+    "convex": ibp_loss,
 }
 OPTIMIZERS: dict[str, Callable[[Any, Recipe], torch.optim.Optimizer]] = {
     "adam": lambda params, r: torch.optim.Adam(params, lr=r.lr, weight_decay=r.weight_decay),

@@ -19,6 +19,7 @@ from torch import nn
 
 from advbench.errors import AdvbenchError
 from advbench.models.base import Classifier
+from advbench.models.ibp_cnn import ibp_large
 from advbench.models.resnet_cifar import resnet_cifar
 from advbench.models.small_cnn import small_cnn
 from advbench.models.torchvision_nets import torchvision_net
@@ -46,6 +47,7 @@ ARCHITECTURES: dict[str, Architecture] = {
     "small_cnn": Architecture(small_cnn, (0.5,), (0.5,)),
     "resnet56": Architecture(partial(resnet_cifar, depth=56), CIFAR_MEAN, CIFAR_STD),
     "wrn34_10": Architecture(partial(wide_resnet, depth=34, widen_factor=10), CIFAR_MEAN, CIFAR_STD),
+    "ibp_large": Architecture(ibp_large, CIFAR_MEAN, CIFAR_STD),
     "vgg16": Architecture(partial(vgg, depth=16), CIFAR_MEAN, CIFAR_STD),
     # torchvision's Inception-v3 weights expect (x - 0.5) / 0.5 (its `transform_input`).
     "inception_v3": Architecture(partial(torchvision_net, "inception_v3"), (0.5,), (0.5,)),
