@@ -7,8 +7,9 @@ The definitions are those of section 4.1 of *Benchmarking Adversarial Robustness
 * targeted attack success rate = successes (prediction == target) / N.
 
 Every curve is built from per-sample thresholds (``min_eps`` for the budget curve,
-``first_success_strength`` for the strength curve) by counting how many thresholds lie at or
-below each x value, so accuracy is non-increasing and ASR non-decreasing by construction.
+``first_success_strength`` for the strength and query curves, ``norm_at_<q>`` for the query
+checkpoints) by counting how many thresholds lie at or below each x value, so accuracy is
+non-increasing and ASR non-decreasing by construction.
 A ``min_eps`` of NaN is read like ``inf``: no successful budget was found. ``min_eps`` and
 the budgets are compared in float64, the dtype the engine records them in (a sample broken at
 the budget has ``min_eps == eps_budget`` exactly), so the budget curve at ε = budget equals
@@ -31,6 +32,15 @@ CELL: list[str] = ["dataset", "defense", "attack", "norm", "goal", "knowledge"]
 GOALS = ("untargeted", "targeted")
 KNOWLEDGE_ORDER = ("white", "transfer", "score", "decision")
 """Row order of Table 3 (the seed groups attacks by the adversary's knowledge)."""
+
+STRENGTH_UNITS = {"white": "iterations", "transfer": "iterations", "score": "queries", "decision": "queries"}
+"""What `first_success_strength` counts, by the adversary's knowledge: score- and decision-based
+attacks count every query of the target (the query curve), the others iterations."""
+NORM_AT = "norm_at_"
+"""Prefix of the records' query checkpoints: `norm_at_<q>` = the smallest norm (threat units) an
+attack had found after at most q queries (decision-based attacks)."""
+CATEGORY = "defense_category"
+"""Record column with the defense's category (the defense YAML's `category:` list, joined)."""
 
 Grid = Union[np.ndarray, Mapping[tuple[str, str], np.ndarray]]
 
@@ -171,6 +181,85 @@ def strength_curve(df: pd.DataFrame) -> pd.DataFrame:
     return out.join(budgets, on=CELL)
 
 
+def category_label(category: object) -> str:
+    """One label for a defense's `category:` (a list of the seed's categories, or one name)."""
+    if category is None:
+        return ""
+    if isinstance(category, (list, tuple)):
+        return ", ".join(map(str, category))
+    return str(category)
+
+
+def query_unit(df: pd.DataFrame) -> pd.Series:
+    """Per record: whether its strength counts queries (score- and decision-based attacks)."""
+    return df["knowledge"].map(STRENGTH_UNITS).eq("queries")
+
+
+def query_curve(df: pd.DataFrame) -> pd.DataFrame:
+    """Accuracy / ASR at the budget vs. queries, exact, for score- and decision-based cells.
+
+    `first_success_strength` of these attacks is the number of queries a sample had spent when
+    an example within the budget was first found, so a sample counts as broken after q
+    queries when 0 <= first_success_strength <= q. The curve is evaluated at 1, every query
+    count at which some sample broke, and the budget: drawn as steps it is exact, and on a log
+    axis it needs no point at 0. Same accuracy/ASR definitions as :func:`strength_curve`.
+    """
+    _validate(df, _STRENGTH_COLUMNS, "query curve")
+    other = sorted(df.loc[~query_unit(df), "knowledge"].unique())
+    if other:
+        raise AdvbenchError(f"query curves take score- and decision-based records; got knowledge {', '.join(other)} "
+                            "(their strength counts iterations: use the strength curve)")
+    _require_unique(df, "strength_budget")
+
+    def per_cell(g: pd.DataFrame, key: tuple) -> tuple[np.ndarray, Callable]:
+        budget = int(g["strength_budget"].iloc[0])
+        first = g["first_success_strength"].fillna(-1).to_numpy(np.int64)
+        found = (first >= 0) & (first <= budget)
+        queries = np.union1d([1, max(budget, 1)], first[found & (first >= 1)])
+        return queries, lambda mask: np.searchsorted(np.sort(first[mask & found]), queries, side="right")
+
+    out = _curves(df, "queries", per_cell)
+    budgets = df.groupby(CELL)["strength_budget"].first().rename("strength_budget")
+    return out.join(budgets, on=CELL)
+
+
+def checkpoint_columns(df: pd.DataFrame) -> dict[int, str]:
+    """The records' `norm_at_<q>` columns by q, ascending."""
+    found = {}
+    for column in df.columns:
+        tail = str(column)[len(NORM_AT):]
+        if str(column).startswith(NORM_AT) and tail.isdigit():
+            found[int(tail)] = str(column)
+    return dict(sorted(found.items()))
+
+
+def checkpoint_curve(df: pd.DataFrame) -> pd.DataFrame:
+    """Accuracy / ASR at the budget after q queries, from the `norm_at_<q>` checkpoints.
+
+    A sample counts as broken after q queries when its best norm then (threat units) is within
+    `eps_budget`. Only cells whose records all hold a checkpoint use it; cells without any
+    (budgeted attacks) are left out, so the frame may be empty. Where both exist, these points
+    lie on :func:`query_curve`, which dates every success exactly.
+    """
+    _validate(df, [*_BUDGET_COLUMNS, "strength_budget"], "checkpoint curve")
+    columns = checkpoint_columns(df)
+    parts = []
+    for key, g in df.groupby(CELL, sort=True):
+        held = {q: c for q, c in columns.items() if g[c].notna().all()}
+        if not held:
+            continue
+        budget = float(g["eps_budget"].iloc[0])
+        norms = g[list(held.values())].to_numpy(np.float64)            # (samples, checkpoints)
+        broken = norms <= budget
+        goal = key[CELL.index("goal")]
+        accuracy, asr = _rates(goal, g["clean_correct"].to_numpy(bool), lambda mask: broken[mask].sum(axis=0))
+        parts.append(pd.DataFrame({"queries": list(held), "accuracy": accuracy, "asr": asr})
+                     .assign(**dict(zip(CELL, key)), eps_budget=budget, n_samples=len(g)))
+    if not parts:
+        return pd.DataFrame(columns=[*CELL, "eps_budget", "n_samples", "queries", "accuracy", "asr"])
+    return pd.concat(parts, ignore_index=True)[[*CELL, "eps_budget", "n_samples", "queries", "accuracy", "asr"]]
+
+
 def summary_table(df: pd.DataFrame) -> pd.DataFrame:
     """The seed's Table 3 as a tidy frame, one row per cell.
 
@@ -178,6 +267,7 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
     cells counting as 0 (they need no perturbation), unfound ones as inf.
     ``accuracy``: mean(adv_pred == label) at the budget (valid for both goals).
     ``asr``: success at the budget, over clean-correct samples (untargeted) or all (targeted).
+    ``defense_category`` follows the defense where the records carry it.
     """
     _validate(df, _TABLE_COLUMNS, "summary table")
     untargeted = df["goal"].eq("untargeted").to_numpy()
@@ -191,8 +281,13 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
         hit=df["success_at_budget"].to_numpy(bool) & counted,
         counted=counted,
     )
+    labels = {}
+    if CATEGORY in df.columns:
+        frame[CATEGORY] = df[CATEGORY].fillna("").astype(str).to_numpy()
+        labels[CATEGORY] = (CATEGORY, "first")
     _require_unique(frame, "eps_budget")
     tidy = frame.groupby(CELL, sort=True).agg(
+        **labels,
         eps_budget=("eps_budget", "first"),
         n_samples=("min_eps", "size"),
         median_min_eps=("min_eps", "median"),
@@ -215,19 +310,26 @@ def _format_cell(median: float, accuracy: float) -> str:
     return f"{left} / {100.0 * accuracy:.1f}%"
 
 
-def format_table3(tidy: pd.DataFrame) -> dict[tuple[str, str], pd.DataFrame]:
+def format_table3(tidy: pd.DataFrame, by_category: bool = False) -> dict[tuple[str, str], pd.DataFrame]:
     """Lay :func:`summary_table` out like the seed: one string table per (norm, goal).
 
     Rows are (dataset, knowledge, attack), columns are defenses, cells read
-    "median min_eps / accuracy at budget"; a pair that was not run shows "—".
+    "median min_eps / accuracy at budget"; a pair that was not run shows "—". `by_category`
+    orders the defense columns by category and heads them "defense (category)".
     """
     _validate_tidy(tidy)
+    if by_category and CATEGORY not in tidy.columns:
+        raise AdvbenchError(f"grouping the table by category needs a {CATEGORY} column in the summary")
     tables = {}
     for key, g in tidy.groupby(["norm", "goal"], sort=True):
         g = g.assign(cell=[_format_cell(m, a) for m, a in zip(g["median_min_eps"], g["accuracy"])])
         g = g.sort_values(["dataset", "knowledge", "attack"], key=lambda s: _knowledge_rank(s) if s.name == "knowledge" else s)
         wide = g.pivot_table(index=["dataset", "knowledge", "attack"], columns="defense", values="cell", aggfunc="first", sort=False)
         wide.columns.name = None
+        if by_category:
+            category = g.groupby("defense")[CATEGORY].first()
+            order = sorted(wide.columns, key=lambda d: (category[d], d))
+            wide = wide[order].rename(columns=lambda d: f"{d} ({category[d]})" if category[d] else d)
         tables[key] = wide.fillna("—")
     return tables
 

@@ -28,6 +28,7 @@ from advbench import __version__
 from advbench.attacks.base import Attack, AttackResult
 from advbench.attacks.oracles import Oracle, build_oracle
 from advbench.attacks.steps import clip, lp_norm, per_sample, project
+from advbench.curves import NORM_AT, category_label
 from advbench.data.targets import target_classes
 from advbench.defenses.certify import certified_column
 from advbench.defenses.masking import cell_flags
@@ -232,7 +233,8 @@ def _columns(b: _Batch, res: AttackResult, pred_at: torch.Tensor, x_at: torch.Te
     clash = sorted(set(res.info) & {*out, *_FRAME_COLUMNS, "min_eps_source", "grad_mode"})
     if clash:
         raise AdvbenchError(f"{type(b.attack).__name__} reports info columns {', '.join(clash)} that the engine writes")
-    out.update(res.info)
+    # Attacks see raw norms; their per-checkpoint norms are recorded in threat units, as min_eps is.
+    out.update({k: v.double() / b.scale if k.startswith(NORM_AT) else v for k, v in res.info.items()})
     out = {k: v.detach().cpu() for k, v in out.items()}
     out["min_eps_source"] = source
     out["grad_mode"] = b.oracle.grad_mode
@@ -451,6 +453,7 @@ def evaluate_cell(cfg: DictConfig, dataset: Any, model: torch.nn.Module, attack:
         "dataset": identity["dataset"],
         "model": identity["model"],
         "defense": identity["defense"],
+        "defense_category": category_label(plain(cfg.defense).get("category")),
         "attack": identity["attack"],
         "attack_params": json.dumps(identity["attack_params"], sort_keys=True),
         "norm": threat.norm,

@@ -13,17 +13,24 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import yaml
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.ticker import MaxNLocator, PercentFormatter
+from matplotlib.ticker import FuncFormatter, MaxNLocator, PercentFormatter
 from rich.console import Console
 from rich.table import Table
 
 from advbench.curves import (
+    CATEGORY,
+    STRENGTH_UNITS,
     budget_curve,
+    category_label,
+    checkpoint_curve,
     eps_grid,
     format_table3,
+    query_curve,
+    query_unit,
     strength_curve,
     summary_table,
 )
@@ -35,7 +42,9 @@ FIGURE_KEY = ["dataset", "norm", "goal", "knowledge"]
 
 NORM_LABELS = {"linf": "ℓ∞", "l2": "ℓ₂"}
 KNOWLEDGE_LABELS = {"white": "white-box", "transfer": "transfer-based", "score": "score-based", "decision": "decision-based"}
-STRENGTH_UNITS = {"white": "iterations", "transfer": "iterations", "score": "queries", "decision": "queries"}
+GROUP_BY = ("defense", "category")
+"""What a line's colour stands for: each defense its own, or one per defense category (line
+styles then tell the defenses of a category apart, and the legend lists them by category)."""
 LINESTYLES = ("-", "--", "-.", ":")
 MAX_COLUMNS = 2
 """Panels per row at most, so a figure stays legible at README width (four attacks: a 2 × 2
@@ -45,18 +54,63 @@ FEW_STEPS = 5
 """Strength axes up to this many iterations/queries mark every step (FGSM is one step)."""
 
 
-def defense_styles(defenses: Iterable[str]) -> dict[str, dict[str, str | tuple]]:
+def defense_styles(defenses: Iterable[str], categories: dict[str, str] | None = None) -> dict[str, dict[str, str | tuple]]:
     """Colour and line style per defense, fixed by sorted name so every figure agrees.
 
     tab10 up to ten defenses, tab20 beyond; past twenty the colours repeat with a new
-    line style so lines stay distinguishable.
+    line style so lines stay distinguishable. With `categories` (defense -> category) the
+    colour is the category's, and the defenses of one category take the line styles in turn.
     """
+    if categories is not None:
+        return _category_styles(sorted(set(defenses)), categories)
     names = sorted(set(defenses))
     palette = colormaps["tab10" if len(names) <= 10 else "tab20"].colors
     return {
         name: {"color": palette[i % len(palette)], "linestyle": LINESTYLES[(i // len(palette)) % len(LINESTYLES)]}
         for i, name in enumerate(names)
     }
+
+
+def _category_styles(names: list[str], categories: dict[str, str]) -> dict[str, dict[str, str | tuple]]:
+    """Colour per category (sorted), line style (then marker) per defense within its category."""
+    missing = [d for d in names if d not in categories]
+    if missing:
+        raise AdvbenchError(f"no category for defense(s) {', '.join(missing)}")
+    groups = sorted({categories[d] for d in names})
+    palette = colormaps["tab10" if len(groups) <= 10 else "tab20"].colors
+    styles: dict[str, dict[str, str | tuple]] = {}
+    for g, group in enumerate(groups):
+        members = [d for d in names if categories[d] == group]
+        for i, name in enumerate(members):
+            style: dict[str, str | tuple] = {"color": palette[g % len(palette)], "linestyle": LINESTYLES[i % len(LINESTYLES)]}
+            if i >= len(LINESTYLES):
+                style["marker"] = "osD^v"[(i // len(LINESTYLES) - 1) % 5]
+            styles[name] = style
+    return styles
+
+
+def defense_categories(df: pd.DataFrame) -> dict[str, str]:
+    """Category of every defense in the records: their `defense_category` column, else the
+    `category:` of conf/defense/<defense>.yaml ("uncategorised" for a defense without one)."""
+    from advbench.config import conf_dir
+
+    known: dict[str, str] = {}
+    if CATEGORY in df.columns:
+        held = df[["defense", CATEGORY]].dropna()
+        known = {d: c for d, c in zip(held["defense"], held[CATEGORY].astype(str)) if c}
+    out = {}
+    for defense in sorted(df["defense"].unique()):
+        if defense not in known:
+            path = conf_dir() / "defense" / f"{defense}.yaml"
+            data = yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else None
+            known[defense] = category_label((data or {}).get("category")) or "uncategorised"
+        out[defense] = known[defense]
+    return out
+
+
+def with_categories(df: pd.DataFrame) -> pd.DataFrame:
+    """The records with `defense_category` filled for every row (see :func:`defense_categories`)."""
+    return df.assign(**{CATEGORY: df["defense"].map(defense_categories(df))})
 
 
 def _title(key: Sequence[str]) -> str:
@@ -73,8 +127,42 @@ def _single_key(curves: pd.DataFrame) -> tuple[str, ...]:
     return tuple(keys.iloc[0])
 
 
-def _figure(curves: pd.DataFrame, x: str, xlabel: str, styles: dict, show_budget: bool) -> Figure:
-    """Grid of panels, one per attack, one line per defense, shared 0-100% y axis."""
+def _legend(fig: Figure, present: list[str], styles: dict, categories: dict[str, str] | None,
+            extra: list[tuple[Line2D, str]]) -> None:
+    """One entry per defense (under a bold heading per category when grouped), then `extra`."""
+    handles, labels, headings = [], [], []
+    if categories is None:
+        handles = [Line2D([], [], linewidth=2, **styles[d]) for d in present]
+        labels = list(present)
+    else:
+        for group in sorted({categories[d] for d in present}):
+            headings.append(len(labels))
+            handles.append(Line2D([], [], linestyle="none", color="none"))
+            labels.append(group)
+            for d in sorted(d for d in present if categories[d] == group):
+                handles.append(Line2D([], [], linewidth=2, **styles[d]))
+                labels.append(d)
+    for handle, label in extra:
+        handles.append(handle)
+        labels.append(label)
+    legend = fig.legend(handles, labels, loc="outside right upper", frameon=False,
+                        title="defense" if categories is None else "category / defense")
+    for i in headings:
+        legend.get_texts()[i].set_fontweight("bold")
+
+
+def _queries(value: float, _: int) -> str:
+    """'1', '100', '20,000': whole query counts on a log axis."""
+    return f"{value:,.0f}" if value >= 1 else ""
+
+
+def _figure(curves: pd.DataFrame, x: str, xlabel: str, styles: dict, show_budget: bool,
+            points: pd.DataFrame | None = None, categories: dict[str, str] | None = None) -> Figure:
+    """Grid of panels, one per attack, one line per defense, shared 0-100% y axis.
+
+    x = "queries" is drawn on a log axis from 1 to the budget; `points` (same x and metric)
+    are drawn as open markers on the lines of their defense (the decision attacks' checkpoints).
+    """
     key = _single_key(curves)
     goal = key[FIGURE_KEY.index("goal")]
     metric, ylabel = ("accuracy", "accuracy") if goal == "untargeted" else ("asr", "attack success rate")
@@ -87,21 +175,32 @@ def _figure(curves: pd.DataFrame, x: str, xlabel: str, styles: dict, show_budget
     for ax in axes[len(attacks):]:
         fig.delaxes(ax)
     drawstyle = "default" if show_budget else "steps-post"
+    log_x = x == "queries"
+    marked = False
     for ax, attack in zip(axes, attacks):
         panel = curves[curves["attack"] == attack]
         top = panel[x].max()
-        few = not show_budget and top <= FEW_STEPS
+        few = not show_budget and not log_x and top <= FEW_STEPS
         for defense, line in panel.groupby("defense", sort=True):
-            ax.plot(line[x], line[metric], drawstyle=drawstyle, linewidth=1.6, marker="o" if few else None,
-                    markersize=4, **styles[defense])
-        if show_budget:
+            style = {"marker": "o" if few else None, **styles[defense]}
+            ax.plot(line[x], line[metric], drawstyle=drawstyle, linewidth=1.6, markersize=4, **style)
+        if points is not None and not points.empty:
+            for defense, dots in points[points["attack"] == attack].groupby("defense", sort=True):
+                ax.plot(dots[x], dots[metric], linestyle="none", marker="o", markersize=5, markerfacecolor="white",
+                        markeredgewidth=1.3, color=styles[defense]["color"])
+                marked = True
+        if log_x:  # queries span orders of magnitude: 1 .. budget on a log axis
+            ax.set_xscale("log")
+            ax.set_xlim(1, max(top, 10))
+            ax.xaxis.set_major_formatter(FuncFormatter(_queries))
+        elif show_budget:
             for budget in panel["eps_budget"].unique():
                 ax.axvline(budget, color="0.35", linestyle=":", linewidth=1.2)
             ax.set_xlim(0, top or 1)
         elif few:  # a handful of whole steps: every step a tick, the end points inside the frame
             ax.set_xticks(range(int(top) + 1))
             ax.set_xlim(-0.3, top + 0.3)
-        else:  # iterations and queries are whole numbers
+        else:  # iterations are whole numbers
             ax.xaxis.set_major_locator(MaxNLocator(nbins=6, integer=True))
             ax.set_xlim(0, top or 1)
         ax.set_title(attack, fontsize=11)
@@ -113,28 +212,35 @@ def _figure(curves: pd.DataFrame, x: str, xlabel: str, styles: dict, show_budget
         ax.set_xlabel(xlabel)
     for ax in axes[: len(attacks) : ncols]:
         ax.set_ylabel(ylabel)
-    present = sorted(curves["defense"].unique())
-    handles = [Line2D([], [], linewidth=2, **styles[d]) for d in present]
+    extra = []
     if show_budget:
-        handles.append(Line2D([], [], color="0.35", linestyle=":", linewidth=1.2))
-        present.append("budget")
-    fig.legend(handles, present, loc="outside right upper", frameon=False, title="defense")
+        extra.append((Line2D([], [], color="0.35", linestyle=":", linewidth=1.2), "budget"))
+    if marked:
+        extra.append((Line2D([], [], linestyle="none", marker="o", markerfacecolor="white", color="0.35"),
+                      "query checkpoint"))
+    _legend(fig, sorted(curves["defense"].unique()), styles, categories, extra)
     fig.suptitle(_title(key), fontsize=13)
     return fig
 
 
-def budget_figure(curves: pd.DataFrame, styles: dict | None = None) -> Figure:
+def budget_figure(curves: pd.DataFrame, styles: dict | None = None, categories: dict[str, str] | None = None) -> Figure:
     """Accuracy (untargeted) / ASR (targeted) vs. ε for one (dataset, norm, goal, knowledge)."""
     norm = _single_key(curves)[FIGURE_KEY.index("norm")]
-    styles = styles or defense_styles(curves["defense"])
-    return _figure(curves, "eps", f"{NORM_LABELS.get(norm, norm)} budget ε", styles, show_budget=True)
+    styles = styles or defense_styles(curves["defense"], categories)
+    return _figure(curves, "eps", f"{NORM_LABELS.get(norm, norm)} budget ε", styles, show_budget=True,
+                   categories=categories)
 
 
-def strength_figure(curves: pd.DataFrame, styles: dict | None = None) -> Figure:
-    """Accuracy / ASR vs. iterations or queries at the fixed budget, same layout as budget."""
+def strength_figure(curves: pd.DataFrame, styles: dict | None = None, points: pd.DataFrame | None = None,
+                    categories: dict[str, str] | None = None) -> Figure:
+    """Accuracy / ASR vs. iterations (a strength curve) or queries (a query curve, log axis,
+    with the checkpoint `points` if given) at the fixed budget, same layout as budget."""
     knowledge = _single_key(curves)[FIGURE_KEY.index("knowledge")]
-    styles = styles or defense_styles(curves["defense"])
-    return _figure(curves, "strength", f"attack strength ({STRENGTH_UNITS.get(knowledge, 'steps')})", styles, show_budget=False)
+    styles = styles or defense_styles(curves["defense"], categories)
+    x = "queries" if "queries" in curves.columns else "strength"
+    unit = "queries, log scale" if x == "queries" else STRENGTH_UNITS.get(knowledge, "steps")
+    return _figure(curves, x, f"attack strength ({unit})", styles, show_budget=False, points=points,
+                   categories=categories)
 
 
 def _slug(parts: Iterable[str]) -> str:
@@ -142,14 +248,18 @@ def _slug(parts: Iterable[str]) -> str:
     return "_".join(re.sub(r"[^A-Za-z0-9.-]+", "-", str(p)) for p in parts)
 
 
-def _save_all(curves: pd.DataFrame, kind: str, build, out_dir: Path, formats: Sequence[str], styles: dict | None) -> list[Path]:
-    """One file per figure key and format, named '<kind>_<dataset>_<norm>_<goal>_<knowledge>'."""
+def _save_all(curves: pd.DataFrame, kind: str, build, out_dir: Path, formats: Sequence[str], styles: dict | None,
+              categories: dict[str, str] | None = None) -> list[Path]:
+    """One file per figure key and format, named '<kind>_<dataset>_<norm>_<goal>_<knowledge>'.
+
+    `build(group, styles, key)` draws the figure of one key's curves.
+    """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    styles = styles or defense_styles(curves["defense"])
+    styles = styles or defense_styles(curves["defense"], categories)
     paths = []
     for key, group in curves.groupby(FIGURE_KEY, sort=True):
-        fig = build(group, styles)
+        fig = build(group, styles, key)
         for fmt in formats:
             path = out_dir / f"{_slug([kind, *key])}.{fmt}"
             fig.savefig(path, dpi=150)
@@ -157,14 +267,25 @@ def _save_all(curves: pd.DataFrame, kind: str, build, out_dir: Path, formats: Se
     return paths
 
 
-def plot_budget_curves(curves: pd.DataFrame, out_dir: Path | str, formats: Sequence[str] = ("png", "svg"), styles: dict | None = None) -> list[Path]:
+def plot_budget_curves(curves: pd.DataFrame, out_dir: Path | str, formats: Sequence[str] = ("png", "svg"), styles: dict | None = None,
+                       categories: dict[str, str] | None = None) -> list[Path]:
     """Write every budget-curve figure of a :func:`advbench.curves.budget_curve` frame."""
-    return _save_all(curves, "budget", budget_figure, Path(out_dir), formats, styles)
+    def build(group: pd.DataFrame, styles: dict, key: tuple) -> Figure:
+        return budget_figure(group, styles, categories)
+
+    return _save_all(curves, "budget", build, Path(out_dir), formats, styles, categories)
 
 
-def plot_strength_curves(curves: pd.DataFrame, out_dir: Path | str, formats: Sequence[str] = ("png", "svg"), styles: dict | None = None) -> list[Path]:
-    """Write every strength-curve figure of a :func:`advbench.curves.strength_curve` frame."""
-    return _save_all(curves, "strength", strength_figure, Path(out_dir), formats, styles)
+def plot_strength_curves(curves: pd.DataFrame, out_dir: Path | str, formats: Sequence[str] = ("png", "svg"), styles: dict | None = None,
+                         points: pd.DataFrame | None = None, categories: dict[str, str] | None = None) -> list[Path]:
+    """Write every figure of a :func:`advbench.curves.strength_curve` or
+    :func:`advbench.curves.query_curve` frame (with its :func:`advbench.curves.checkpoint_curve`
+    points)."""
+    def build(group: pd.DataFrame, styles: dict, key: tuple) -> Figure:
+        mine = None if points is None or points.empty else points[(points[FIGURE_KEY] == key).all(axis=1)]
+        return strength_figure(group, styles, mine, categories)
+
+    return _save_all(curves, "strength", build, Path(out_dir), formats, styles, categories)
 
 
 def _caption(tidy: pd.DataFrame, norm: str, goal: str) -> str:
@@ -181,12 +302,12 @@ def _markdown(table: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_tables(tidy: pd.DataFrame, out_dir: Path | str) -> list[Path]:
+def write_tables(tidy: pd.DataFrame, out_dir: Path | str, by_category: bool = False) -> list[Path]:
     """Per (norm, goal): 'table3_<norm>_<goal>.md' (seed layout) and '.csv' (the numbers)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
-    for (norm, goal), table in format_table3(tidy).items():
+    for (norm, goal), table in format_table3(tidy, by_category).items():
         rows = tidy[(tidy["norm"] == norm) & (tidy["goal"] == goal)]
         stem = out_dir / f"table3_{_slug([norm, goal])}"
         md, csv = stem.with_suffix(".md"), stem.with_suffix(".csv")
@@ -196,10 +317,10 @@ def write_tables(tidy: pd.DataFrame, out_dir: Path | str) -> list[Path]:
     return paths
 
 
-def print_tables(tidy: pd.DataFrame, console: Console | None = None) -> None:
+def print_tables(tidy: pd.DataFrame, console: Console | None = None, by_category: bool = False) -> None:
     """Show every Table 3 with rich, whole at any width (see :func:`advbench.terminal.print_table`)."""
     console = console or Console()
-    for (norm, goal), table in format_table3(tidy).items():
+    for (norm, goal), table in format_table3(tidy, by_category).items():
         rows = tidy[(tidy["norm"] == norm) & (tidy["goal"] == goal)]
         flat = table.reset_index()
         out = Table(title=_caption(rows, norm, goal), show_lines=False)
@@ -210,13 +331,25 @@ def print_tables(tidy: pd.DataFrame, console: Console | None = None) -> None:
         print_table(out, console)
 
 
-def render_all(df: pd.DataFrame, out_dir: Path | str, formats: Sequence[str] = ("png", "svg"), grid_points: int = 101) -> list[Path]:
-    """Budget and strength figures plus Table 3 files from one record frame."""
+def render_all(df: pd.DataFrame, out_dir: Path | str, formats: Sequence[str] = ("png", "svg"), grid_points: int = 101,
+               group_by: str = "defense") -> list[Path]:
+    """Budget and strength figures plus Table 3 files from one record frame.
+
+    Strength figures of score- and decision-based cells are query curves (log axis, with the
+    decision attacks' checkpoints). `group_by="category"` colours lines by defense category
+    and heads the tables' defense columns with it; the CSV tables carry it either way.
+    """
+    if group_by not in GROUP_BY:
+        raise AdvbenchError(f"unknown grouping '{group_by}'; valid: {', '.join(GROUP_BY)}")
+    df = with_categories(df)
+    categories = defense_categories(df) if group_by == "category" else None
     budget = budget_curve(df, eps_grid(df, grid_points))
-    styles = defense_styles(budget["defense"])
-    strength = strength_curve(df)
-    return [
-        *plot_budget_curves(budget, out_dir, formats, styles),
-        *plot_strength_curves(strength, out_dir, formats, styles),
-        *write_tables(summary_table(df), out_dir),
-    ]
+    styles = defense_styles(budget["defense"], categories)
+    queries = query_unit(df)
+    written = plot_budget_curves(budget, out_dir, formats, styles, categories)
+    if (~queries).any():
+        written += plot_strength_curves(strength_curve(df[~queries]), out_dir, formats, styles, categories=categories)
+    if queries.any():
+        written += plot_strength_curves(query_curve(df[queries]), out_dir, formats, styles,
+                                        checkpoint_curve(df[queries]), categories)
+    return [*written, *write_tables(summary_table(df), out_dir, by_category=categories is not None)]

@@ -8,7 +8,8 @@ untargeted sample's result does not depend on its batch.
 
 `QueryLog` is the bookkeeping decision attacks share: the smallest verified adversarial
 example, `first_success` in queries, and the best norm at query checkpoints (info columns
-`norm_at_<q>`, raw ℓp norm of the input space), so accuracy-vs-queries curves come from one run.
+`norm_at_<q>`: raw ℓp norms here, which the engine records in threat units like `min_eps`), so
+accuracy-vs-queries curves come from one run.
 `starting_points` gives the seed's starts: untargeted, uniform noise that is already
 misclassified; targeted, a correctly classified image of the target class. The attack only
 gets the batch, so the targeted start is the nearest such image in the batch (a targeted
