@@ -20,12 +20,15 @@ CASES = {
     "small_cnn": dict(in_channels=1, size=8, options={}),
     "resnet56": dict(in_channels=3, size=32, options={}),
     "wrn34_10": dict(in_channels=3, size=32, options={"depth": 10, "widen_factor": 2}),
+    "wrn28_10": dict(in_channels=3, size=32, options={"depth": 10, "widen_factor": 2}),
+    "preact_resnet18": dict(in_channels=3, size=32, options={"width": 8}),
     "vgg16": dict(in_channels=3, size=32, options={"depth": 11}),
     "inception_v3": dict(in_channels=3, size=75, options={}),
     "resnet50": dict(in_channels=3, size=32, options={}),
     "resnet152": dict(in_channels=3, size=32, options={}),
 }
-INPUT_SIZES = {"small_cnn": 8, "resnet56": 32, "wrn34_10": 32, "vgg16": 32, "inception_v3": 299, "resnet50": 224, "resnet152": 224}
+INPUT_SIZES = {"small_cnn": 8, "resnet56": 32, "wrn34_10": 32, "wrn28_10": 32, "preact_resnet18": 32, "vgg16": 32,
+               "inception_v3": 299, "resnet50": 224, "resnet152": 224}
 META = {
     "dataset": "digits",
     "architecture": "small_cnn",
@@ -70,7 +73,7 @@ def test_paper_sizes_of_the_cifar_networks() -> None:
 @pytest.mark.parametrize("yaml_file", sorted(CONF.glob("*.yaml")), ids=lambda p: p.stem)
 def test_model_yaml_instantiates(yaml_file: Path) -> None:
     cfg = OmegaConf.load(yaml_file)
-    if cfg.arch == "wrn34_10":
+    if cfg.arch in ("wrn34_10", "wrn28_10"):
         cfg.depth, cfg.widen_factor = 10, 1
     model = instantiate_model(cfg, num_classes=10, in_channels=1 if cfg.arch == "small_cnn" else 3)
     assert cfg.name == yaml_file.stem and model.arch == cfg.arch

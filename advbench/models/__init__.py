@@ -19,7 +19,9 @@ from torch import nn
 
 from advbench.errors import AdvbenchError
 from advbench.models.base import Classifier
+from advbench.models.denoise import add_denoising
 from advbench.models.ibp_cnn import ibp_large
+from advbench.models.preact_resnet import preact_resnet18
 from advbench.models.resnet_cifar import resnet_cifar
 from advbench.models.small_cnn import small_cnn
 from advbench.models.torchvision_nets import torchvision_net
@@ -47,6 +49,8 @@ ARCHITECTURES: dict[str, Architecture] = {
     "small_cnn": Architecture(small_cnn, (0.5,), (0.5,)),
     "resnet56": Architecture(partial(resnet_cifar, depth=56), CIFAR_MEAN, CIFAR_STD),
     "wrn34_10": Architecture(partial(wide_resnet, depth=34, widen_factor=10), CIFAR_MEAN, CIFAR_STD),
+    "wrn28_10": Architecture(partial(wide_resnet, depth=28, widen_factor=10), CIFAR_MEAN, CIFAR_STD),
+    "preact_resnet18": Architecture(preact_resnet18, CIFAR_MEAN, CIFAR_STD),
     "ibp_large": Architecture(ibp_large, CIFAR_MEAN, CIFAR_STD),
     "vgg16": Architecture(partial(vgg, depth=16), CIFAR_MEAN, CIFAR_STD),
     # torchvision's Inception-v3 weights expect (x - 0.5) / 0.5 (its `transform_input`).
@@ -74,12 +78,16 @@ def build_model(
         plural = "s" if in_channels != 1 else ""
         raise AdvbenchError(f"model '{arch}' expects {expects}-channel input, but the data set has {in_channels} "
                             f"channel{plural}; models taking {in_channels}-channel input: {', '.join(fitting)}")
+    denoise, normalization = options.pop("denoise", None), options.pop("normalization", "outside")
     try:
         inspect.signature(spec.build).bind(num_classes, in_channels, **options)
     except TypeError as exc:
         raise AdvbenchError(f"bad options for model '{arch}' {sorted(options)}: {exc}") from None
     net = spec.build(num_classes, in_channels, **options)
-    return Classifier(net, arch, in_channels, spec.mean if mean is None else mean, spec.std if std is None else std)
+    if denoise is not None:
+        net = add_denoising(net, arch, denoise)
+    return Classifier(net, arch, in_channels, spec.mean if mean is None else mean, spec.std if std is None else std,
+                      normalization)
 
 
 def instantiate_model(model_cfg: Mapping[str, Any], num_classes: int, in_channels: int) -> Classifier:

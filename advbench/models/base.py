@@ -9,6 +9,8 @@ from torch import nn
 
 from advbench.errors import AdvbenchError
 
+NORMALIZATIONS = ("outside", "inside")
+
 
 class Classifier(nn.Module):
     """Wraps a network that expects normalised input.
@@ -21,9 +23,15 @@ class Classifier(nn.Module):
     bounds: tuple[float, float] = (0.0, 1.0)
     randomized: bool = False
 
-    def __init__(self, net: nn.Module, arch: str, in_channels: int, mean: Sequence[float], std: Sequence[float]) -> None:
+    def __init__(self, net: nn.Module, arch: str, in_channels: int, mean: Sequence[float], std: Sequence[float],
+                 normalization: str = "outside") -> None:
         super().__init__()
+        if normalization not in NORMALIZATIONS:
+            raise AdvbenchError(f"model.normalization must be one of {', '.join(NORMALIZATIONS)}, got '{normalization}'")
         self.arch = arch
+        # Where a foreign state dict keeps the input normalisation (`checkpoint.load_checkpoint`):
+        # `outside` (mean/std from the config), `inside` (the file's own `mu`/`sigma` buffers).
+        self.normalization = normalization
         self.register_buffer("mean", _per_channel(mean, in_channels, "mean"))
         self.register_buffer("std", _per_channel(std, in_channels, "std"))
         if (self.std <= 0).any():

@@ -50,6 +50,7 @@ class CifarResNet(nn.Module):
                 blocks.append(_BasicBlock(c_in, width, 2 if stage > 0 and i == 0 else 1))
                 c_in = width
         self.blocks = nn.Sequential(*blocks)
+        self.stage_ends = [n, 2 * n, 3 * n]  # block counts after each stage (where denoising blocks go)
         self.fc = nn.Linear(c_in, num_classes)
         for m in self.modules():
             if isinstance(m, nn.Conv2d):
