@@ -154,13 +154,21 @@ class DeepFool(Attack):
             return z.gather(1, cls[:, None]).squeeze(1) - z.gather(1, ref[:, None]).squeeze(1)
 
         logits, grad = oracle.value_and_grad(xa.repeat_interleave(k, dim=0), boundary, active.repeat_interleave(k))
-        f = boundary(logits).reshape(m, k)
-        grad = grad.reshape(m, k, *xa.shape[1:])
-        dist = f.abs() / lp_norm(grad.flatten(0, 1), DUAL_NORM[norm]).reshape(m, k).clamp_min(1e-8)
-        nearest = dist.argmin(dim=1)
-        rows = torch.arange(m, device=xa.device)
-        w = grad[rows, nearest]
-        return per_sample(dist[rows, nearest] + 1e-4, w) * unit_direction(w, norm)
+        return nearest_boundary_step(boundary(logits).reshape(m, k), grad.reshape(m, k, *xa.shape[1:]), norm)
+
+
+def nearest_boundary_step(f: torch.Tensor, grad: torch.Tensor, norm: str) -> torch.Tensor:
+    """DeepFool's step: to the nearest of k linearised boundaries f_k + w_k·r = 0 per sample.
+
+    `f` is (m, k), `grad` (m, k, ...) their input gradients w_k. Differentiable in both, so
+    DeepDefense's training regulariser unrolls the same step with second-order gradients.
+    """
+    m, k = f.shape
+    dist = f.abs() / lp_norm(grad.flatten(0, 1), DUAL_NORM[norm]).reshape(m, k).clamp_min(1e-8)
+    nearest = dist.argmin(dim=1)
+    rows = torch.arange(m, device=f.device)
+    w = grad[rows, nearest]
+    return per_sample(dist[rows, nearest] + 1e-4, w) * unit_direction(w, norm)
 
 
 class TanhBox:

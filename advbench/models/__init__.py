@@ -48,6 +48,7 @@ class Architecture:
 ARCHITECTURES: dict[str, Architecture] = {
     "small_cnn": Architecture(small_cnn, (0.5,), (0.5,)),
     "resnet56": Architecture(partial(resnet_cifar, depth=56), CIFAR_MEAN, CIFAR_STD),
+    "resnet110": Architecture(partial(resnet_cifar, depth=110), CIFAR_MEAN, CIFAR_STD),
     "wrn34_10": Architecture(partial(wide_resnet, depth=34, widen_factor=10), CIFAR_MEAN, CIFAR_STD),
     "wrn28_10": Architecture(partial(wide_resnet, depth=28, widen_factor=10), CIFAR_MEAN, CIFAR_STD),
     "preact_resnet18": Architecture(preact_resnet18, CIFAR_MEAN, CIFAR_STD),
