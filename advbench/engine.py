@@ -415,13 +415,12 @@ def run_main(cfg: DictConfig) -> Path | None:
 def load_defended_model(cfg: DictConfig, dataset: Any) -> torch.nn.Module:
     """The defense's model: an explicit `checkpoint=` path, else the cache (trained on demand),
     behind the defense's `wrapper:` if it has one (the cache entry is then its `base:`'s)."""
-    from advbench.defenses.training import load_trained_model
+    from advbench.defenses.training import build_defended_model, load_trained_model
     from advbench.defenses.wrappers import wrap
-    from advbench.models import instantiate_model
     from advbench.models.checkpoint import load_checkpoint
 
     if cfg.get("checkpoint"):
-        model = instantiate_model(cfg.model, dataset.num_classes, dataset.input_shape[0])
+        model = build_defended_model(cfg.model, cfg.defense.get("recipe"), dataset.num_classes, dataset.input_shape[0])
         load_checkpoint(Path(cfg.checkpoint), model)
         model = model.eval().requires_grad_(False)
     else:

@@ -1,4 +1,4 @@
-"""Training recipes (natural, Madry PGD-AT, TRADES) and the checkpoint cache.
+"""Training recipes (natural, PGD-AT, TRADES, DeepDefense, ALP, Ens-AT, ADP, ...) and the checkpoint cache.
 
 `advbench train` calls `train_main`; the benchmark calls `load_trained_model`, which trains
 the digits models on first use (seconds on a CPU) and otherwise names the exact
@@ -7,18 +7,20 @@ the digits models on first use (seconds on a CPU) and otherwise names the exact
 
 from __future__ import annotations
 
+import copy
 import math
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 import hydra.utils
 import torch
-from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf import MISSING, DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -27,6 +29,8 @@ from torch.nn import functional as F
 from torch.utils.data import DataLoader, Dataset
 
 import advbench
+from advbench.attacks.optimized import goal_margin, nearest_boundary_step
+from advbench.config import conf_dir
 from advbench.data.base import ImageDataset
 from advbench.data.digits import Digits
 from advbench.defenses.certify import ibp_loss
@@ -35,8 +39,9 @@ from advbench.defenses.rse import rse_loss
 from advbench.errors import AdvbenchError
 from advbench.keys import content_key, dataset_identity, model_identity
 from advbench.keys import plain as _plain
-from advbench.models import Classifier, instantiate_model
+from advbench.models import instantiate_model
 from advbench.models.checkpoint import load_checkpoint, save_checkpoint
+from advbench.models.ensemble import Ensemble
 from advbench.resume import file_lock
 from advbench.runtime import resolve_device, set_threads
 
@@ -58,7 +63,21 @@ class Recipe:
     eps: float = 0.0
     step_size: Optional[float] = None
     steps: int = 0
-    beta: float = 6.0
+    beta: float = 6.0  # TRADES's KL weight; ADP's log-ensemble-diversity weight (each paper's beta)
+    # DeepDefense (Yan et al.): lambda * exp(-c * ratio) on correct, lambda * exp(d * ratio) on wrong samples.
+    reg_weight: float = 15.0
+    reg_c: float = 25.0
+    reg_d: float = 5.0
+    deepfool_steps: int = 5
+    overshoot: float = 0.02
+    pairing_weight: float = 0.5  # ALP's lambda on ||Z(x) - Z(x_adv)||^2
+    # Ens-AT: the static sources (conf/model option, seed, model overrides), the single step, the adversarial weight.
+    static_models: list[Any] = field(default_factory=list)
+    single_step: str = "fgsm"
+    adv_weight: float = 0.3
+    members: int = 1  # ADP's ensemble size
+    init: Optional[str] = None  # a recipe defense (natural) whose checkpoint of this model, data and seed training starts from
+    alpha: float = 2.0  # ADP's ensemble-entropy weight
     init_noise: float = 0.0
     inner_noise: float = 0.0
     kappa: float = 0.5  # convex (IBP): final weight of the clean loss, falling from 1 during the ramp-up
@@ -82,7 +101,16 @@ class Recipe:
             raise AdvbenchError(f"recipe needs epochs >= 1, batch_size >= 1, lr > 0; got {self.epochs}, {self.batch_size}, {self.lr}")
         if self.optimizer not in OPTIMIZERS:
             raise AdvbenchError(f"unknown optimizer '{self.optimizer}'; valid: {', '.join(sorted(OPTIMIZERS))}")
-        if self.type not in ("natural", "rse", "convex") and (self.eps <= 0 or self.inner_step <= 0 or self.steps < 1):
+        if self.members < 1 or (self.members > 1) != (self.type in ENSEMBLE_RECIPES):
+            many = "at least 2 members" if self.type in ENSEMBLE_RECIPES else "one model"
+            raise AdvbenchError(f"recipe '{self.type}' trains {many}; got members={self.members}")
+        if self.init is not None and self.type in ENSEMBLE_RECIPES:
+            raise AdvbenchError(f"recipe '{self.type}' trains an ensemble and cannot start from one model's checkpoint (init)")
+        if self.single_step not in SINGLE_STEPS:
+            raise AdvbenchError(f"unknown single_step '{self.single_step}'; valid: {', '.join(sorted(SINGLE_STEPS))}")
+        if self.deepfool_steps < 1:
+            raise AdvbenchError(f"recipe needs deepfool_steps >= 1, got {self.deepfool_steps}")
+        if self.type in INNER_ATTACK and (self.eps <= 0 or self.inner_step <= 0 or self.steps < 1):
             raise AdvbenchError(
                 f"recipe '{self.type}' needs eps > 0, step_size > 0, steps >= 1; got {self.eps}, {self.step_size}, {self.steps}"
             )
@@ -124,13 +152,150 @@ def _trades_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor, recipe: Rec
     return F.cross_entropy(logits, y) + recipe.beta * robust
 
 
-LOSSES: dict[str, Callable[[nn.Module, torch.Tensor, torch.Tensor, Recipe], torch.Tensor]] = {
+def unrolled_deepfool(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int,
+                      overshoot: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """DeepDefense's ℓ2 DeepFool perturbation (1 + overshoot)·r, differentiable in the weights,
+    and which samples the model classifies correctly.
+
+    Correctly classified samples step to the nearest linearised boundary of any other class;
+    misclassified ones towards their true class (the authors' correction). Every boundary is
+    f_c = Z_c − max_{j≠c} Z_j, so both cases are one batched computation; the step is the
+    benchmark's DeepFool step (`nearest_boundary_step`), with gradients kept for double
+    backward. A sample stops moving once its (overshot) iterate crosses, as in the original.
+    """
+    with torch.no_grad():
+        logits = model(x)
+    (n, num_classes), pred = logits.shape, logits.argmax(1)
+    correct = pred == y
+    others = torch.arange(num_classes, device=x.device).expand(n, -1)
+    others = others[others != pred[:, None]].view(n, num_classes - 1)
+    classes = torch.where(correct[:, None], others, y[:, None].expand_as(others))
+    k = classes.shape[1]
+    flat = classes.reshape(-1)
+    r = torch.zeros_like(x)
+    moving = torch.ones(n, dtype=x.dtype, device=x.device)
+    for _ in range(steps):
+        xt = (x + r).repeat_interleave(k, dim=0)
+        if not xt.requires_grad:
+            xt.requires_grad_(True)
+        f = -goal_margin(model(xt), flat, flat)
+        (grad,) = torch.autograd.grad(f.sum(), xt, create_graph=True)
+        step = nearest_boundary_step(f.view(n, k), grad.view(n, k, *x.shape[1:]), "l2")
+        r = r + moving.view(-1, *([1] * (x.dim() - 1))) * step
+        with torch.no_grad():
+            now = model(x + (1 + overshoot) * r).argmax(1)
+            crossed = torch.where(correct, now != pred, now == y)
+        moving = moving * (~crossed).to(x.dtype)
+        if not moving.any():
+            break
+    return (1 + overshoot) * r, correct
+
+
+def _deepdefense_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor, recipe: Recipe) -> torch.Tensor:
+    """Yan et al.: CE + λ·mean over the batch of exp(−c·ρ) (correct) or exp(d·ρ) (wrong), ρ = ‖r‖₂/‖x‖₂.
+
+    Correct samples are pushed to need larger DeepFool perturbations, wrong ones towards the
+    boundary of their true class; the gradient flows through every unrolled DeepFool step.
+    """
+    with _eval_mode(model):
+        r, correct = unrolled_deepfool(model, x, y, recipe.deepfool_steps, recipe.overshoot)
+    ratio = r.flatten(1).norm(dim=1) / x.flatten(1).norm(dim=1).clamp_min(1e-12)
+    penalty = torch.where(correct, torch.exp(-recipe.reg_c * ratio), torch.exp(recipe.reg_d * ratio))
+    return F.cross_entropy(model(x), y) + recipe.reg_weight * penalty.mean()
+
+
+def logit_pairing(clean: torch.Tensor, adversarial: torch.Tensor) -> torch.Tensor:
+    """ALP's pairing term: squared ℓ2 distance between paired logits, averaged over pairs."""
+    return (clean - adversarial).pow(2).sum(dim=1).mean()
+
+
+def _alp_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor, recipe: Recipe) -> torch.Tensor:
+    """Kannan et al.: mixed clean/PGD cross-entropy + λ·‖Z(x) − Z(x_adv)‖² over each clean/adversarial pair."""
+    with _eval_mode(model):
+        x_adv = pgd_linf(cross_entropy_objective(model, y), x, recipe.eps, recipe.inner_step, recipe.steps)
+    clean, adversarial = model(x), model(x_adv)
+    mixed = (F.cross_entropy(clean, y) + F.cross_entropy(adversarial, y)) / 2
+    return mixed + recipe.pairing_weight * logit_pairing(clean, adversarial)
+
+
+def _fgsm_objective(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
+    return cross_entropy_objective(model, y)
+
+
+def _step_ll_objective(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
+    """Step-LL: descend the cross-entropy of the least likely class (Kurakin et al., Tramèr et al.'s choice)."""
+    with torch.no_grad():
+        least = model(x).argmin(1)
+    return lambda x_adv: -F.cross_entropy(model(x_adv), least, reduction="sum")
+
+
+SINGLE_STEPS: dict[str, Callable[[nn.Module, torch.Tensor, torch.Tensor], Callable[[torch.Tensor], torch.Tensor]]] = {
+    "fgsm": _fgsm_objective,
+    "step_ll": _step_ll_objective,
+}
+
+
+def _ens_at_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor, recipe: Recipe,
+                 static_models: Sequence[nn.Module] = ()) -> torch.Tensor:
+    """Tramèr et al.: half of each batch replaced by single-step examples from the current
+    model or one static pre-trained model (drawn uniformly per batch), weighted as Kurakin
+    et al.: (Σ_clean CE + λ·Σ_adv CE) / (m − k + λ·k)."""
+    half = x.shape[0] // 2
+    sources = [model, *static_models]
+    source = sources[int(torch.randint(len(sources), ()))]
+    x_adv, y_adv = x[half:], y[half:]
+    with _eval_mode(model):
+        objective = SINGLE_STEPS[recipe.single_step](source, x_adv, y_adv)
+        x_adv = pgd_linf(objective, x_adv, recipe.eps, recipe.eps, 1, start="none")
+    clean = F.cross_entropy(model(x[:half]), y[:half], reduction="sum") if half else x.new_zeros(())
+    adversarial = F.cross_entropy(model(x_adv), y_adv, reduction="sum")
+    return (clean + recipe.adv_weight * adversarial) / (half + recipe.adv_weight * (x.shape[0] - half))
+
+
+# ADP's numerical guards, the authors' values: log(p + 1e-20) in the entropy, + 1e-6·I under the log-det.
+_LOG_OFFSET = 1e-20
+_DET_OFFSET = 1e-6
+
+
+def adp_regularizer(member_probs: torch.Tensor, y: torch.Tensor, alpha: float, beta: float) -> torch.Tensor:
+    """−α·H(mean_k p_k) − β·log det(M̃ᵀM̃ + 1e-6·I), averaged over the batch (Pang et al. 2019).
+
+    `member_probs` is (K, N, C). M̃ holds each member's non-true-class probabilities, each
+    column scaled to unit ℓ2 norm; its Gram determinant is the ensemble diversity.
+    """
+    mean = member_probs.mean(dim=0)
+    entropy = -(mean * torch.log(mean + _LOG_OFFSET)).sum(dim=1)
+    k, n, c = member_probs.shape
+    keep = ~F.one_hot(y, c).bool()
+    non_true = member_probs.permute(1, 0, 2)[keep[:, None, :].expand(n, k, c)].view(n, k, c - 1)
+    non_true = non_true / non_true.norm(dim=2, keepdim=True)
+    gram = non_true @ non_true.transpose(1, 2)
+    log_det = torch.logdet(gram + _DET_OFFSET * torch.eye(k, dtype=gram.dtype, device=gram.device))
+    return (-alpha * entropy - beta * log_det).mean()
+
+
+def _adp_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor, recipe: Recipe) -> torch.Tensor:
+    """Pang et al.: Σ_k CE(member_k) − α·ensemble entropy − β·log ensemble diversity."""
+    logits = model.member_logits(x)
+    ce = sum(F.cross_entropy(member, y) for member in logits)
+    return ce + adp_regularizer(F.softmax(logits, dim=-1), y, recipe.alpha, recipe.beta)
+
+
+LOSSES: dict[str, Callable[..., torch.Tensor]] = {
     "natural": _natural_loss,
     "pgd_at": _pgd_at_loss,
     "trades": _trades_loss,
+    "deepdefense": _deepdefense_loss,
+    "alp": _alp_loss,
+    "ens_at": _ens_at_loss,
+    "adp": _adp_loss,
     "rse": rse_loss,
     "convex": ibp_loss,
 }
+# Recipes whose inner ℓ∞ attack needs eps, step_size and steps.
+INNER_ATTACK = {"pgd_at", "trades", "alp", "ens_at"}
+# Recipes that train `members` models as one `Ensemble`.
+ENSEMBLE_RECIPES = {"adp"}
 OPTIMIZERS: dict[str, Callable[[Any, Recipe], torch.optim.Optimizer]] = {
     "adam": lambda params, r: torch.optim.Adam(params, lr=r.lr, weight_decay=r.weight_decay),
     "sgd": lambda params, r: torch.optim.SGD(params, lr=r.lr, momentum=r.momentum, weight_decay=r.weight_decay),
@@ -165,6 +330,15 @@ def evaluate_accuracy(model: nn.Module, data: Dataset, device: str = "cpu", batc
     return correct / total
 
 
+def build_defended_model(arch_cfg: Mapping[str, Any], recipe_cfg: Mapping[str, Any] | None, num_classes: int,
+                         in_channels: int) -> nn.Module:
+    """The network a recipe trains: one `arch_cfg` model, or an `Ensemble` of `members` of them."""
+    members = int((recipe_cfg or {}).get("members", 1))
+    if members == 1:
+        return instantiate_model(arch_cfg, num_classes, in_channels)
+    return Ensemble([instantiate_model(arch_cfg, num_classes, in_channels) for _ in range(members)])
+
+
 def train_defense(
     dataset: ImageDataset,
     arch_cfg: Mapping[str, Any],
@@ -175,17 +349,23 @@ def train_defense(
     seed: int = 0,
     progress: bool = True,
     reason: str = "",
+    static_models: Sequence[nn.Module] = (),
+    init_state: Mapping[str, torch.Tensor] | None = None,
 ) -> dict[str, Any]:
     """Train `arch_cfg` on `dataset` with a recipe, save a checkpoint at `out`, return its meta.
 
     With `progress`, stderr says what trains and why (`reason`) before the first batch, then
     shows a live bar on a terminal or one line per epoch elsewhere (logs, pipes, CI), so a
-    run that trains a defense on first use is never silent.
+    run that trains a defense on first use is never silent. `static_models` are Ens-AT's
+    frozen sources of adversarial examples; `init_state` the weights fine-tuning starts from.
     """
     recipe = Recipe.from_config(recipe_cfg)
     device = resolve_device(device)
     torch.manual_seed(seed)
-    model = instantiate_model(arch_cfg, dataset.num_classes, dataset.input_shape[0]).to(device)
+    model = build_defended_model(arch_cfg, recipe_cfg, dataset.num_classes, dataset.input_shape[0])
+    if init_state is not None:
+        model.load_state_dict(init_state)
+    model = model.to(device)
     loader = DataLoader(
         dataset.train_set(augment=recipe.augment),
         batch_size=recipe.batch_size,
@@ -195,6 +375,8 @@ def train_defense(
     optimizer = OPTIMIZERS[recipe.optimizer](model.parameters(), recipe)
     schedule = torch.optim.lr_scheduler.MultiStepLR(optimizer, list(recipe.lr_milestones), recipe.lr_gamma)
     loss_of = LOSSES[recipe.type]
+    if static_models:
+        loss_of = partial(loss_of, static_models=[m.to(device).eval().requires_grad_(False) for m in static_models])
     console = Console(stderr=True, quiet=not progress)
     why = f" ({reason})" if reason else ""
     console.print(f"training {recipe.type} {model.arch} on {dataset.name}{why}: {recipe.epochs} epochs "
@@ -246,12 +428,15 @@ def checkpoint_key(cfg: DictConfig) -> str:
     The training data (class, root, split; not the evaluation-only `n_samples`), the model
     config, the whole recipe (epochs included) and the seed; changing any of them trains anew.
     """
-    return content_key({
+    parts = {
         "dataset": dataset_identity(cfg.dataset, evaluation=False),
         "model": model_identity(cfg.model),
         "recipe": _plain(cfg.defense.get("recipe")),
         "seed": int(cfg.seed),
-    })
+    }
+    # A checkpoint trained from other checkpoints (its init, Ens-AT's static models) changes with them.
+    depends = [checkpoint_key(other) for other in _trained_from(cfg)]
+    return content_key({**parts, "depends_on": depends} if depends else parts)
 
 
 def trained_defense(cfg: DictConfig) -> str:
@@ -277,18 +462,72 @@ def train_main(cfg: DictConfig, reason: str = "") -> Path:
     """
     recipe = cfg.defense.get("recipe")
     if recipe is None:
-        raise AdvbenchError(f"defense '{cfg.defense.name}' has no training recipe; trainable: natural, pgd_at, trades")
+        raise AdvbenchError(f"defense '{cfg.defense.name}' has no training recipe; recipes: {', '.join(LOSSES)}")
     # Clean accuracy in the checkpoint is over the whole evaluation set, whatever smoke-run
     # `n_samples` the triggering config carried.
     set_threads(cfg.get("threads"))
     dataset = hydra.utils.instantiate(cfg.dataset, n_samples=None)
     path = _cfg_checkpoint_path(cfg)
-    meta = train_defense(dataset, cfg.model, recipe, path, device=cfg.device, seed=cfg.seed, reason=reason)
+    init = _init_config(cfg)
+    init_state = None if init is None else load_trained_model(init, dataset).state_dict()
+    meta = train_defense(dataset, cfg.model, recipe, path, device=cfg.device, seed=cfg.seed, reason=reason,
+                         static_models=load_static_models(cfg, dataset), init_state=init_state)
     print(
         f"trained {cfg.model.name}/{trained_defense(cfg)} on {dataset.name}: clean accuracy "
         f"{meta['clean_accuracy']:.2%} in {meta['train_seconds']:.1f} s -> {path}"
     )
     return path
+
+
+def _with_defense(cfg: DictConfig, defense: str, model: Any = None, seed: int | None = None) -> DictConfig:
+    """A copy of `cfg` training `defense` (a conf/defense option with a recipe), optionally
+    on another model config or seed: how a recipe names the checkpoints it trains from."""
+    defense_file = conf_dir() / "defense" / f"{defense}.yaml"
+    recipe_defense = OmegaConf.load(defense_file) if defense_file.is_file() else None
+    if recipe_defense is None or recipe_defense.get("recipe") is None or recipe_defense.recipe.get("init") is not None:
+        raise AdvbenchError(f"'{defense}' is not a defense whose recipe trains from scratch, to start from")
+    out = copy.deepcopy(cfg)
+    with open_dict(out):
+        out.defense = recipe_defense
+        if model is not None:
+            out.model = model
+        if seed is not None:
+            out.seed = int(seed)
+    return out
+
+
+def static_model_config(cfg: DictConfig, entry: Mapping[str, Any]) -> DictConfig:
+    """The run config of one Ens-AT static source: `entry` names a conf/model option, a training
+    seed and overrides of that model's keys; the recipe is natural's, so the source is cached
+    (and on digits trained on first use) like any natural checkpoint."""
+    spec = dict(_plain(entry))
+    option = spec.pop("model", None)
+    seed = spec.pop("seed", None)
+    model_file = conf_dir() / "model" / f"{option}.yaml"
+    if not isinstance(option, str) or not model_file.is_file():
+        raise AdvbenchError(f"static model {_plain(entry)} needs 'model:' naming a conf/model option")
+    return _with_defense(cfg, "natural", OmegaConf.merge(OmegaConf.load(model_file), spec), seed)
+
+
+def _init_config(cfg: DictConfig) -> DictConfig | None:
+    """The config whose checkpoint a recipe with `init:` fine-tunes (same model, data, seed)."""
+    init = cfg.defense.recipe.get("init")
+    return None if init is None else _with_defense(cfg, str(init))
+
+
+def _trained_from(cfg: DictConfig) -> list[DictConfig]:
+    recipe = cfg.defense.get("recipe")
+    if recipe is None:
+        return []
+    init = _init_config(cfg)
+    statics = [static_model_config(cfg, entry) for entry in recipe.get("static_models") or []]
+    return ([] if init is None else [init]) + statics
+
+
+def load_static_models(cfg: DictConfig, dataset: ImageDataset) -> list[nn.Module]:
+    """Ens-AT's static pre-trained models for `cfg.defense.recipe.static_models` (none elsewhere)."""
+    entries = cfg.defense.recipe.get("static_models") or []
+    return [load_trained_model(static_model_config(cfg, entry), dataset) for entry in entries]
 
 
 def ensure_checkpoint(cfg: DictConfig) -> Path:
@@ -309,13 +548,13 @@ def _uses_pretrained_weights(cfg: DictConfig) -> bool:
     return cfg.model.get("weights_path") is not None and recipe is not None and recipe.get("type") == "natural"
 
 
-def load_trained_model(cfg: DictConfig, dataset: ImageDataset) -> Classifier:
+def load_trained_model(cfg: DictConfig, dataset: ImageDataset) -> nn.Module:
     """Model of `cfg.model` with the weights of `cfg.defense`, on the CPU, in eval mode, frozen.
 
     Frozen parameters keep attack gradients (w.r.t. the input) from also filling weight grads;
     the caller moves the model to its device.
     """
-    model = instantiate_model(cfg.model, dataset.num_classes, dataset.input_shape[0])
+    model = build_defended_model(cfg.model, cfg.defense.get("recipe"), dataset.num_classes, dataset.input_shape[0])
     if not _uses_pretrained_weights(cfg):
         load_checkpoint(ensure_checkpoint(cfg), model, make_command=train_command(cfg))
     return model.eval().requires_grad_(False)
