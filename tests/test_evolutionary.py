@@ -86,6 +86,10 @@ def test_targeted_means_the_target_and_fails_cleanly_without_a_start(tiny_model,
     res, _ = attack(tiny_model, x, y, target=target)
     assert res.success.float().mean() > 0.5
     assert (tiny_model(res.x_adv).argmax(1)[res.success] == target[res.success]).all()
+    starts = (tiny_model(x).argmax(1) == y)[None, :] & (y[None, :] == target[:, None])  # correctly classified
+    nearest = torch.cdist(x.flatten(1), x.flatten(1)).masked_fill(~starts, float("inf")).amin(1)
+    assert torch.equal(res.success, torch.isfinite(nearest)), "a sample starts where its batch has a start"
+    assert (lp_norm(res.x_adv - x, "l2")[res.success] < nearest[res.success]).all(), "and only gets closer"
     alone = (y != 3) & (tiny_model(x).argmax(1) != 3)  # no image of class 3 left: a target of 3 has no start
     res, oracle = attack(tiny_model, x[alone], y[alone], target=torch.full((int(alone.sum()),), 3))
     assert not res.success.any() and torch.equal(res.x_adv, x[alone])
