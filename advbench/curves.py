@@ -267,6 +267,8 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
     cells counting as 0 (they need no perturbation), unfound ones as inf.
     ``accuracy``: mean(adv_pred == label) at the budget (valid for both goals).
     ``asr``: success at the budget, over clean-correct samples (untargeted) or all (targeted).
+    ``certified_accuracy``: share of samples IBP verifies at the budget (records with a
+    ``certified`` column; NaN where IBP does not apply: l2, models it cannot bound).
     ``defense_category`` follows the defense where the records carry it.
     """
     _validate(df, _TABLE_COLUMNS, "summary table")
@@ -296,6 +298,8 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
         counted=("counted", "sum"),
     )
     tidy["asr"] = tidy["hits"] / tidy["counted"].where(tidy["counted"] > 0)
+    if "certified" in df.columns:
+        tidy["certified_accuracy"] = df.groupby(CELL, sort=True)["certified"].mean()
     return tidy.drop(columns=["hits", "counted"]).reset_index()
 
 

@@ -6,6 +6,7 @@ import itertools
 import math
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 from click.testing import CliRunner
@@ -14,6 +15,7 @@ from torch import nn
 from advbench.attacks.gradient import PGD
 from advbench.cli import main
 from advbench.config import compose_config
+from advbench.curves import summary_table
 from advbench.data.digits import Digits
 from advbench.defenses.certify import (
     certified,
@@ -130,6 +132,17 @@ def test_records_of_a_model_ibp_cannot_bound_hold_nan(tiny_model: nn.Module, dig
     rec = evaluate_batch(PGD(steps=2), tiny_model, x[:8], y[:8], None, ThreatModel("linf", "untargeted", 0.1),
                          SearchSettings(enabled=False))
     assert bool(rec["certified"].isnan().all())
+
+
+def test_the_summary_table_shows_certified_accuracy_per_cell() -> None:
+    cell = {"dataset": "digits", "attack": "pgd", "norm": "linf", "goal": "untargeted", "knowledge": "white",
+            "label": 0, "adv_pred": 0, "clean_correct": True, "success_at_budget": False, "min_eps": 0.3,
+            "eps_budget": 0.2}
+    frame = pd.DataFrame([{**cell, "defense": "convex", "sample_id": i, "certified": float(i < 3)} for i in range(4)]
+                         + [{**cell, "defense": "jpeg", "sample_id": i, "certified": math.nan} for i in range(4)])
+    tidy = summary_table(frame).set_index("defense")
+    assert tidy.loc["convex", "certified_accuracy"] == 0.75 and math.isnan(tidy.loc["jpeg", "certified_accuracy"])
+    assert "certified_accuracy" not in summary_table(frame.drop(columns="certified")).columns
 
 
 def test_the_schedule_warms_up_then_ramps_eps_and_kappa() -> None:
