@@ -1,5 +1,5 @@
-"""Shared test helpers: the budgeted-attack contract as one assertion, and a model that counts
-the images it is shown (the exact query cost of decision and score attacks)."""
+"""Shared test helpers: the budgeted and the minimum-norm attack contracts as one assertion each, and
+a model that counts the images it is shown (the exact query cost of decision and score attacks)."""
 
 from __future__ import annotations
 
@@ -37,3 +37,16 @@ class Counting(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.rows += x.shape[0]
         return self.model(x)
+
+
+def assert_minimizing_contract(res: AttackResult, model: nn.Module, x: torch.Tensor, y: torch.Tensor,
+                               eps: torch.Tensor, norm: str, target: torch.Tensor | None) -> None:
+    """In bounds, x itself where nothing was found, success exactly where the model agrees, and
+    first_success set exactly where the example lies within eps."""
+    assert res.x_adv.shape == x.shape
+    assert res.x_adv.min() >= 0 and res.x_adv.max() <= 1
+    assert torch.equal(res.x_adv[~res.success], x[~res.success])
+    pred = model(res.x_adv).argmax(1)
+    agrees = (pred == target) if target is not None else (pred != y)
+    assert torch.equal(res.success, agrees), "success must be what the model says on the returned example"
+    assert torch.equal(res.first_success >= 0, res.success & (lp_norm(res.x_adv - x, norm) <= eps))

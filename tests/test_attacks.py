@@ -37,6 +37,11 @@ CATALOGUE = [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n i
 # (NES/SPSA: 20 steps on 20 direction pairs).
 SHORT = {"square": {"n_queries": 200}, "nes": {"n_queries": 821, "samples": 20}, "spsa": {"n_queries": 821, "samples": 20}, "hsj": {"max_queries": 1000}, "boundary": {"max_queries": 1000},
          "evolutionary": {"max_queries": 700}}
+# ZOO: 10 steps on 16 coordinates at a larger Adam step. NATTACK: 10 steps of 10 draws in pixel space, since
+# its arctanh pre-image barely moves digits' saturated pixels in 10 steps; tests/test_zoo_nattack.py holds the
+# default tanh box to the contract.
+SHORT |= {"zoo": {"n_queries": 331, "coordinates": 16, "lr": 0.1},
+          "nattack": {"n_queries": 111, "samples": 10, "box": "clip"}}
 
 
 def make_attack(name: str):

@@ -101,9 +101,10 @@ DUAL_NORM = {"linf": "l1", "l2": "l2", "l1": "linf"}
 """The dual of each norm: |⟨g, δ⟩| ≤ ‖g‖_dual·‖δ‖, so a linear boundary at f lies |f|/‖g‖_dual away."""
 
 
-def adam_step(grad: torch.Tensor, m: torch.Tensor, v: torch.Tensor, t: int, lr: float,
+def adam_step(grad: torch.Tensor, m: torch.Tensor, v: torch.Tensor, t: int | torch.Tensor, lr: float,
               betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> torch.Tensor:
-    """One Adam update to subtract (m, v updated in place; t counts from 1).
+    """One Adam update to subtract (m, v updated in place; t counts from 1, per element when a
+    tensor: ZOO's per-coordinate step counts).
 
     Element-wise state on the rows an attack still optimises, so samples never share
     moments and a sample's trajectory does not depend on its batch.
