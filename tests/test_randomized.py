@@ -7,14 +7,16 @@ from pathlib import Path
 import hydra.utils
 import pytest
 import torch
+from click.testing import CliRunner
 from torch import nn
 
 from advbench.attacks.oracles import build_oracle
+from advbench.cli import main
 from advbench.config import compose_config
 from advbench.data.digits import Digits
 from advbench.defenses.masking import cell_flags, gradient_flags
 from advbench.defenses.rse import conv_noise, inner_convolutions
-from advbench.defenses.training import _cfg_checkpoint_path, load_trained_model, train_defense, train_main
+from advbench.defenses.training import _cfg_checkpoint_path, load_trained_model, train_defense
 from advbench.defenses.wrappers import RandomDiscretization, RandomSelfEnsemble, wrap
 from advbench.models import build_model
 from advbench.models.checkpoint import load_checkpoint
@@ -104,15 +106,18 @@ def test_flags_stay_quiet_on_the_natural_small_cnn(trained_digits_cache: Path) -
     assert cell_flags(model, dataset.eval_set(), range(64), torch.device("cpu"), label="x", warn_user=True) == NONE_FIRED
 
 
-def test_advbench_train_rse_on_digits_deploys_with_its_noise(tmp_path: Path, capsys) -> None:
-    cfg = compose_config("train", ["defense=rse", "dataset=digits", "defense.recipe.epochs=1", f"cache_dir={tmp_path}"])
-    path = train_main(cfg)
-    assert path.name.startswith("rse-") and "trained small_cnn/rse on digits" in capsys.readouterr().out
-    other = compose_config("train", ["defense=rse", "defense.recipe.epochs=1", f"cache_dir={tmp_path}",
-                                     "defense.recipe.inner_noise=0.05"])
+def test_advbench_train_rse_on_digits_deploys_with_its_noise(tmp_path: Path) -> None:
+    args = ["defense=rse", "dataset=digits", "defense.recipe.epochs=1", f"cache_dir={tmp_path}", "threads=1"]
+    result = CliRunner().invoke(main, ["train", *args])
+    assert result.exit_code == 0, result.output
+    (path,) = (tmp_path / "checkpoints" / "digits" / "small_cnn").glob("rse-*.pt")
+    cfg = compose_config("train", args)
+    assert path == _cfg_checkpoint_path(cfg)
+    other = compose_config("train", [*args, "defense.recipe.inner_noise=0.05"])
     assert _cfg_checkpoint_path(other) != path, "another noise level is another checkpoint"
     model = wrap(build_model("small_cnn", 10, 1), dict(cfg.defense.wrapper), seed=0)
-    assert load_checkpoint(path, model.model)["recipe"] == "rse"
+    meta = load_checkpoint(path, model.model)
+    assert meta["recipe"] == "rse" and meta["config"]["recipe"]["init_noise"] == 0.2 and meta["clean_accuracy"] > 0.5
     assert (model.init_noise, model.inner_noise, model.ensemble) == (0.2, 0.1, 10)
 
 
