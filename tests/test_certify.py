@@ -108,7 +108,7 @@ def test_bounds_tighten_as_eps_shrinks_and_are_the_point_at_zero() -> None:
     (build_model("resnet56", 10, 3, depth=8), r"layer 'net' \(CifarResNet\)"),
     (nn.Sequential(nn.Flatten(), nn.Linear(4, 3)), r"layer 'model' \(Sequential\)"),
     (Classifier(nn.Sequential(nn.Flatten(), nn.BatchNorm1d(4)), "t", 1, (0.0,), (1.0,)).train(), r"'net\.1'.*eval mode"),
-])
+], ids=["tanh", "resnet", "bare-sequential", "batchnorm-training"])
 def test_an_unsupported_layer_is_a_one_line_error_naming_it(model: nn.Module, name: str) -> None:
     with pytest.raises(AdvbenchError, match=name) as caught:
         interval_bounds(model, torch.zeros(1, 1, 2, 2), torch.ones(1, 1, 2, 2))
