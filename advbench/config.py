@@ -135,12 +135,28 @@ def _sweep_values(value: str) -> list[str]:
 
 
 def _first_choices(overrides: Sequence[str]) -> list[list[str]]:
-    """Every combination of a comma sweep, so each is composed once up front."""
+    """Every combination of the sweep, so each is composed once up front.
+
+    Hydra's own parser expands the values, so `range(0,8)`, `choice(...)` and `glob(...)`
+    sweeps are checked like comma lists; an override it cannot parse is left for `compose`
+    to report.
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    parser = OverridesParser.create()
     options = []
     for ov in overrides:
-        key, sep, value = ov.partition("=")
-        values = _sweep_values(value) if sep else []
-        options.append([f"{key}={v}" for v in values] if len(values) > 1 else [ov])
+        try:
+            (parsed,) = parser.parse_overrides([ov])
+        except (OverrideParseException, ValueError):
+            options.append([ov])
+            continue
+        if parsed.is_sweep_override():
+            key = parsed.get_key_element()
+            options.append([f"{key}={v}" for v in parsed.sweep_string_iterator()])
+        else:
+            options.append([ov])
     return [list(c) for c in product(*options)]
 
 

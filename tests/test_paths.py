@@ -84,6 +84,20 @@ def test_sweep_runs_through_submitit_local(tmp_path: Path, trained_digits_cache:
     assert list((tmp_path / "advbench-out/smoke/hydra-multirun").rglob(".submitit"))
 
 
+@pytest.mark.slow
+def test_sweep_runs_through_a_local_ray_instance(tmp_path: Path, trained_digits_cache: Path) -> None:
+    """The ray launcher (`advbench[ray]`) starts a local Ray instance and runs each cell as a Ray task."""
+    proc = subprocess.run([*ADVBENCH, "run", "-m", "experiment=smoke", "attack=fgsm,bim", "dataset.n_samples=16",
+                           "defense.recipe.epochs=4", "hydra/launcher=ray", "+hydra.launcher.ray.init.num_cpus=1"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=600,
+                          env={**os.environ, "ADVBENCH_CACHE": str(trained_digits_cache), "RAY_USAGE_STATS_ENABLED": "0"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Ray Launcher is launching 2 jobs" in proc.stdout + proc.stderr
+    parts = sorted((tmp_path / "advbench-out/smoke/records").glob("*.parquet"))
+    assert len(parts) == 2
+    assert set(pd.concat(pd.read_parquet(p) for p in parts)["attack"]) == {"fgsm", "bim"}
+
+
 def test_metrics_built_in_python_find_their_files_under_advbench_cache(env: pytest.MonkeyPatch, tmp_path: Path) -> None:
     import torch
 
