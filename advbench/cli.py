@@ -89,6 +89,10 @@ def plot(records: tuple[Path, ...], out_dir: Path, group_by: str) -> None:
         from advbench.curves import summary_table
         from advbench.plot import print_tables, render_all, with_categories
 
+        from advbench.shards import missing_shards
+
+        for line in missing_shards(frame):
+            click.echo(f"warning: {line}", err=True)
         written = render_all(frame, out_dir, group_by=group_by)
         print_tables(summary_table(with_categories(frame)), console, by_category=group_by == "category")
     for path in written:

@@ -462,6 +462,7 @@ def evaluate_cell(cfg: DictConfig, dataset: Any, model: torch.nn.Module, attack:
         "strength_budget": int(getattr(attack, "steps", 1)),
         "seed": int(cfg.seed),
         "shard": int(cfg.shard.index),
+        "shard_count": int(cfg.shard.count),
         "device": str(device),
     }
     static.update(cell_flags(model, eval_set, positions[:int(cfg.batch_size)], device, label=label,
