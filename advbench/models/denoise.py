@@ -21,6 +21,9 @@ from torch import nn
 from torchvision.models import ResNet
 
 from advbench.errors import AdvbenchError
+from advbench.models.preact_resnet import PreActResNet
+from advbench.models.resnet_cifar import CifarResNet
+from advbench.models.wide_resnet import WideResNet
 
 KINDS = ("gaussian", "dot_product")
 
@@ -101,10 +104,6 @@ def add_denoising(net: nn.Module, arch: str, options: Mapping[str, Any]) -> nn.M
 
 def _stages(net: nn.Module, arch: str) -> list[tuple[nn.Sequential, int]]:
     """(Sequential, index of the stage's last module) for each residual stage of `net`, in order."""
-    from advbench.models.preact_resnet import PreActResNet
-    from advbench.models.resnet_cifar import CifarResNet
-    from advbench.models.wide_resnet import WideResNet
-
     if isinstance(net, (ResNet, PreActResNet)):
         return [(seq, len(seq) - 1) for seq in (net.layer1, net.layer2, net.layer3, net.layer4)]
     if isinstance(net, WideResNet):
