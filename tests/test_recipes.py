@@ -8,7 +8,7 @@ from pathlib import Path
 import hydra.utils
 import pytest
 import torch
-from omegaconf import OmegaConf
+from omegaconf import OmegaConf, open_dict
 from torch import nn
 from torch.nn import functional as F
 
@@ -25,6 +25,7 @@ from advbench.defenses.training import (
     train_main,
     unrolled_deepfool,
 )
+from advbench.engine import load_defended_model
 from advbench.errors import AdvbenchError
 from advbench.models import instantiate_model
 from advbench.models.checkpoint import load_checkpoint
@@ -236,10 +237,14 @@ def test_advbench_train_writes_each_recipes_checkpoint_with_its_meta(tmp_path: P
         cfg = compose_config("train", [f"defense={name}", "dataset=digits", f"cache_dir={tmp_path}", *TINY])
         path = train_main(cfg)
         assert path.name.startswith(f"{name}-") and str(path) in capsys.readouterr().out.splitlines()[-1]
-        model = load_trained_model(cfg, hydra.utils.instantiate(cfg.dataset))
+        dataset = hydra.utils.instantiate(cfg.dataset)
+        model = load_trained_model(cfg, dataset)
         meta = load_checkpoint(path, build_defended_model(cfg.model, cfg.defense.recipe, 10, 1))
         assert meta["recipe"] == name and 0.0 <= meta["clean_accuracy"] <= 1.0
         assert meta["architecture"] == ("small_cnnx3" if name == "adp" else "small_cnn")
         assert not any(p.requires_grad for p in model.parameters())
+        with open_dict(cfg):
+            cfg.checkpoint = str(path)  # what `advbench run checkpoint=...` loads
+        assert type(load_defended_model(cfg, dataset)) is type(model)
     cached = {p.parent.name + "/" + p.name.split("-")[0] for p in (tmp_path / "checkpoints").rglob("*.pt")}
     assert cached == {"small_cnn/natural", "small_cnn_w32/natural", *(f"small_cnn/{n}" for n in RECIPES)}

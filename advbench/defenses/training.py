@@ -161,7 +161,8 @@ def unrolled_deepfool(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps:
     misclassified ones towards their true class (the authors' correction). Every boundary is
     f_c = Z_c − max_{j≠c} Z_j, so both cases are one batched computation; the step is the
     benchmark's DeepFool step (`nearest_boundary_step`), with gradients kept for double
-    backward. A sample stops moving once its (overshot) iterate crosses, as in the original.
+    backward. A sample stops moving once its (overshot) iterate crosses, as in the original;
+    iterates are not clipped to the image range (neither are the authors').
     """
     with torch.no_grad():
         logits = model(x)
