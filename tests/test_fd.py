@@ -71,7 +71,7 @@ def test_gradient_reaches_the_input_and_every_block_parameter() -> None:
     ("arch", "channels", "size", "options", "expected"),
     [
         ("small_cnn", 1, 8, {}, ["net.2", "net.5"]),
-        ("resnet56", 3, 16, {"depth": 8}, ["net.blocks.1", "net.blocks.3", "net.blocks.5"]),
+        ("resnet56", 3, 16, {}, ["net.blocks.9", "net.blocks.19", "net.blocks.29"]),
         ("wrn34_10", 3, 16, {"depth": 10, "widen_factor": 1}, [f"net.block{i}.layer.1" for i in (1, 2, 3)]),
         ("preact_resnet18", 3, 16, {"width": 4}, [f"net.layer{i}.2" for i in (1, 2, 3, 4)]),
         pytest.param("resnet152", 3, 32, {}, ["net.layer1.3", "net.layer2.8", "net.layer3.36", "net.layer4.3"],
