@@ -57,7 +57,7 @@ class Evolutionary(DecisionAttack):
 
     norms = ("l2",)
 
-    def __init__(self, *, max_queries: int = 20000, search_scale: float = 0.5, coordinates: float = 0.05,
+    def __init__(self, *, max_queries: int = 20000, search_scale: float = 0.75, coordinates: float = 0.05,
                  mu: float = 0.01, sigma: float = 0.01, c_c: float = 0.01, c_cov: float = 0.001,
                  success_window: int = 30, init_tries: int = 100, checkpoints: Sequence[int] = CHECKPOINTS,
                  seed: int = 0) -> None:
