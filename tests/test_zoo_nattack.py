@@ -39,13 +39,17 @@ def test_zoo_counts_every_query_and_spends_exactly_its_steps(tiny_model, batch) 
     stub = CountingModel(tiny_model, x)
     oracle = ScoreOracle(stub, len(y))
     eps = torch.full((len(y),), 1.0)
-    res = ZOO(n_queries=300, coordinates=16, lr=0.1)(oracle, x, y, eps=eps, norm="l2")
+    res = ZOO(n_queries=300, coordinates=16, lr=0.1, checkpoints=(100, 200))(oracle, x, y, eps=eps, norm="l2")
     assert torch.equal(oracle.queries, stub.seen), "the oracle counts every row the model saw, per sample"
     spent = torch.where(_clean_adversarial(tiny_model, x, y), 1, 1 + 9 * 33)
     assert torch.equal(oracle.queries, spent), "a sample already adversarial stops at its clean check"
     assert_minimizing_contract(res, tiny_model, x, y, eps, "l2", None)
     dated = res.first_success > 1
     assert dated.any() and ((res.first_success[dated] - 1) % 33 == 0).all(), "dated at a checked iterate"
+    found = torch.where(res.success, lp_norm(res.x_adv - x, "l2"), torch.inf)
+    curve = torch.stack([res.info[f"norm_at_{q}"] for q in (100, 200, 300)], dim=1)
+    assert set(res.info) == {"norm_at_100", "norm_at_200", "norm_at_300"} and torch.equal(curve[:, -1], found)
+    assert (curve[:, 1:] <= curve[:, :-1]).all() and (curve[:, 0] > found).any(), "the best norm falls with queries"
     assert not stub.autograd_reachable
 
 

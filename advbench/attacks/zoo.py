@@ -17,11 +17,13 @@ depend on its batch. Strength is queries (`ScoreAttack`).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 
 from advbench.attacks.base import AttackResult, success_of
-from advbench.attacks.optimized import SmallestAdversarial, goal_margin, next_const
+from advbench.attacks.decision import QueryLog
+from advbench.attacks.optimized import goal_margin, next_const
 from advbench.attacks.oracles import ScoreOracle
 from advbench.attacks.random import uniform
 from advbench.attacks.score import ScoreAttack
@@ -44,7 +46,9 @@ class ZOO(ScoreAttack):
     `binary_search_steps` times. A step costs 2B + 1 queries, after one query of the clean
     input; a sample stops when another step would pass `n_queries`, so the oracle's count never
     exceeds it. `first_success` is the queries spent when the best example first fell within
-    ε. Probes hold 2B·d numbers per active sample: large inputs want smaller batches.
+    ε; `info["norm_at_<q>"]` holds the best norm after q queries for each of `checkpoints` and
+    the budget (HopSkipJump's `QueryLog`), so accuracy vs queries at any ε comes from one run.
+    Probes hold 2B·d numbers per active sample: large inputs want smaller batches.
     """
 
     kind = "minimizing"
@@ -53,7 +57,8 @@ class ZOO(ScoreAttack):
     def __init__(self, *, n_queries: int = 20000, coordinates: int = 128, lr: float = 0.01, sigma: float = 1e-4,
                  initial_const: float = 0.5, binary_search_steps: int = 1, iterations: int = 10000,
                  abort_every: int = 100, adam_beta1: float = 0.9, adam_beta2: float = 0.999,
-                 confidence: float = 0.0, seed: int = 0) -> None:
+                 confidence: float = 0.0, checkpoints: Sequence[int] = (1000, 2000, 5000, 10000, 20000),
+                 seed: int = 0) -> None:
         name = type(self).__name__
         for key, value in (("n_queries", n_queries), ("coordinates", coordinates), ("iterations", iterations),
                            ("abort_every", abort_every), ("binary_search_steps", binary_search_steps)):
@@ -77,6 +82,7 @@ class ZOO(ScoreAttack):
         self.adam_beta1 = adam_beta1
         self.adam_beta2 = adam_beta2
         self.confidence = confidence
+        self.checkpoints = [int(c) for c in checkpoints]
         self.seed = seed
 
     def run(self, oracle: ScoreOracle, x: torch.Tensor, y: torch.Tensor, *, eps: torch.Tensor, norm: str,
@@ -85,9 +91,9 @@ class ZOO(ScoreAttack):
         b = min(self.coordinates, d)
         cost = 2 * b + 1
         everyone = torch.arange(n, device=x.device)
-        best = SmallestAdversarial(x, eps, norm)
+        log = QueryLog(oracle, x, y, target, eps, norm, self.n_queries, self.checkpoints)
         already = self._adversarial(oracle.logits(x, everyone), y, target)
-        best.offer(everyone, x, already, 1)
+        log.offer(everyone, x, already)
         flat = x.flatten(1)
         lo, hi = oracle.bounds[0] - flat, oracle.bounds[1] - flat          # δ's box: x + δ in bounds
         delta = torch.zeros_like(flat)
@@ -114,7 +120,7 @@ class ZOO(ScoreAttack):
             xa = clip(x[active] + delta[active].view_as(x[active]), oracle.bounds)
             logits = oracle.logits(xa, active)
             adv = self._adversarial(logits, ya, ta)
-            best.offer(active, xa, adv, 1 + (t + 1) * cost)
+            log.offer(active, xa, adv)
             found[active] |= adv
             loss = self._objective(logits, xa, x[active], ya, ta, c)
             steps_at_c[active] += 1
@@ -131,7 +137,7 @@ class ZOO(ScoreAttack):
                 epoch[ended], found[ended], prev[ended], steps_at_c[ended] = 1, False, math.inf, 0
                 searches[ended] += 1
                 active = active[searches[active] < self.binary_search_steps]
-        return best.result()
+        return log.result()
 
     def _coordinate_grad(self, oracle: ScoreOracle, x: torch.Tensor, delta: torch.Tensor, coords: torch.Tensor,
                          y: torch.Tensor, target: torch.Tensor | None, const: torch.Tensor,
