@@ -13,8 +13,10 @@ from torch import nn
 from torch.nn import functional as F
 
 from advbench.config import compose_config, group_options
+from advbench.defenses.inner import pgd_linf
 from advbench.defenses.training import (
     LOSSES,
+    SINGLE_STEPS,
     Recipe,
     adp_regularizer,
     build_defended_model,
@@ -92,6 +94,17 @@ def test_each_recipe_takes_one_step_on_its_cifar10_architecture(name: str, arch:
 # ---------------------------------------------------------------- ALP
 
 
+class _Constant(nn.Module):
+    """Logits that ignore the input: clean and adversarial examples score alike."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bias = nn.Parameter(torch.tensor([0.5, -1.0, 2.0]))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.bias.expand(x.shape[0], -1) + 0 * x.flatten(1).sum(1, keepdim=True)
+
+
 def test_logit_pairing_is_the_mean_squared_distance_of_pairs() -> None:
     clean = torch.tensor([[0.0, 0.0], [1.0, 1.0]])
     assert float(logit_pairing(clean, clean)) == 0.0
@@ -100,18 +113,39 @@ def test_logit_pairing_is_the_mean_squared_distance_of_pairs() -> None:
 
 def test_alp_loss_is_plain_cross_entropy_when_the_logits_coincide() -> None:
     """A model that ignores its input gives identical clean and adversarial logits: no pairing term."""
-
-    class Constant(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.bias = nn.Parameter(torch.tensor([0.5, -1.0, 2.0]))
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return self.bias.expand(x.shape[0], -1) + 0 * x.flatten(1).sum(1, keepdim=True)
-
-    model, y = Constant(), torch.tensor([0, 2, 1])
+    model, y = _Constant(), torch.tensor([0, 2, 1])
     loss = LOSSES["alp"](model, torch.rand(3, 1, 4, 4), y, _recipe("alp", pairing_weight=100.0))
     torch.testing.assert_close(loss, F.cross_entropy(model.bias.expand(3, -1), y))
+
+
+# ---------------------------------------------------------------- Ens-AT
+
+
+def test_ens_at_weights_the_adversarial_half_as_kurakin_et_al() -> None:
+    """(Σ_clean CE + λ·Σ_adv CE) / (m − k + λ·k) with the second half adversarial: labels 0 then 1."""
+    model, y = _Constant(), torch.tensor([0, 0, 1, 1])
+    loss = LOSSES["ens_at"](model, torch.rand(4, 1, 4, 4), y, _recipe("ens_at", adv_weight=0.3))
+    ce = F.cross_entropy(model.bias[None], torch.tensor([0])), F.cross_entropy(model.bias[None], torch.tensor([1]))
+    torch.testing.assert_close(loss, (ce[0] + 0.3 * ce[1]) / 1.3)
+
+
+@pytest.mark.parametrize("kind", ["fgsm", "step_ll"])
+def test_single_steps_move_away_from_the_label_or_towards_the_least_likely_class(kind: str) -> None:
+    torch.manual_seed(0)
+    linear = nn.Sequential(nn.Flatten(), nn.Linear(16, 3))
+    x, y = torch.full((4, 1, 4, 4), 0.5), torch.tensor([0, 1, 2, 0])
+    objective = SINGLE_STEPS[kind](linear, x, y)
+    with torch.no_grad():
+        before = linear(x)
+    x_adv = pgd_linf(objective, x, 0.1, 0.1, 1, start="none")
+    with torch.no_grad():
+        after = linear(x_adv)
+    assert (x_adv - x).abs().max() == pytest.approx(0.1)
+    if kind == "fgsm":
+        assert (F.cross_entropy(after, y, reduction="none") > F.cross_entropy(before, y, reduction="none")).all()
+    else:
+        least = before.argmin(1)
+        assert (F.log_softmax(after, 1).gather(1, least[:, None]) > F.log_softmax(before, 1).gather(1, least[:, None])).all()
 
 
 # ---------------------------------------------------------------- ADP
