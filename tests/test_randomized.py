@@ -99,11 +99,16 @@ def test_flags_fire_on_probabilities_zero_gradients_and_randomness(tiny_model, b
         assert model.passes == 0, "the deployed model's draws are untouched"
 
 
-def test_flags_stay_quiet_on_the_natural_small_cnn(trained_digits_cache: Path) -> None:
+def test_flags_stay_quiet_on_the_natural_small_cnn_and_warn_on_jpeg(trained_digits_cache: Path, capsys) -> None:
     cfg = compose_config("config", [f"cache_dir={trained_digits_cache}", "defense.recipe.epochs=4"])
     dataset = Digits()
     model = load_trained_model(cfg, dataset)
-    assert cell_flags(model, dataset.eval_set(), range(64), torch.device("cpu"), label="x", warn_user=True) == NONE_FIRED
+    cpu = torch.device("cpu")
+    assert cell_flags(model, dataset.eval_set(), range(64), cpu, label="cell", warn_user=True) == NONE_FIRED
+    assert capsys.readouterr().err == ""
+    jpeg = wrap(model, {"type": "jpeg"}, seed=0)
+    assert cell_flags(jpeg, dataset.eval_set(), range(64), cpu, label="cell", warn_user=True)["flag_zero_grad"]
+    assert "cell: gradients may be masked: zero input gradients for 100% of the first batch" in capsys.readouterr().err
 
 
 def test_advbench_train_rse_on_digits_deploys_with_its_noise(tmp_path: Path) -> None:
