@@ -19,6 +19,7 @@ CONF = Path(__file__).resolve().parents[1] / "conf" / "model"
 CASES = {
     "small_cnn": dict(in_channels=1, size=8, options={}),
     "resnet56": dict(in_channels=3, size=32, options={}),
+    "resnet110": dict(in_channels=3, size=32, options={}),
     "wrn34_10": dict(in_channels=3, size=32, options={"depth": 10, "widen_factor": 2}),
     "wrn28_10": dict(in_channels=3, size=32, options={"depth": 10, "widen_factor": 2}),
     "preact_resnet18": dict(in_channels=3, size=32, options={"width": 8}),
@@ -27,7 +28,7 @@ CASES = {
     "resnet50": dict(in_channels=3, size=32, options={}),
     "resnet152": dict(in_channels=3, size=32, options={}),
 }
-INPUT_SIZES = {"small_cnn": 8, "resnet56": 32, "wrn34_10": 32, "wrn28_10": 32, "preact_resnet18": 32, "vgg16": 32,
+INPUT_SIZES = {"small_cnn": 8, "resnet56": 32, "resnet110": 32, "wrn34_10": 32, "wrn28_10": 32, "preact_resnet18": 32, "vgg16": 32,
                "inception_v3": 299, "resnet50": 224, "resnet152": 224}
 META = {
     "dataset": "digits",
