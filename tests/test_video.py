@@ -56,6 +56,38 @@ def test_synthetic_clips_move_and_read_back(clips) -> None:
     assert [len(c) for c in chunks] == [5, 5, 2] and np.array_equal(np.concatenate(chunks), frames)
 
 
+def test_the_default_clip_set_films_every_photo_with_three_motions(tmp_path: Path) -> None:
+    from advbench.iqa.images import photo_names
+    from advbench.iqa.rd import MOTIONS
+
+    paths = make_synthetic_videos(tmp_path, n=None, size=(32, 48), frames=6)
+    assert len(paths) == len(photo_names("all")) == 16
+    assert {p.stem.split("_", 1)[1].rsplit("_", 1)[0] for p in paths} == set(photo_names("all"))
+    assert [p.stem.rsplit("_", 1)[1] for p in paths[:6]] == [*MOTIONS, *MOTIONS]
+    grey = V.read_video(next(p for p in paths if "_camera_" in p.name))
+    assert np.abs(grey[..., 0] - grey[..., 2]).max() < 0.02  # a grey photo stays grey (up to chroma rounding)
+    for path in paths[:3]:
+        frames = V.read_video(path)
+        assert frames.shape == (6, 32, 48, 3)
+        assert np.abs(np.diff(frames, axis=0)).mean() > 0.005, path.name  # every motion moves the camera
+
+
+def test_shake_rolls_the_camera_rigidly() -> None:
+    from advbench.iqa.rd import _film
+
+    image = np.zeros((200, 300), np.uint8)
+    image[:, 150] = 255  # one vertical line through the centre
+    frames = _film(image, (64, 96), 40, "shake", phase=0.3)
+    tilts = []
+    for frame in frames:
+        rows = np.arange(10, 54)
+        cols = frame[rows, :, 0].argmax(axis=1)
+        tilts.append(np.polyfit(rows, cols, 1)[0])
+    assert np.ptp(tilts) > 0.02  # the line leans one way, then the other
+    with pytest.raises(AdvbenchError, match="unknown camera motion 'spin'; valid: pan, zoom, shake"):
+        _film(image, (64, 96), 2, "spin", phase=0.0)
+
+
 def test_round_trip_bitrate_and_psnr_follow_the_target(clips) -> None:
     source = V.read_video(clips[0])
     low, high = (V.transcode(source, 25, kbps) for kbps in (50, 1000))

@@ -80,8 +80,8 @@ def eval_(args: tuple[str, ...]) -> None:
 def stability(args: tuple[str, ...]) -> None:
     """Apply a UAP to videos before H.264 and record RD points for the stability score.
 
-    ARGS are Hydra overrides: metric=NAME, videos=DIR (or one file; default: short synthetic
-    clips made from the sample photos), perturbation=PATH, amplitudes=[...],
+    ARGS are Hydra overrides: metric=NAME, videos=DIR (or one file; default: 16 clips of 30
+    frames at 256x384, a panning, zooming or shaking camera over each sample photo), perturbation=PATH, amplitudes=[...],
     bitrates_kbps=[200,1000,5000,12000], raw.width=/raw.height= for .yuv, csf=true,
     max_frames=N, psnr=rgb|luma, out_dir=DIR. Resumes: points finished with the same settings
     (UAP content, csf, metric, preset, max_frames, psnr, video bytes) are skipped unless
@@ -311,12 +311,12 @@ def eval_main(cfg: DictConfig) -> pd.DataFrame:
 
 def _videos(cfg: DictConfig) -> list[Path]:
     """The videos to test: a folder's video files, one file, or synthetic clips when videos is null."""
-    from advbench.iqa.rd import make_synthetic_videos
+    from advbench.iqa.rd import MOTIONS, make_synthetic_videos
 
     if cfg.videos is None:
         s = cfg.synthetic
         return make_synthetic_videos(Path(cfg.out_dir).expanduser() / "videos", n=s.n, size=tuple(s.size),
-                                     frames=s.frames)
+                                     frames=s.frames, motions=tuple(s.get("motions", MOTIONS)))
     source = Path(cfg.videos).expanduser()
     if source.is_file():
         return [source]

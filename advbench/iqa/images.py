@@ -32,7 +32,8 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp", ".p
 MAX_SIDE = 512  # photos are first shrunk so the shorter side is at most this (COCO-like scale)
 
 
-def _skimage(name: str) -> Callable[[], np.ndarray]:
+def skimage_photo(name: str) -> Callable[[], np.ndarray]:
+    """A loader of one scikit-image sample photo by name (uint8, grey or RGB)."""
     def load() -> np.ndarray:
         from skimage import data
 
@@ -87,7 +88,7 @@ def sample_photo(name: str) -> torch.Tensor:
     """One scikit-image sample photo as (3, H, W) in [0, 1], shorter side at most 512."""
     if name not in photo_names("all"):
         raise AdvbenchError(f"unknown sample photo '{name}'; valid: {', '.join(sorted(photo_names('all')))}")
-    return shrink(to_tensor(_skimage(name)()), MAX_SIDE)
+    return shrink(to_tensor(skimage_photo(name)()), MAX_SIDE)
 
 
 def sample_photos(split: Split = "all") -> list[torch.Tensor]:
