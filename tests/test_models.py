@@ -24,12 +24,13 @@ CASES = {
     "wrn28_10": dict(in_channels=3, size=32, options={"depth": 10, "widen_factor": 2}),
     "preact_resnet18": dict(in_channels=3, size=32, options={"width": 8}),
     "vgg16": dict(in_channels=3, size=32, options={"depth": 11}),
+    "ibp_large": dict(in_channels=3, size=32, options={"width": 4, "hidden": 16}),
     "inception_v3": dict(in_channels=3, size=75, options={}),
     "resnet50": dict(in_channels=3, size=32, options={}),
     "resnet152": dict(in_channels=3, size=32, options={}),
 }
 INPUT_SIZES = {"small_cnn": 8, "resnet56": 32, "resnet110": 32, "wrn34_10": 32, "wrn28_10": 32, "preact_resnet18": 32, "vgg16": 32,
-               "inception_v3": 299, "resnet50": 224, "resnet152": 224}
+               "ibp_large": 32, "inception_v3": 299, "resnet50": 224, "resnet152": 224}
 META = {
     "dataset": "digits",
     "architecture": "small_cnn",
@@ -82,7 +83,7 @@ def test_model_yaml_instantiates(yaml_file: Path) -> None:
 
 
 def test_registry_errors() -> None:
-    with pytest.raises(AdvbenchError, match="unknown model architecture 'vgg'; valid: inception_v3"):
+    with pytest.raises(AdvbenchError, match="unknown model architecture 'vgg'; valid: ibp_large, inception_v3"):
         build_model("vgg", 10, 3)
     with pytest.raises(AdvbenchError, match="bad options for model 'small_cnn'"):
         build_model("small_cnn", 10, 1, depth=3)
