@@ -117,8 +117,8 @@ def layers(model: nn.Module) -> list[tuple[Rule, nn.Module]]:
         if rule is None or (isinstance(layer, nn.Conv2d) and layer.padding_mode != "zeros"):
             raise _unsupported(name, layer)
         if isinstance(layer, nn.modules.batchnorm._BatchNorm) and (layer.training or layer.running_var is None):
-            raise AdvbenchError(f"interval bound propagation needs layer '{name}' ({type(layer).__name__}) in eval mode "
-                                "with running statistics")
+            raise AdvbenchError(f"interval bound propagation needs layer '{name}' ({type(layer).__name__}) "
+                                "in eval mode with running statistics")
         chain.append((rule, layer))
 
     visit("net", model.net)
@@ -207,8 +207,8 @@ class IBPRecipe(Protocol):
 def check_recipe(recipe: IBPRecipe) -> None:
     """The schedule's settings, checked before the first step."""
     if recipe.eps <= 0 or not 0 <= recipe.kappa <= 1 or recipe.warmup_steps < 0 or recipe.rampup_steps < 0:
-        raise AdvbenchError(f"recipe 'convex' needs eps > 0, 0 <= kappa <= 1, warmup_steps >= 0, rampup_steps >= 0; got "
-                            f"{recipe.eps}, {recipe.kappa}, {recipe.warmup_steps}, {recipe.rampup_steps}")
+        raise AdvbenchError("recipe 'convex' needs eps > 0, 0 <= kappa <= 1, warmup_steps >= 0, rampup_steps >= 0; "
+                            f"got {recipe.eps}, {recipe.kappa}, {recipe.warmup_steps}, {recipe.rampup_steps}")
 
 
 def ibp_schedule(step: int, recipe: IBPRecipe) -> tuple[float, float]:
