@@ -115,7 +115,9 @@ def test_local_weights_load_and_inception_aux_head_is_dropped(tmp_path: Path) ->
 
 
 def test_weights_errors(tmp_path: Path) -> None:
-    with pytest.raises(AdvbenchError, match="resnet50-0676ba61.pth and set model.weights_path"):
+    with pytest.raises(AdvbenchError, match=r"`advbench weights fetch resnet50` \(or download "
+                                            r"https://download.pytorch.org/models/resnet50-0676ba61.pth\) "
+                                            r"and set model.weights_path"):
         build_model("resnet50", 1000, 3, weights_path=str(tmp_path / "absent.pth"))
     wrong = tmp_path / "wrong.pth"
     torch.save(tv.resnet50(weights=None, num_classes=10).state_dict(), wrong)
