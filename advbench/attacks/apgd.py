@@ -203,13 +203,15 @@ class APGD(Attack):
                     best_grad = torch.where(per_sample(better, g), g, best_grad)
 
             hit = success_of(logits, yy, tg)
-            first[rows[hit]] = k
-            out[rows[hit]] = cur[hit]
             if k == steps:
-                out[rows[~hit]] = best[~hit]
+                first[rows] = torch.where(hit, k, first[rows])
+                out[rows] = torch.where(per_sample(hit, cur), cur, best)
                 break
-            if bool(hit.any()):
-                keep = ~hit
+            # The iteration's one host-device synchronisation: which rows go on.
+            keep = (~hit).nonzero().squeeze(1)
+            if keep.numel() < rows.numel():
+                first[rows] = torch.where(hit, k, first[rows])
+                out[rows] = torch.where(per_sample(hit, cur), cur, out[rows])
                 rows, x0, yy, e, gi, eta = rows[keep], x0[keep], yy[keep], e[keep], gi[keep], eta[keep]
                 tt = None if tt is None else tt[keep]
                 tg = None if tg is None else tg[keep]

@@ -65,17 +65,18 @@ class IterativeGradientAttack(Attack):
                 hit = goal_met(_predicted(oracle, xa, logits, active), y[active], target[active] if targeted else None)
             else:
                 hit = torch.zeros_like(active, dtype=torch.bool)
-            first[active[hit]] = t
+            first[active] = torch.where(hit, t, first[active])
             if t == self.steps:
                 break
-            keep = ~hit
-            active, xa, xo = active[keep], xa[keep], xo[keep]
-            if active.numel() == 0:
-                break
+            if self.early_stop:
+                # The iteration's one host-device synchronisation: the size of the new active set.
+                keep = (~hit).nonzero().squeeze(1)
+                active, xa, xo = active[keep], xa[keep], xo[keep]
+                grad = None if grad is None else grad[keep]
+                if active.numel() == 0:
+                    break
             if grad is None:
                 _, grad = self._gradient(oracle, xa, labels[active], targeted, active, sample_id[active], t)
-            else:
-                grad = grad[keep]
             direction = self._direction(grad, active, momentum, norm)
             x_adv[active] = ascend(xa, xo, direction, alpha[active], eps[active], norm, oracle.bounds)
 
