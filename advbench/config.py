@@ -28,6 +28,7 @@ import advbench.paths  # noqa: F401  (registers the ${advbench:cache|data|weight
 from advbench.errors import AdvbenchError, user_error
 from advbench.gate import check_fraction
 from advbench.names import safe_name
+from advbench.runtime import PRECISIONS
 from advbench.threat import GOALS, KNOWLEDGE, NORMS
 
 Task = Callable[[DictConfig], Any]
@@ -348,6 +349,12 @@ def _amplitudes(key: str, value: Any) -> None:
         raise AdvbenchError(f"{key} needs an amplitude above 0 (0 is the unperturbed level), got {_plain(value)!r}")
 
 
+def _batch_size(key: str, value: Any) -> None:
+    """A whole number >= 1, or `auto` (`advbench.runtime.batch_size`)."""
+    if value != "auto" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise AdvbenchError(f"{key} must be a whole number >= 1 or auto, got {value!r}")
+
+
 def _plain(value: Any) -> Any:
     return OmegaConf.to_container(value) if isinstance(value, ListConfig) else value
 
@@ -441,7 +448,9 @@ CHECKS: dict[str, Check] = {
     "substitute.seed": _whole(0, nullable=True), "substitute.fallback.seed": _whole(0, nullable=True),
     # advbench run / train
     "seed": _whole(0),
-    "batch_size": _whole(1),
+    "batch_size": _batch_size,
+    "precision": _one_of(*PRECISIONS),
+    "channels_last": _flag,
     "chunk_size": _whole(1),
     "threads": _whole(1, nullable=True),
     "threat.norm": _one_of(*NORMS), "threat.goal": _one_of(*GOALS), "threat.knowledge": _one_of(*KNOWLEDGE),
@@ -488,6 +497,8 @@ def validate(cfg: DictConfig) -> None:
         value = OmegaConf.select(cfg, key, default=_ABSENT)
         if value is not _ABSENT:
             check(key, value)
+    if cfg.get("batch_size") == "auto" and "attack" not in cfg:
+        raise AdvbenchError("batch_size=auto applies to advbench run only; give a whole number >= 1")
     shard = cfg.get("shard")
     if shard is not None and not shard.index < shard.count:
         raise AdvbenchError(f"shard.index must be below shard.count (0..{shard.count - 1}), got {shard.index}")

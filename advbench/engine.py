@@ -37,7 +37,7 @@ from advbench.gate import gate_cell
 from advbench.keys import content_key, dataset_identity, file_digest, model_identity, plain
 from advbench.records import write_part
 from advbench.resume import CellFiles, ChunkStore, sample_ids, sweep_orphans
-from advbench.runtime import resolve_device, set_threads
+from advbench.runtime import as_input, batch_size, deploy, execution_identity, forward, resolve_device, set_threads
 from advbench.substitute import load_substitute, substitute_identity
 from advbench.threat import ThreatModel, distances, goal_met
 
@@ -288,9 +288,10 @@ def min_eps_search(b: _Batch, hi: torch.Tensor, lo: torch.Tensor, adv_norm: torc
 
 
 def _judge(model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """The deployed model's logits: how the engine decides success, outside any oracle's count."""
+    """The deployed model's logits (in its deployed precision, as float32; the perturbation stays
+    float32): how the engine decides success, outside any oracle's count."""
     with torch.inference_mode():
-        return model(x).clone()
+        return forward(model, x).clone()
 
 
 def cell_identity(cfg: DictConfig, threat: ThreatModel, attack: Attack) -> dict[str, Any]:
@@ -317,6 +318,7 @@ def cell_identity(cfg: DictConfig, threat: ThreatModel, attack: Attack) -> dict[
         "seed": int(cfg.seed),
         "shard": [int(cfg.shard.index), int(cfg.shard.count)],
         "search": OmegaConf.to_container(cfg.search),
+        **execution_identity(str(cfg.get("precision", "fp32")), bool(cfg.get("channels_last", False))),
         **substitute_identity(cfg, threat),
     }
 
@@ -401,10 +403,11 @@ def run_main(cfg: DictConfig) -> Path | None:
             console.print(f"[dim]skip {label}: records exist at {out} (force=true to redo)[/dim]", soft_wrap=True)
             gate_cell(cfg.get("gate"), out, label, in_sweep=_in_sweep())
             return out
-        model = load_defended_model(cfg, dataset).to(device)
+        execution = {"precision": str(cfg.get("precision", "fp32")), "channels_last": bool(cfg.get("channels_last", False))}
+        model = deploy(load_defended_model(cfg, dataset).to(device), **execution)
         substitute = load_substitute(cfg, dataset, threat)
         frame = evaluate_cell(cfg, dataset, model, attack, threat, identity, out, label, device,
-                              substitute=None if substitute is None else substitute.to(device))
+                              substitute=None if substitute is None else deploy(substitute.to(device), **execution))
         write_part(frame, out)
         files.clear_partial()
     summarize(frame, label, out)
@@ -464,8 +467,14 @@ def evaluate_cell(cfg: DictConfig, dataset: Any, model: torch.nn.Module, attack:
         "shard": int(cfg.shard.index),
         "shard_count": int(cfg.shard.count),
         "device": str(device),
+        "precision": str(getattr(model, "precision", "fp32")),
+        "channels_last": bool(getattr(model, "channels_last", False)),
     }
-    static.update(cell_flags(model, eval_set, positions[:int(cfg.batch_size)], device, label=label,
+    batch = batch_size(cfg.batch_size, model, eval_set[positions[0]][0] if positions else torch.zeros(0),
+                       min(len(positions), chunk), device)
+    if cfg.batch_size == "auto":
+        console.print(f"[dim]{label}: batch_size=auto -> {batch} on {device}[/dim]", soft_wrap=True)
+    static.update(cell_flags(model, eval_set, positions[:batch], device, label=label,
                              warn_user=threat.knowledge == "white"))
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TimeRemainingColumn(), console=console, transient=True) as progress:
@@ -474,10 +483,10 @@ def evaluate_cell(cfg: DictConfig, dataset: Any, model: torch.nn.Module, attack:
             progress.update(task, completed=len(positions) - len(todo))
             rows = []
             loader = DataLoader(Subset(eval_set, [positions[i] for i in todo[:chunk]]),
-                                batch_size=int(cfg.batch_size), shuffle=False)
+                                batch_size=batch, shuffle=False)
             for x, y, sample_id in loader:
                 tic = time.perf_counter()
-                x, y = x.to(device), y.to(device)
+                x, y = as_input(model, x.to(device)), y.to(device)
                 target = target_classes(sample_id, y.cpu(), dataset.num_classes, int(cfg.seed)).to(device) \
                     if threat.targeted else None
                 measured = evaluate_batch(attack, model, x, y, target, threat, search, sample_id=sample_id,

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from advbench.errors import AdvbenchError
+from advbench.runtime import forward
 
 Objective = Callable[[torch.Tensor], torch.Tensor]
 
@@ -36,9 +37,10 @@ def _device(model: nn.Module) -> torch.device:
 
 
 def _forward(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """Logits with no autograd graph: computed under inference mode, returned as a plain tensor."""
+    """Logits with no autograd graph: computed under inference mode in the model's deployed
+    precision and memory format (`advbench.runtime.forward`), returned as a plain float32 tensor."""
     with torch.inference_mode():
-        out = model(x)
+        out = forward(model, x)
     return out.clone()
 
 
@@ -124,7 +126,7 @@ class WhiteBoxOracle(Oracle):
         for _ in range(passes):
             self._count(self._grad_evals, x, idx)
             with torch.enable_grad():
-                logits = self._white(x)
+                logits = forward(self._white, x)
                 value = objective(logits)
                 if value.shape != (x.shape[0],):
                     raise ValueError(f"objective must return one loss per sample, shape ({x.shape[0]},), "
