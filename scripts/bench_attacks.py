@@ -60,6 +60,8 @@ from advbench.attacks.steps import lp_norm
 from advbench.engine import SearchSettings, evaluate_batch, resolve_device
 from advbench.errors import AdvbenchError
 from advbench.models import build_model
+from advbench.runtime import as_input, deploy
+from advbench.runtime import autocast as runtime_autocast
 from advbench.threat import ThreatModel
 
 # Input shape of each architecture's data set, and the flags that map to its size options.
@@ -83,8 +85,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--eps", type=float, default=8 / 255, help="ℓ∞ budget of the fixed-budget vs search measurement")
     p.add_argument("--search-repeats", type=int, default=1, help="timed repeats of the fixed-budget and search runs")
-    p.add_argument("--amp", action="store_true", help="bf16 autocast around every measurement")
-    p.add_argument("--channels-last", action="store_true", help="model and inputs in channels_last")
+    p.add_argument("--amp", action="store_true",
+                   help="the model's passes under bf16 autocast, as `precision=bf16` (attack arithmetic stays fp32)")
+    p.add_argument("--channels-last", action="store_true", help="model and inputs in channels_last, as `channels_last=true`")
     p.add_argument("--threads", type=int, help="torch CPU threads")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--minnorm", action="store_true", help="also time DeepFool and C&W against Foolbox's")
@@ -113,9 +116,8 @@ def build(args: argparse.Namespace, device: torch.device) -> tuple[nn.Module, to
     model = build_model(args.model, num_classes=10, in_channels=shape[0], **options).to(device)
     x = torch.rand(args.batch, *shape, device=device)
     calibrate_batchnorm(model, x)
-    if args.channels_last:
-        model = model.to(memory_format=torch.channels_last)
-        x = x.contiguous(memory_format=torch.channels_last)
+    model = deploy(model, precision=precision(args), channels_last=args.channels_last)
+    x = as_input(model, x)
     with torch.inference_mode(), autocast(args, device):
         y = model(x).argmax(dim=1)
     return model, x, y.clone()
@@ -137,8 +139,14 @@ def calibrate_batchnorm(model: nn.Module, x: torch.Tensor) -> None:
     model.eval()
 
 
+def precision(args: argparse.Namespace) -> str:
+    return "bf16" if args.amp else "fp32"
+
+
 def autocast(args: argparse.Namespace, device: torch.device) -> contextlib.AbstractContextManager[Any]:
-    return torch.autocast(device.type, dtype=torch.bfloat16) if args.amp else contextlib.nullcontext()
+    """What `advbench run precision=...` puts around the model, here around the peers' rows and the
+    limit too (our attacks get it from the deployed model through their oracle)."""
+    return runtime_autocast(precision(args), device)
 
 
 def sync(device: torch.device) -> None:
