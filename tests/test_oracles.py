@@ -165,3 +165,35 @@ def test_attack_call_checks_knowledge_goal_and_batch(tiny_model, batch) -> None:
         probe(ScoreOracle(tiny_model, 5), x, y, eps=eps, norm="linf")
     with pytest.raises(AdvbenchError, match="needs white/transfer access"):
         BIM()(ScoreOracle(tiny_model, len(y)), x, y, eps=eps, norm="linf")
+
+
+def test_remembered_clean_gradients_are_served_once_evaluated_and_counted_apart(tiny_model, batch) -> None:
+    """A probe that starts at the clean input reuses its gradient: same result, one grad_eval less per sample."""
+    x, y = batch
+    n = len(y)
+    eps = torch.full((n,), 0.05)
+    fresh = WhiteBoxOracle(tiny_model, n)
+    alone = BIM(steps=4)(fresh, x, y, eps=eps, norm="linf")
+    oracle = WhiteBoxOracle(tiny_model, n)
+    assert oracle.remember_clean(x)
+    BIM(steps=4)(oracle, x, y, eps=eps * 2, norm="linf")
+    first = oracle.grad_evals.clone()
+    assert (oracle.grad_reuses == 0).all()
+    view = oracle.subset(torch.arange(n))
+    again = BIM(steps=4)(view, x, y, eps=eps, norm="linf")
+    assert torch.equal(again.x_adv, alone.x_adv) and torch.equal(again.first_success, alone.first_success)
+    assert torch.equal(oracle.grad_evals - first, fresh.grad_evals - 1), "the clean gradient is not evaluated again"
+    assert (oracle.grad_reuses == 1).all()
+    oracle.loss_grad(x, y, True, idx=torch.arange(n))   # another goal at the same input is a new evaluation
+    assert (oracle.grad_reuses == 1).all()
+
+
+def test_a_randomized_model_remembers_nothing(tiny_model, batch) -> None:
+    class Noisy(torch.nn.Module):
+        randomized = True
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return tiny_model(x)
+
+    assert not WhiteBoxOracle(Noisy(), len(batch[1])).remember_clean(batch[0])
+    assert not ScoreOracle(tiny_model, len(batch[1])).remember_clean(batch[0])

@@ -12,7 +12,9 @@ backward passes; `queries`: forward-only evaluations of the target), so records 
 each sample cost whatever the attack does. Every method takes `idx`, the batch indices of the
 rows of `x` (an attack's active set; repeats are counted repeatedly). `subset(idx)` is a view
 over some samples whose counts land in the parent's counters: the minimum-ε search probes
-through it.
+through it. `remember_clean(x)` lets a white-box oracle serve the loss gradient at a sample's
+clean input from memory after its first evaluation (every probe of the search starts there);
+`grad_reuses` counts the gradients so served, which `grad_evals` does not.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ class Oracle:
         device = _device(model)
         self._grad_evals = torch.zeros(n, dtype=torch.long, device=device)
         self._queries = torch.zeros(n, dtype=torch.long, device=device)
+        self._reuses = torch.zeros(n, dtype=torch.long, device=device)
         self._rows: torch.Tensor | None = None  # a view's rows in the counters; None: all of them
 
     def __len__(self) -> int:
@@ -73,6 +76,15 @@ class Oracle:
     def queries(self) -> torch.Tensor:
         """Forward-only evaluations of the target per sample."""
         return self._queries if self._rows is None else self._queries[self._rows]
+
+    @property
+    def grad_reuses(self) -> torch.Tensor:
+        """Gradients per sample served from memory (`remember_clean`) instead of evaluated again."""
+        return self._reuses if self._rows is None else self._reuses[self._rows]
+
+    def remember_clean(self, x: torch.Tensor) -> bool:
+        """Whether this oracle remembers gradients at the clean inputs; one without gradients has none."""
+        return False
 
     def subset(self, idx: torch.Tensor) -> Oracle:
         """A view over samples `idx` of this oracle; its costs are counted into this one's."""
@@ -95,6 +107,11 @@ class WhiteBoxOracle(Oracle):
 
     knowledge = "white"
 
+    def __init__(self, model: nn.Module, n: int, *, substitute: nn.Module | None = None,
+                 num_classes: int | None = None) -> None:
+        super().__init__(model, n, substitute=substitute, num_classes=num_classes)
+        self._memo: _CleanGradients | None = None
+
     @property
     def _white(self) -> nn.Module:
         """The model the white-box methods act on (the substitute for transfer)."""
@@ -105,6 +122,21 @@ class WhiteBoxOracle(Oracle):
         """exact, bpda (identity backward through a non-differentiable wrapper) or eot: the
         model says which (`advbench.defenses.wrappers`), plain models are exact."""
         return str(getattr(self._white, "grad_mode", "exact"))
+
+    def remember_clean(self, x: torch.Tensor) -> bool:
+        """Keep each sample's logits and loss gradient at its clean input `x` (this oracle's whole
+        batch) once evaluated, and serve them again to any later call at
+        exactly that input, labels and goal.
+
+        Only for deterministic models: a randomized one (`randomized`, EOT) draws anew on every
+        pass, so nothing is remembered and False is returned.
+        """
+        if self._rows is not None or len(self) != x.shape[0]:
+            raise ValueError("remember_clean takes the whole batch of the oracle, not a view's rows")
+        if getattr(self._white, "randomized", False) or int(getattr(self._white, "eot_samples", 1)) > 1:
+            return False
+        self._memo = _CleanGradients(x.detach())
+        return True
 
     def logits(self, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         """Logits, forward only (+1 query per row)."""
@@ -144,7 +176,60 @@ class WhiteBoxOracle(Oracle):
         the target class.
         """
         sign = -1.0 if targeted else 1.0
-        return self.value_and_grad(x, lambda z: sign * F.cross_entropy(z, labels, reduction="none"), idx)
+
+        def loss(rows: torch.Tensor | slice) -> Objective:
+            return lambda z: sign * F.cross_entropy(z, labels[rows], reduction="none")
+
+        if self._memo is None:
+            return self.value_and_grad(x, loss(slice(None)), idx)
+        rows = idx.to(self._grad_evals.device)
+        rows = rows if self._rows is None else self._rows[rows]
+        hit, clean = self._memo.lookup(x, rows, labels, targeted)
+        if not bool(hit.any()):
+            logits, grad = self.value_and_grad(x, loss(slice(None)), idx)
+            self._memo.store(rows[clean], labels[clean], targeted, logits[clean], grad[clean])
+            return logits, grad
+        logits, grad = self._memo.recall(rows)
+        miss = (~hit).nonzero().squeeze(1)
+        if miss.numel():
+            logits[miss], grad[miss] = self.value_and_grad(x[miss], loss(miss), idx[miss])
+            new = miss[clean[miss]]
+            self._memo.store(rows[new], labels[new], targeted, logits[new], grad[new])
+        self._count(self._reuses, x[hit], idx[hit])
+        return logits, grad
+
+
+class _CleanGradients:
+    """Logits and loss gradients at the clean inputs of an oracle's batch, per sample, once evaluated."""
+
+    def __init__(self, x: torch.Tensor) -> None:
+        n = x.shape[0]
+        self.x = x
+        self.logits: torch.Tensor | None = None  # (n, classes) once a row is stored
+        self.grad = torch.zeros_like(x)
+        self.labels = torch.zeros(n, dtype=torch.long, device=x.device)
+        self.targeted = torch.zeros(n, dtype=torch.bool, device=x.device)
+        self.filled = torch.zeros(n, dtype=torch.bool, device=x.device)
+
+    def lookup(self, x: torch.Tensor, rows: torch.Tensor, labels: torch.Tensor,
+               targeted: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """Which rows are remembered (same input bits, labels and goal), and which are at their clean input."""
+        clean = (x == self.x[rows]).flatten(1).all(dim=1)
+        hit = clean & self.filled[rows] & (self.labels[rows] == labels) & (self.targeted[rows] == targeted)
+        return hit, clean
+
+    def store(self, rows: torch.Tensor, labels: torch.Tensor, targeted: bool, logits: torch.Tensor,
+              grad: torch.Tensor) -> None:
+        if self.logits is None:
+            self.logits = logits.new_zeros((self.x.shape[0], logits.shape[1]))
+        self.logits[rows], self.grad[rows] = logits, grad
+        self.labels[rows], self.targeted[rows], self.filled[rows] = labels, targeted, True
+
+    def recall(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Copies of the stored rows (meaningful where filled)."""
+        if self.logits is None:
+            raise RuntimeError("nothing stored yet")
+        return self.logits[rows], self.grad[rows]
 
 
 class TransferOracle(WhiteBoxOracle):
