@@ -26,6 +26,7 @@ from torch.utils.data import DataLoader, Subset
 
 from advbench import __version__
 from advbench.attacks.base import Attack, AttackResult
+from advbench.attacks.optimized import goal_margin
 from advbench.attacks.oracles import Oracle, build_oracle
 from advbench.attacks.steps import clip, lp_norm, per_sample, project
 from advbench.curves import NORM_AT, category_label
@@ -54,18 +55,27 @@ DEFENSE_LABELS = ("name", "description", "category", "threat_model")
 """Keys of a `conf/defense` YAML that describe it and never change a number (not in cell keys)."""
 
 
+SEARCH_METHODS = ("margin", "bisect")
+"""How the minimum-ε search places its probes (`search.method`): see `min_eps_search`."""
+
+
 @dataclass(frozen=True)
 class SearchSettings:
-    """Minimum-ε search of budgeted attacks: geometric line search from the budget, then bisection.
+    """Minimum-ε search of budgeted attacks: probes of the attack at other ε, placed by `method`.
 
     `resolution` is the final bracket width as a fraction of the budget; `max_factor` caps
-    the upward line search at that multiple of the budget (beyond it min_eps is inf).
+    the upward search at that multiple of the budget (beyond it min_eps is inf).
     """
 
     enabled: bool = True
     resolution: float = 0.05
     max_factor: float = 4.0
     max_probes: int = 12
+    method: str = "margin"
+
+    def __post_init__(self) -> None:
+        if self.method not in SEARCH_METHODS:
+            raise AdvbenchError(f"search.method is '{self.method}'; valid: {', '.join(SEARCH_METHODS)}")
 
 
 @dataclass
@@ -107,11 +117,17 @@ class _Batch:
 
     def judge(self, x_adv: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The deployed model's prediction on `x_adv` and whether it meets the goal."""
+        pred, won, _ = self.scored(x_adv, idx)
+        return pred, won
+
+    def scored(self, x_adv: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`judge`, and how far the deployed model is from the goal on `x_adv` (logit margin, < 0 once met)."""
         logits = _judge(self.model, x_adv)
         if not bool(torch.isfinite(logits).all()):
             raise AdvbenchError(f"the model returned NaN or infinite logits on {type(self.attack).__name__}'s examples")
         pred = logits.argmax(dim=1)
-        return pred, goal_met(pred, self.y[idx], None if self.target is None else self.target[idx])
+        target = None if self.target is None else self.target[idx]
+        return pred, goal_met(pred, self.y[idx], target), goal_margin(logits, self.y[idx], target).double()
 
     def norm(self, x_adv: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         """‖x_adv − x‖ in threat units, float64."""
@@ -155,8 +171,10 @@ def _measure_budgeted(b: _Batch, search: SearchSettings) -> dict[str, torch.Tens
     """The run at the budget, then the ε search: min_eps is the smallest succeeding probe."""
     everyone = torch.arange(b.x.shape[0], device=b.x.device)
     budget = torch.full((b.x.shape[0],), b.threat.eps, dtype=torch.float64, device=b.x.device)
+    if search.enabled:
+        b.oracle.remember_clean(b.x)
     res = b.attack_at(everyone, budget)
-    pred, won = b.judge(res.x_adv, everyone)
+    pred, won, margin = b.scored(res.x_adv, everyone)
     clean_adv = goal_met(b.clean_pred, b.y, b.target)
     zero, inf, nan = (torch.full_like(budget, v) for v in (0.0, math.inf, math.nan))
     hi = torch.where(clean_adv, zero, torch.where(won, budget, inf))
@@ -167,10 +185,10 @@ def _measure_budgeted(b: _Batch, search: SearchSettings) -> dict[str, torch.Tens
     x_at = torch.where(per_sample(fallback, b.x), b.x, res.x_adv)
     pred_at = torch.where(fallback, b.clean_pred, pred)
     first = torch.where(fallback, torch.zeros_like(res.first_success), res.first_success)
-    budget_evals = b.oracle.grad_evals.clone()
+    budget_cost = (b.oracle.grad_evals.clone(), b.oracle.queries.clone())
     if search.enabled:
-        hi, lo, adv_norm = min_eps_search(b, hi, lo, adv_norm, search)
-    return _columns(b, res, pred_at, x_at, hi, lo, adv_norm, first, budget_evals, "search")
+        hi, lo, adv_norm = min_eps_search(b, hi, lo, adv_norm, margin, search)
+    return _columns(b, res, pred_at, x_at, hi, lo, adv_norm, first, budget_cost, "search")
 
 
 def _measure_minimizing(b: _Batch, search: SearchSettings) -> dict[str, torch.Tensor | str]:
@@ -200,7 +218,8 @@ def _measure_minimizing(b: _Batch, search: SearchSettings) -> dict[str, torch.Te
     pred_at = torch.where(within, pred_found, pred_p)
     first = torch.where(clean_adv, torch.zeros_like(res.first_success), res.first_success)
     lo = torch.full_like(budget, math.nan)
-    return _columns(b, res, pred_at, x_at, min_eps, lo, adv_norm, first, b.oracle.grad_evals.clone(), "norm")
+    return _columns(b, res, pred_at, x_at, min_eps, lo, adv_norm, first,
+                    (b.oracle.grad_evals.clone(), b.oracle.queries.clone()), "norm")
 
 
 _MEASURES: dict[str, Callable[[_Batch, SearchSettings], dict[str, torch.Tensor | str]]] = {
@@ -211,8 +230,8 @@ _MEASURES: dict[str, Callable[[_Batch, SearchSettings], dict[str, torch.Tensor |
 
 
 def _columns(b: _Batch, res: AttackResult, pred_at: torch.Tensor, x_at: torch.Tensor, min_eps: torch.Tensor,
-             min_eps_lo: torch.Tensor, adv_norm: torch.Tensor, first: torch.Tensor, budget_evals: torch.Tensor,
-             source: str) -> dict[str, torch.Tensor | str]:
+             min_eps_lo: torch.Tensor, adv_norm: torch.Tensor, first: torch.Tensor,
+             budget_cost: tuple[torch.Tensor, torch.Tensor], source: str) -> dict[str, torch.Tensor | str]:
     success = min_eps <= b.threat.eps
     d = distances(x_at, b.x)
     out: dict[str, torch.Tensor | str] = {
@@ -224,8 +243,10 @@ def _columns(b: _Batch, res: AttackResult, pred_at: torch.Tensor, x_at: torch.Te
         "adv_norm": adv_norm,
         "first_success_strength": b.strength(first, success),
         "grad_evals": b.oracle.grad_evals,
-        "search_grad_evals": b.oracle.grad_evals - budget_evals,
+        "search_grad_evals": b.oracle.grad_evals - budget_cost[0],
         "queries": b.oracle.queries,
+        "search_queries": b.oracle.queries - budget_cost[1],
+        "grad_reuses": b.oracle.grad_reuses,
         "dist_linf": d["linf"],
         "dist_l2": d["l2"],
         "dist_l2_norm": d["l2_norm"],
@@ -257,34 +278,102 @@ def check_contract(x_adv: torch.Tensor, x: torch.Tensor, eps: torch.Tensor | Non
         raise AdvbenchError(f"{name} exceeded its {norm} budget on {int(over.sum())} samples")
 
 
-def min_eps_search(b: _Batch, hi: torch.Tensor, lo: torch.Tensor, adv_norm: torch.Tensor,
+def min_eps_search(b: _Batch, hi: torch.Tensor, lo: torch.Tensor, adv_norm: torch.Tensor, margin: torch.Tensor,
                    search: SearchSettings) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Narrow each sample's bracket of probed ε values (float64, threat units).
 
     `hi` is the smallest probe at which the attack succeeded (inf: none yet), `lo` the largest
     probe below it at which it failed (0: the clean input, when every probe below `hi`
-    succeeded; NaN: nothing below, hi is 0). Every probe is one batched attack call over the
+    succeeded; NaN: nothing below, hi is 0); `margin` is the deployed model's goal margin on
+    the budget run's example. Every probe is one batched attack call, from scratch, over the
     samples whose bracket is wider than the resolution, each at its own ε strictly inside its
-    bracket: halving from the budget while it succeeds, doubling while it fails, bisecting
-    once bracketed. A failed budget run is never probed below, and a succeeded one never
-    above, so success at the budget ⇔ hi ≤ budget. `adv_norm` tracks the smallest
-    adversarial example any probe verified.
+    bracket. A failed budget run is never probed below, and a succeeded one never above, so
+    success at the budget ⇔ hi ≤ budget. `adv_norm` tracks the smallest adversarial example
+    any probe verified.
+
+    `bisect` halves from the budget while it succeeds, doubles while it fails, then bisects.
+    `margin` places each probe at the root of the final margin as a function of ε, estimated
+    from the probes so far (`_margin_probe`), and falls back to bisection for a sample whose
+    guided probes stop closing its bracket.
     """
     resolution = search.resolution * b.threat.eps
+    wider = resolution * (1 + 1e-12)  # a probe at lo + resolution closes the bracket despite rounding
     max_eps = search.max_factor * b.threat.eps
     hi, lo, adv_norm = hi.clone(), lo.clone(), adv_norm.clone()
+    everyone = torch.arange(b.x.shape[0], device=b.x.device)
+    m0 = b.scored(b.x, everyone)[2]
+    m_lo = torch.where(lo > 0, margin, m0)   # the failing end's margin: the budget run's, or the clean input's
+    m_hi = torch.where(torch.isfinite(hi), margin, math.nan)
+    guided = torch.zeros_like(everyone)
     for _ in range(search.max_probes):
-        idx = ((hi - lo > resolution) & (lo < max_eps)).nonzero().squeeze(1)
+        idx = ((hi - lo > wider) & (lo < max_eps)).nonzero().squeeze(1)
         if idx.numel() == 0:
             break
         h, l = hi[idx], lo[idx]
         probe = torch.where(torch.isinf(h), torch.clamp(2 * l, max=max_eps), (l + h) / 2)
+        if search.method == "margin":
+            placed = _margin_probe(l, h, m0[idx], m_lo[idx], m_hi[idx], adv_norm[idx], resolution, max_eps)
+            use = torch.isfinite(placed) & (guided[idx] < _MAX_GUIDED)
+            probe = torch.where(use, placed, probe)
+            guided[idx] += use.long()
         res = b.attack_at(idx, probe)
-        _, won = b.judge(res.x_adv, idx)
+        _, won, m = b.scored(res.x_adv, idx)
         hi[idx] = torch.where(won, probe, h)
         lo[idx] = torch.where(won, l, probe)
+        m_hi[idx] = torch.where(won, m, m_hi[idx])
+        m_lo[idx] = torch.where(won, m_lo[idx], m)
         adv_norm[idx] = torch.where(won, torch.minimum(adv_norm[idx], b.norm(res.x_adv, idx)), adv_norm[idx])
     return hi, lo, adv_norm
+
+
+_MAX_GUIDED = 4
+"""Probes a sample places by the margin before bisection takes over (which bounds the probes)."""
+
+_SPREAD = 0.03
+"""How far a margin estimate may miss the minimum ε, as a fraction of its distance from the last
+failing probe (on the digits benchmark 80% of estimates fall within it); probes stay that far off."""
+
+_SURFACE = 0.99
+"""An example at a norm above this fraction of its probe's ε counts as on the ball's surface."""
+
+_GRID = 4
+"""Guided probes lie on multiples of resolution / _GRID (so does the budget: 1 / resolution is whole)."""
+
+
+def _margin_probe(lo: torch.Tensor, hi: torch.Tensor, m0: torch.Tensor, m_lo: torch.Tensor, m_hi: torch.Tensor,
+                  nu: torch.Tensor, resolution: float, max_eps: float) -> torch.Tensor:
+    """The next probe per sample from the final margins seen so far (NaN: no usable estimate).
+
+    Estimates of the root r of margin(ε): the line through the clean margin `m0` (ε = 0) and
+    the failing end's `m_lo` (extrapolated; exact for a linear margin), and regula falsi between
+    the failing end and the smallest verified example (norm `nu`, margin `m_hi` <= 0); the
+    smaller wins. The probe then aims to end the search in two steps: one failure just below r
+    and one success within the resolution above it, or the closing probe itself when r lies
+    within the resolution of an end.
+    """
+    slope = (m0 - m_lo) / lo
+    extrapolated = torch.where((lo > 0) & (slope > 0), lo + m_lo / slope, math.inf)
+    ref = torch.where(torch.isfinite(nu) & (nu > lo), nu, hi)
+    falsi = torch.where(torch.isfinite(ref) & (m_hi < 0) & (m_lo > 0), lo + (ref - lo) * m_lo / (m_lo - m_hi), math.inf)
+    r = torch.minimum(extrapolated, falsi)
+    spread = _SPREAD * (r - lo)
+    up = torch.isinf(hi)
+    # no success yet: probe above the estimate (a success), up to max_eps
+    above = torch.clamp(torch.maximum(r + spread, lo + resolution), max=max_eps)
+    # bracketed: the closing success from lo, the closing failure below hi, or a failure just below r
+    below = torch.where(r + spread <= lo + resolution, lo + resolution,
+                        torch.where(r - spread >= hi - resolution, hi - resolution, r - spread))
+    # With no failure yet and the example on the ball's surface, nothing measured says how far below hi the
+    # root lies (an early-stopped success's margin is barely negative): probe no higher than halfway.
+    blind = (lo == 0) & ~(nu < hi * _SURFACE)
+    below = torch.where(blind, torch.minimum(below, hi / 2), below)
+    probe = torch.where(up, above, below)
+    # On a grid of resolution / _GRID, which the bracket's ends (0, the budget, earlier probes) lie on too:
+    # the last bits of a margin change with the batch a sample is in, and must not move its probes.
+    step = resolution / _GRID
+    probe = torch.where(up, torch.ceil(probe / step - 1e-9), torch.floor(probe / step + 1e-9)) * step
+    inside = torch.isfinite(r) & (probe > lo + step / 2) & (probe < hi - step / 2)
+    return torch.where(inside, probe, math.nan)
 
 
 def _judge(model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:

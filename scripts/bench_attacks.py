@@ -7,7 +7,10 @@ Measures, on the same model, batch and device:
       stopping cannot flatter the figure;
   (c) torchattacks PGD per iteration, and (d) Foolbox LinfPGD if `import foolbox` works;
   (d') our APGD-CE and torchattacks' APGD (CE) per iteration, at the same tiny budget;
-  (e) a full minimum-ε search against one fixed-budget run (`evaluate_batch`, search on/off);
+  (a') the forward pass alone (the cost of a forward-only probe, as a fraction of (a));
+  (e) the whole ε-curve against one fixed-budget run (`evaluate_batch`, search off, then on with
+      `search.method` bisect and margin): gradient evaluations, forward-only passes (`queries`)
+      and both in units of a full run (every sample, every iteration), forwards weighted by (a');
   (g) with --score: Square (score-based, ℓ∞) batched against one sample at a time, in queries
       per second, at a budget no sample breaks at (every sample pays every query);
   (h) with --decision: Boundary and Evolutionary (decision-based, ℓ2) the same way, on the model
@@ -176,6 +179,12 @@ def interleaved(fns: dict[str, Callable[[], Any]], device: torch.device, warmup:
     return {k: (times[k], outs[k]) for k in fns}
 
 
+def forward_only(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """What a forward-only probe costs: logits under inference mode, as the oracle computes them."""
+    with torch.inference_mode():
+        return model(x)
+
+
 def forward_backward(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """The work of one attack iteration and nothing else: logits, loss, input gradient."""
     xr = x.detach().requires_grad_(True)
@@ -215,10 +224,11 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     apgd = APGD(n_iter=steps, loss="ce")
     ta_apgd = torchattacks.APGD(model, eps=TINY_EPS, steps=steps, loss="ce")
 
-    limit_key, ours_key = "forward+backward (limit)", f"advbench BIM-{steps}"
+    limit_key, ours_key, fwd_key = "forward+backward (limit)", f"advbench BIM-{steps}", "forward only"
     apgd_key = f"advbench APGD-CE-{steps}"
     per_iter: dict[str, Callable[[], Any]] = {
         limit_key: lambda: [forward_backward(model, x, y) for _ in range(steps)],
+        fwd_key: lambda: [forward_only(model, x) for _ in range(steps)],
         ours_key: lambda: attack_cost(bim, model, x, y, tiny),
         f"torchattacks PGD-{steps}": lambda: ta(x, y),
         apgd_key: lambda: attack_cost(apgd, model, x, y, tiny),
@@ -227,9 +237,11 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     if fb is not None:
         per_iter[f"foolbox LinfPGD-{steps}"] = lambda: fb(x, y)
     threat = ThreatModel(norm="linf", goal="untargeted", eps=args.eps)
-    search_keys = (f"fixed budget (BIM-{steps}, early stop)", "with minimum-ε search")
-    search = {key: (lambda s=settings: evaluate_batch(bim, model, x, y, None, threat, s))
-              for key, settings in zip(search_keys, (SearchSettings(enabled=False), SearchSettings()))}
+    search_keys = (f"fixed budget (BIM-{steps}, early stop)", "whole curve, search.method=bisect",
+                   "whole curve, search.method=margin")
+    settings = (SearchSettings(enabled=False), SearchSettings(method="bisect"), SearchSettings(method="margin"))
+    search = {key: (lambda s=st: evaluate_batch(bim, model, x, y, None, threat, s))
+              for key, st in zip(search_keys, settings)}
     with autocast(args, device):
         timed = interleaved(per_iter, device, args.warmup, args.repeats)
         timed.update(interleaved(search, device, 0, args.search_repeats))
@@ -245,16 +257,22 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     rows[ours_key].update(grad_evals=int(timed[ours_key][1].grad_evals.sum()),
                           note=f"{active:.0%} of samples active throughout")
     rows[apgd_key].update(grad_evals=int(timed[apgd_key][1].grad_evals.sum()))
+    rows[fwd_key].update(grad_evals=0, note=f"{rows[fwd_key]['x_limit']:.2f}x forward+backward: a forward-only probe")
 
-    fixed, searched = (timed[k][1] for k in search_keys)
-    fixed_evals = int(fixed["grad_evals"].sum())
-    search_evals = int(searched["grad_evals"].sum())
+    fwd_ratio = min(timed[fwd_key][0]) / limit
+    full = n * steps
+    curves = {}
+    for key in search_keys:
+        out = timed[key][1]
+        evals, forwards = int(out["grad_evals"].sum()), int(out["queries"].sum())
+        curves[key] = {"grad_evals": evals, "forward_evals": forwards, "x_full_grad": evals / full,
+                       "x_full_weighted": (evals + fwd_ratio * forwards) / full}
+        rows[key].update(grad_evals=evals, note=f"{evals / full:.2f}x a full run in grad evals, {forwards} forwards, "
+                                                f"{curves[key]['x_full_weighted']:.2f}x with forwards at {fwd_ratio:.2f}")
+    fixed, searched = timed[search_keys[0]][1], timed[search_keys[2]][1]
     success = float(fixed["success_at_budget"].float().mean())
-    wall_ratio = rows[search_keys[1]]["seconds"] / rows[search_keys[0]]["seconds"]
-    rows[search_keys[0]].update(grad_evals=fixed_evals, note=f"ε={args.eps:.4g}, {success:.0%} broken at the budget")
-    rows[search_keys[1]].update(grad_evals=search_evals, note=f"{search_evals / fixed_evals:.2f}x grad evals, "
-                                                              f"{wall_ratio:.2f}x wall of the fixed budget "
-                                                              f"({search_evals / (n * steps):.2f}x its full {n * steps})")
+    wall_ratio = rows[search_keys[2]]["seconds"] / rows[search_keys[0]]["seconds"]
+    rows[search_keys[0]]["note"] = f"ε={args.eps:.4g}, {success:.0%} broken at the budget; " + rows[search_keys[0]]["note"]
     if args.minnorm:
         with autocast(args, device):
             rows.update(minimum_norm_rows(args, model, x, y, device))
@@ -271,9 +289,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "environment": environment(device) | {"load_avg_1min": [load_before, os.getloadavg()[0]]},
         "model_parameters": sum(p.numel() for p in model.parameters()),
         "input_shape": list(x.shape),
-        "search": {"eps": args.eps, "success_at_budget": success, "fixed_grad_evals": fixed_evals,
-                   "search_grad_evals": search_evals, "grad_eval_ratio": search_evals / fixed_evals,
-                   "wall_ratio": wall_ratio, "full_budget_grad_evals": n * steps,
+        "search": {"eps": args.eps, "success_at_budget": success, "forward_vs_forward_backward": fwd_ratio,
+                   "full_budget_grad_evals": full, "curves": curves, "wall_ratio_margin_vs_fixed": wall_ratio,
                    "min_eps_quartiles": [q if math.isfinite(q) else None for q in quartiles]},
         "rows": rows,
     }

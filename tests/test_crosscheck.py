@@ -143,7 +143,10 @@ def test_bench_script_compares_on_equal_work(tmp_path: Path) -> None:
     assert rows["advbench BIM-3"]["note"].startswith("100%")
     assert {"forward+backward (limit)", "torchattacks PGD-3"} <= set(rows)
     assert all(row["x_limit"] > 0 for row in rows.values() if "x_limit" in row)
-    assert search["search_grad_evals"] > search["fixed_grad_evals"] > 0
+    curves = {k.split("=")[-1].split(" ")[0]: v for k, v in search["curves"].items()}
+    assert curves["margin"]["grad_evals"] > curves["fixed"]["grad_evals"] > 0
+    assert curves["bisect"]["grad_evals"] > curves["fixed"]["grad_evals"]
+    assert 0 < search["forward_vs_forward_backward"] and rows["forward only"]["grad_evals"] == 0
     assert result["input_shape"] == [6, 3, 32, 32]
 
 
