@@ -41,8 +41,8 @@ PRECISIONS = ("fp32", "bf16")
 
 CPU_AUTO_BATCH = 256
 """`batch_size=auto` on the CPU: host memory is not the limit there, and a forward+backward is
-compute-bound, so per-sample cost is flat in the batch size once the per-call overhead (~1% at
-256 on the digits net, docs/performance.md) is amortised; larger batches only coarsen resumption."""
+compute-bound, so the cost per sample barely moves beyond a few hundred samples
+(docs/performance.md, "batch_size=auto"), while larger batches coarsen progress and resumption."""
 
 AUTO_START = 256
 """The first batch `batch_size=auto` tries on CUDA, doubled while it fits, then bisected."""
