@@ -330,8 +330,10 @@ _MAX_GUIDED = 4
 """Probes a sample places by the margin before bisection takes over (which bounds the probes)."""
 
 _SPREAD = 0.03
-"""How far a margin estimate may miss the minimum ε, as a fraction of its distance from the last
-failing probe (on the digits benchmark 80% of estimates fall within it); probes stay that far off."""
+"""How far below (above, with no success yet) its estimate a probe goes, as a fraction of the
+estimate's distance from the failing end: estimates from a failure near the root are within a few
+percent. Chosen on the digits benchmark: natural BIM ℓ∞ costs 1.57, 1.59, 1.95 full runs at 0.03,
+0.06, 0.1 (before `_SURFACE` and `_GRID`)."""
 
 _SURFACE = 0.99
 """An example at a norm above this fraction of its probe's ε counts as on the ball's surface."""
