@@ -180,6 +180,20 @@ class DecisionAttack(Attack):
         """Strength budget: queries per sample."""
         return self.max_queries
 
+    def start_on_boundary(self, oracle: DecisionOracle, x: torch.Tensor, y: torch.Tensor, target: torch.Tensor | None,
+                          eps: torch.Tensor, norm: str, sample_id: torch.Tensor
+                          ) -> tuple[QueryLog, torch.Tensor, torch.Tensor]:
+        """The query log, each sample's start bisected to the boundary in l2 (x where none was found),
+        and the samples that have one: where Boundary and Evolutionary begin their walk."""
+        log = QueryLog(oracle, x, y, target, eps, norm, self.max_queries, self.checkpoints)
+        start, ok = starting_points(log, x, y, target, norm=norm, bounds=oracle.bounds, seed=self.seed,
+                                    sample_id=sample_id, tries=self.init_tries)
+        active = torch.nonzero(ok).squeeze(1)
+        cur = x.clone()
+        cur[active], _ = bisect(log, x[active], start[active], active, "l2", 1e-3)
+        log.offer(active, cur[active], torch.ones_like(active, dtype=torch.bool))
+        return log, cur, active
+
 
 class HopSkipJump(DecisionAttack):
     """HopSkipJump (Chen, Jordan & Wainwright 2020), ℓ2 and ℓ∞, with the authors' defaults.
@@ -351,13 +365,7 @@ class Boundary(DecisionAttack):
     def run(self, oracle: DecisionOracle, x: torch.Tensor, y: torch.Tensor, *, eps: torch.Tensor, norm: str,
             target: torch.Tensor | None, sample_id: torch.Tensor) -> AttackResult:
         n = x.shape[0]
-        log = QueryLog(oracle, x, y, target, eps, norm, self.max_queries, self.checkpoints)
-        start, ok = starting_points(log, x, y, target, norm=norm, bounds=oracle.bounds, seed=self.seed,
-                                    sample_id=sample_id, tries=self.init_tries)
-        active = torch.nonzero(ok).squeeze(1)
-        cur = x.clone()
-        cur[active], _ = bisect(log, x[active], start[active], active, "l2", 1e-3)
-        log.offer(active, cur[active], torch.ones_like(active, dtype=torch.bool))
+        log, cur, active = self.start_on_boundary(oracle, x, y, target, eps, norm, sample_id)
         spherical = torch.full((n,), self.spherical_step, dtype=x.dtype, device=x.device)
         source = torch.full((n,), self.source_step, dtype=x.dtype, device=x.device)
         stats_sph, stats_step = Window(n, 100, x.device), Window(n, 30, x.device)

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from advbench.attacks.base import AttackResult
-from advbench.attacks.decision import CHECKPOINTS, DecisionAttack, QueryLog, Window, bisect, starting_points
+from advbench.attacks.decision import CHECKPOINTS, DecisionAttack, Window
 from advbench.attacks.oracles import DecisionOracle
 from advbench.attacks.random import normal, uniform
 from advbench.attacks.steps import clip, lp_norm, per_sample
@@ -80,13 +80,7 @@ class Evolutionary(DecisionAttack):
     def run(self, oracle: DecisionOracle, x: torch.Tensor, y: torch.Tensor, *, eps: torch.Tensor, norm: str,
             target: torch.Tensor | None, sample_id: torch.Tensor) -> AttackResult:
         n, (ch, height, width) = x.shape[0], tuple(x.shape[1:])
-        log = QueryLog(oracle, x, y, target, eps, norm, self.max_queries, self.checkpoints)
-        start, ok = starting_points(log, x, y, target, norm=norm, bounds=oracle.bounds, seed=self.seed,
-                                    sample_id=sample_id, tries=self.init_tries)
-        active = torch.nonzero(ok).squeeze(1)
-        cur = x.clone()
-        cur[active], _ = bisect(log, x[active], start[active], active, "l2", 1e-3)
-        log.offer(active, cur[active], torch.ones_like(active, dtype=torch.bool))
+        log, cur, active = self.start_on_boundary(oracle, x, y, target, eps, norm, sample_id)
 
         small = (ch, max(1, round(self.search_scale * height)), max(1, round(self.search_scale * width)))
         m = math.prod(small)
