@@ -402,6 +402,12 @@ def _one_of(*valid: str) -> Check:
     return check
 
 
+def _search_method(key: str, value: Any) -> None:
+    from advbench.engine import SEARCH_METHODS  # imported here: the engine imports this module
+
+    _one_of(*SEARCH_METHODS)(key, value)
+
+
 _SIMPLE = {int: "a whole number", float: "a number", bool: "true or false", str: "text", type(None): "null"}
 
 
@@ -465,6 +471,7 @@ CHECKS: dict[str, Check] = {
     "search.resolution": _real(0, 1, why=" (a fraction of the budget)"),
     "search.max_factor": _real(1, _MAX_BUDGET, open_low=False, why=" (a multiple of the budget)"),
     "search.max_probes": _whole(0),
+    "search.method": _search_method,
     "gate.min_accuracy": _gate_threshold, "gate.max_asr": _gate_threshold,
     # advbench uap train | eval | stability
     "subset": _whole(1, nullable=True),

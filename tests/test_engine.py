@@ -308,6 +308,9 @@ def test_min_eps_is_within_the_resolution_of_plain_bisection(attack, norm, eps, 
 def test_an_unknown_search_method_is_one_line() -> None:
     with pytest.raises(AdvbenchError, match="search.method is 'golden'; valid: margin, bisect"):
         SearchSettings(method="golden")
+    with pytest.raises(AdvbenchError, match="unknown search.method 'golden'; valid: margin, bisect"):
+        compose_config("config", ["search.method=golden"])
+    assert compose_config("config", ["search.method=bisect"]).search.method == "bisect"
 
 
 class Reporting(BIM):
