@@ -169,7 +169,14 @@ def _figure(curves: pd.DataFrame, x: str, xlabel: str, styles: dict, show_budget
     attacks = sorted(curves["attack"].unique())
     nrows = -(-len(attacks) // MAX_COLUMNS)
     ncols = -(-len(attacks) // nrows)
-    fig = Figure(figsize=(PANEL_SIZE[0] * ncols + 1.6, PANEL_SIZE[1] * nrows + 0.5), layout="constrained")
+    present = sorted(curves["defense"].unique())
+    # The legend beside the panels sets the figure's size when it is longer or wider than they are
+    # (a one-panel figure of many defenses under category headings): about 0.25 in a line, 0.075 a character.
+    texts = [*present, *({categories[d] for d in present} if categories else ()),
+             "category / defense" if categories else "defense", "query checkpoint" if points is not None else "budget"]
+    lines = len(present) + (len({categories[d] for d in present}) if categories else 0) + 3
+    fig = Figure(figsize=(PANEL_SIZE[0] * ncols + max(1.6, 0.075 * max(map(len, texts)) + 0.8),
+                          max(PANEL_SIZE[1] * nrows + 0.5, 0.25 * lines + 0.6)), layout="constrained")
     fig.get_layout_engine().set(w_pad=0.06, wspace=0.06)
     axes = fig.subplots(nrows, ncols, sharey=True, squeeze=False).ravel()
     for ax in axes[len(attacks):]:
@@ -218,7 +225,7 @@ def _figure(curves: pd.DataFrame, x: str, xlabel: str, styles: dict, show_budget
     if marked:
         extra.append((Line2D([], [], linestyle="none", marker="o", markerfacecolor="white", color="0.35"),
                       "query checkpoint"))
-    _legend(fig, sorted(curves["defense"].unique()), styles, categories, extra)
+    _legend(fig, present, styles, categories, extra)
     fig.suptitle(_title(key), fontsize=13)
     return fig
 

@@ -75,3 +75,22 @@ def test_the_digits_defenses_preset_covers_every_defense_and_knowledge() -> None
         assert cfg.dataset.name == "digits" and cfg.threat.goal == "untargeted"
         knowledge.add((cfg.threat.knowledge, cfg.attack.name))
     assert knowledge == {("white", "bim"), ("white", "pgd"), ("score", "square"), ("decision", "hsj")}
+
+
+def test_a_one_panel_figure_of_the_whole_zoo_keeps_its_legend_inside() -> None:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from test_plot import records
+
+    from advbench.curves import budget_curve
+    from advbench.plot import budget_figure
+
+    names = group_options("defense")
+    categories = {d: ("input transformation, randomization" if i % 3 else "robust training") for i, d in enumerate(names)}
+    fig = budget_figure(budget_curve(records(defenses=names, attacks=["square"], goals=("untargeted",))),
+                        categories=categories)
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)
+    (legend,) = fig.legends
+    box = legend.get_window_extent(renderer)
+    assert len(legend.get_texts()) == len(names) + 2 + 1, "defenses, two headings and the budget line"
+    assert box.y0 >= 0 and box.x1 <= fig.bbox.x1 + 1, (box, fig.bbox)
