@@ -54,7 +54,7 @@ FEW_STEPS = 5
 """Strength axes up to this many iterations/queries mark every step (FGSM is one step)."""
 
 
-def defense_styles(defenses: Iterable[str], categories: dict[str, str] | None = None) -> dict[str, dict[str, str | tuple]]:
+def defense_styles(defenses: Iterable[str], categories: dict[str, str] | None = None) -> dict[str, dict[str, str | tuple | int]]:
     """Colour and line style per defense, fixed by sorted name so every figure agrees.
 
     tab10 up to ten defenses, tab20 beyond; past twenty the colours repeat with a new
@@ -71,20 +71,21 @@ def defense_styles(defenses: Iterable[str], categories: dict[str, str] | None = 
     }
 
 
-def _category_styles(names: list[str], categories: dict[str, str]) -> dict[str, dict[str, str | tuple]]:
+def _category_styles(names: list[str], categories: dict[str, str]) -> dict[str, dict[str, str | tuple | int]]:
     """Colour per category (sorted), line style (then marker) per defense within its category."""
     missing = [d for d in names if d not in categories]
     if missing:
         raise AdvbenchError(f"no category for defense(s) {', '.join(missing)}")
     groups = sorted({categories[d] for d in names})
     palette = colormaps["tab10" if len(groups) <= 10 else "tab20"].colors
-    styles: dict[str, dict[str, str | tuple]] = {}
+    styles: dict[str, dict[str, str | tuple | int]] = {}
     for g, group in enumerate(groups):
         members = [d for d in names if categories[d] == group]
         for i, name in enumerate(members):
-            style: dict[str, str | tuple] = {"color": palette[g % len(palette)], "linestyle": LINESTYLES[i % len(LINESTYLES)]}
-            if i >= len(LINESTYLES):
-                style["marker"] = "osD^v"[(i // len(LINESTYLES) - 1) % 5]
+            style: dict[str, str | tuple | int] = {"color": palette[g % len(palette)], "linestyle": LINESTYLES[i % len(LINESTYLES)]}
+            if i >= len(LINESTYLES):  # every fifth point marked, so the line style still shows
+                style["marker"] = "osD^v"[(i - len(LINESTYLES)) % 5]
+                style["markevery"] = 5
             styles[name] = style
     return styles
 
