@@ -83,6 +83,10 @@ def _defense_metadata(data: dict[str, Any]) -> str:
     return f" ({category}; intended threat: {data.get('threat_model', 'unstated')})"
 
 
+_HYDRA_MODES = (("-m", "--multirun"), ("--cfg", "-c"), ("--info", "-i"), ("--shell-completion", "-sc"))
+"""Hydra's mutually exclusive modes, each with its spellings."""
+
+
 def split_args(args: Sequence[str]) -> tuple[list[str], list[str]]:
     """Separate Hydra flags (kept in order, with their values) from overrides."""
     flags: list[str] = []
@@ -251,6 +255,10 @@ def run_hydra(config_name: str, task: Task, args: Sequence[str], prog: str) -> N
 
     flags, overrides = split_args(args)
     names = {f.partition("=")[0] for f in flags}
+    modes = [group[0] for group in _HYDRA_MODES if names & set(group)]
+    if len(modes) > 1:
+        raise AdvbenchError(f"{' and '.join(modes)} cannot be combined (Hydra runs one mode at a time); "
+                            f"to see a sweep's config, drop -m and give one value per swept key")
     if names & _OWN_COMPOSITION_FLAGS:
         check_overrides(overrides)
     else:

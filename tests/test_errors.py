@@ -301,6 +301,7 @@ ROWS = [
     Row("typo-key", run("atack=bim"), ("unknown key 'atack'; did you mean attack?",)),
     Row("typo-nested-key", run("attack.paramz.steps=3"), ("unknown key 'attack.paramz'; did you mean attack.params?",)),
     Row("channels", run("model=resnet56"), ("3-channel input", "1 channel")),
+    Row("sweep-and-cfg", run("-m", "attack=fgsm,bim", "--cfg", "job"), ("-m and --cfg cannot be combined",)),
 ]
 
 
