@@ -70,6 +70,22 @@ def test_a_rows_draws_do_not_depend_on_its_batch(tiny_model, batch, spec) -> Non
     assert not torch.equal(again(x), whole), "every call draws anew"
 
 
+@pytest.mark.parametrize("spec", [{"type": "rse", "ensemble": 4}, {"type": "randmix", "ensemble": 4}])
+def test_large_calls_go_through_in_slices_with_the_same_draws(tiny_model, batch, spec, monkeypatch) -> None:
+    """Decision attacks send thousands of probes at once: rows x members is bounded per model call."""
+    import advbench.defenses.wrappers as W
+
+    x = batch[0]
+    whole = wrap(tiny_model, spec, seed=4)(x)
+    calls = []
+    model = wrap(tiny_model, spec, seed=4)
+    original = type(model).noisy_logits
+    monkeypatch.setattr(type(model), "noisy_logits", lambda self, *a: calls.append(len(a[0])) or original(self, *a))
+    monkeypatch.setattr(W, "ENSEMBLE_ELEMENTS", 4 * 64 * 5)  # 5 rows of 4 members per call
+    torch.testing.assert_close(model(x), whole, rtol=1e-4, atol=1e-5)
+    assert calls == [20] * 6 + [8]
+
+
 def test_eot_gradient_variance_falls_with_more_samples(tiny_model, batch) -> None:
     """RandMix's BPDA+EOT gradient: 8 passes a gradient vary about 8 times less than 1 pass."""
     x, y = batch[0][:8], batch[1][:8]

@@ -159,6 +159,10 @@ def row_keys(x: torch.Tensor) -> torch.Tensor:
     return _mix((bits * weights).sum(dim=1))
 
 
+ENSEMBLE_ELEMENTS = 1 << 20
+"""Input elements (rows x members x pixels) one noisy-ensemble call of the model may carry."""
+
+
 class _Ensemble(InputTransform):
     """A randomized defense deployed as the mean logits of `ensemble` noisy passes, batched as
     one call of the model on every row repeated `ensemble` times. Each (row, member) draws with
@@ -185,9 +189,13 @@ class _Ensemble(InputTransform):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         stream = self.passes * self.streams_per_pass
         self.passes += 1
-        keys = member_keys(x, self.ensemble)
-        logits = self.noisy_logits(x.repeat_interleave(self.ensemble, dim=0), keys, stream)
-        return logits.view(x.shape[0], self.ensemble, -1).mean(dim=1)
+        keys = member_keys(x, self.ensemble).view(x.shape[0], self.ensemble)
+        # Rows go through in slices so that rows x members stays bounded (decision attacks send
+        # thousands of probes in one call); draws are keyed per row, so slicing changes nothing.
+        rows = max(1, ENSEMBLE_ELEMENTS // (self.ensemble * max(1, x[0].numel())))
+        logits = [self.noisy_logits(part.repeat_interleave(self.ensemble, dim=0), key.reshape(-1), stream)
+                  for part, key in zip(x.split(rows), keys.split(rows))]
+        return torch.cat(logits).view(x.shape[0], self.ensemble, -1).mean(dim=1)
 
     def normal(self, keys: torch.Tensor, like: torch.Tensor, stream: int) -> torch.Tensor:
         """N(0, 1) noise shaped like `like`, row i from (seed, keys[i], stream)."""
