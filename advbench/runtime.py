@@ -83,15 +83,16 @@ def as_input(model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 
 def forward(model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """The model's logits at `x` in its deployed precision and memory format, as float32.
+    """The model's logits at `x` in its deployed precision and memory format, in `x`'s dtype.
 
-    Inputs, perturbations and everything computed from the logits stay float32 whatever the
-    precision: only the model's own arithmetic (and its backward) runs under autocast.
+    Inputs, perturbations and everything computed from the logits keep their precision
+    (float32, or float64 where a test or user asks for it): only the model's own arithmetic
+    (and its backward) runs under autocast, and bf16 logits come back widened.
     """
     device = x.device
     with autocast(str(getattr(model, "precision", "fp32")), device):
         out = model(as_input(model, x))
-    return out.float()
+    return out if out.dtype == x.dtype else out.to(torch.promote_types(out.dtype, x.dtype))
 
 
 def fit_batch(trial: Callable[[int], None], cap: int, *, start: int = AUTO_START,
