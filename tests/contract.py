@@ -1,13 +1,16 @@
-"""Shared test helpers: the budgeted and the minimum-norm attack contracts as one assertion each, and
-a model that counts the images it is shown (the exact query cost of decision and score attacks)."""
+"""Shared test helpers: the budgeted and the minimum-norm attack contracts as one assertion each, a
+model that counts the images it is shown (the exact query cost of decision and score attacks), and
+the query-cost and determinism checks the query attacks share."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 from torch import nn
 
 from advbench.attacks.base import Attack, AttackResult
-from advbench.attacks.oracles import WhiteBoxOracle
+from advbench.attacks.oracles import Oracle, WhiteBoxOracle
 from advbench.attacks.steps import lp_norm
 
 
@@ -50,3 +53,37 @@ def assert_minimizing_contract(res: AttackResult, model: nn.Module, x: torch.Ten
     agrees = (pred == target) if target is not None else (pred != y)
     assert torch.equal(res.success, agrees), "success must be what the model says on the returned example"
     assert torch.equal(res.first_success >= 0, res.success & (lp_norm(res.x_adv - x, norm) <= eps))
+
+
+def assert_decision_queries(model: nn.Module, x: torch.Tensor, y: torch.Tensor,
+                            run: Callable[[nn.Module, torch.Tensor, torch.Tensor, torch.Tensor | None],
+                                          tuple[AttackResult, Oracle]], budget: int) -> None:
+    """A labels-only attack's exact query cost: every image the model saw is a counted query, no
+    sample passes `budget`, a started sample spends all of it, and alone a sample is shown exactly
+    the images it was charged for in the batch. `run(model, x, y, sample_id)` -> (result, oracle)."""
+    stub = Counting(model)
+    res, oracle = run(stub, x, y, None)
+    assert stub.rows == int(oracle.queries.sum()), "every image the model saw is a counted query"
+    assert (oracle.queries <= budget).all()
+    assert res.x_adv.min() >= 0 and res.x_adv.max() <= 1
+    assert torch.equal(res.success, model(res.x_adv).argmax(1) != y), "success is the model's verdict"
+    started = res.success & (model(x).argmax(1) == y)
+    assert started.any() and (oracle.queries[started] == budget).all(), "a started sample spends its whole budget"
+    for i in (0, 5):  # alone, a sample is shown exactly the images it was charged for in the batch
+        alone = Counting(model)
+        run(alone, x[i:i + 1], y[i:i + 1], torch.tensor([i]))
+        assert alone.rows == int(oracle.queries[i])
+
+
+def assert_seeded_and_batch_independent(run: Callable[[int, torch.Tensor], AttackResult], n: int,
+                                        singles: tuple[int, ...]) -> None:
+    """Same seed, same result; another seed, other draws; and a sample attacked alone follows the
+    search it follows in the batch. `run(seed, rows)` attacks the samples `rows` (their ids)."""
+    everyone = torch.arange(n)
+    a, b = run(0, everyone), run(0, everyone)
+    assert torch.equal(a.x_adv, b.x_adv) and torch.equal(a.first_success, b.first_success)
+    assert not torch.equal(a.x_adv, run(1, everyone).x_adv), "the seed drives the search"
+    for i in singles:
+        alone = run(0, torch.tensor([i]))
+        assert torch.allclose(alone.x_adv[0], a.x_adv[i], atol=1e-5)  # batched convolutions round differently
+        assert alone.first_success[0] == a.first_success[i]

@@ -127,6 +127,21 @@ def load_bench() -> ModuleType:
     return module
 
 
+def assert_batched_and_single_rows_do_equal_work(tmp_path: Path, mode: list[str], names: list[str],
+                                                 queries: int) -> None:
+    """Run the bench script on 4 small_cnn samples in a query-attack `mode`; each attack's batched
+    and one-at-a-time rows must pay the same queries (4 x `queries`), so their queries/s compare."""
+    out = tmp_path / "bench.json"
+    args = ["--model", "small_cnn", "--batch", "4", "--iters", "1", "--repeats", "1", "--warmup", "0",
+            "--device", "cpu", *mode, "--out", str(out)]
+    assert load_bench().main(args) == 0
+    rows = json.loads(out.read_text())["rows"]
+    for name in names:
+        batched, single = rows[f"advbench {name} batched"], rows[f"advbench {name} one sample at a time"]
+        assert batched["queries"] == single["queries"] == 4 * queries
+        assert batched["queries_per_s"] > 0 and single["queries_per_s"] > 0
+
+
 def test_bench_script_compares_on_equal_work(tmp_path: Path) -> None:
     """The cost benchmark runs end to end on a tiny WRN and its figures are comparable.
 

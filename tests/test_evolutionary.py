@@ -9,7 +9,6 @@ test_attacks.py with a short budget.
 
 from __future__ import annotations
 
-import json
 
 import pytest
 import torch
@@ -25,7 +24,7 @@ from advbench.engine import SearchSettings, evaluate_batch
 from advbench.errors import AdvbenchError
 from advbench.threat import ThreatModel
 
-from contract import Counting
+from contract import assert_decision_queries
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -45,18 +44,7 @@ def attack(model: nn.Module, x, y, target=None, sample_id=None, **kw):
 
 def test_queries_are_counted_exactly_per_sample_and_stop_at_the_budget(tiny_model, batch) -> None:
     x, y = batch
-    stub = Counting(tiny_model)
-    res, oracle = attack(stub, x, y)
-    assert stub.rows == int(oracle.queries.sum()), "every image the model saw is a counted query"
-    assert (oracle.queries <= 300).all()
-    assert res.x_adv.min() >= 0 and res.x_adv.max() <= 1
-    assert torch.equal(res.success, tiny_model(res.x_adv).argmax(1) != y), "success is the model's verdict"
-    started = res.success & (tiny_model(x).argmax(1) == y)
-    assert started.any() and (oracle.queries[started] == 300).all(), "a started sample spends its whole budget"
-    for i in (0, 5):  # alone, a sample is shown exactly the images it was charged for in the batch
-        alone = Counting(tiny_model)
-        attack(alone, x[i:i + 1], y[i:i + 1], sample_id=torch.tensor([i]))
-        assert alone.rows == int(oracle.queries[i])
+    assert_decision_queries(tiny_model, x, y, lambda m, xs, ys, ids: attack(m, xs, ys, sample_id=ids), 300)
 
 
 def test_labels_only_and_white_box_access_is_refused(tiny_model, batch) -> None:
@@ -158,14 +146,7 @@ def test_bad_settings_are_one_line_errors(override: str) -> None:
 
 def test_bench_script_times_decision_attacks_batched_and_one_at_a_time_on_equal_work(tmp_path) -> None:
     """Both rows of each attack pay the same queries, every sample its whole budget, so queries/s compare."""
-    from test_crosscheck import load_bench
+    from test_crosscheck import assert_batched_and_single_rows_do_equal_work
 
-    out = tmp_path / "bench.json"
-    args = ["--model", "small_cnn", "--batch", "4", "--iters", "1", "--repeats", "1", "--warmup", "0",
-            "--device", "cpu", "--decision", "--decision-queries", "30", "--out", str(out)]
-    assert load_bench().main(args) == 0
-    rows = json.loads(out.read_text())["rows"]
-    for name in ("Boundary-30", "Evolutionary-30"):
-        batched, single = rows[f"advbench {name} batched"], rows[f"advbench {name} one sample at a time"]
-        assert batched["queries"] == single["queries"] == 4 * 30
-        assert batched["queries_per_s"] > 0 and single["queries_per_s"] > 0
+    assert_batched_and_single_rows_do_equal_work(tmp_path, ["--decision", "--decision-queries", "30"],
+                                                 ["Boundary-30", "Evolutionary-30"], 30)

@@ -6,7 +6,6 @@ batch independence; these tests cover what is particular to attacks that pay in 
 
 from __future__ import annotations
 
-import json
 
 import pandas as pd
 import pytest
@@ -18,6 +17,8 @@ from advbench.attacks.score import NES, SPSA, Square, p_schedule
 from advbench.config import compose_config
 from advbench.engine import SearchSettings, evaluate_batch
 from advbench.threat import ThreatModel
+
+from contract import assert_seeded_and_batch_independent
 
 BUDGETS = {"linf": 0.1, "l2": 0.8}
 
@@ -90,14 +91,7 @@ def test_deterministic_under_a_seed_and_independent_of_batch_size(cls, norm: str
     kw = {"n_queries": 40} if cls is Square else {"n_queries": 64, "samples": 5}
     run = lambda seed, rows: cls(seed=seed, **kw)(  # noqa: E731
         ScoreOracle(tiny_model, len(rows)), x[rows], y[rows], eps=eps[rows], norm=norm, sample_id=rows)
-    everyone = torch.arange(len(y))
-    a, b = run(0, everyone), run(0, everyone)
-    assert torch.equal(a.x_adv, b.x_adv) and torch.equal(a.first_success, b.first_success)
-    assert not torch.equal(a.x_adv, run(1, everyone).x_adv), "the seed drives the search"
-    for i in (3, 57):  # alone, a sample follows the same search as in the batch
-        alone = run(0, torch.tensor([i]))
-        assert torch.allclose(alone.x_adv[0], a.x_adv[i], atol=1e-5)  # batched convolutions round differently
-        assert alone.first_success[0] == a.first_success[i]
+    assert_seeded_and_batch_independent(run, len(y), (3, 57))
 
 
 @pytest.mark.parametrize("norm", ["linf", "l2"])
@@ -171,13 +165,6 @@ def test_square_at_least_as_strong_as_torchattacks(norm: str, tiny_model, digits
 
 def test_bench_script_times_square_batched_and_one_at_a_time_on_equal_work(tmp_path) -> None:
     """Both rows pay the same queries (no sample breaks at the bench's ε), so queries/s compare."""
-    from test_crosscheck import load_bench
+    from test_crosscheck import assert_batched_and_single_rows_do_equal_work
 
-    out = tmp_path / "bench.json"
-    args = ["--model", "small_cnn", "--batch", "4", "--iters", "1", "--repeats", "1", "--warmup", "0",
-            "--device", "cpu", "--score", "--score-queries", "5", "--out", str(out)]
-    assert load_bench().main(args) == 0
-    rows = json.loads(out.read_text())["rows"]
-    batched, single = rows["advbench Square-5 batched"], rows["advbench Square-5 one sample at a time"]
-    assert batched["queries"] == single["queries"] == 4 * 5
-    assert batched["queries_per_s"] > 0 and single["queries_per_s"] > 0
+    assert_batched_and_single_rows_do_equal_work(tmp_path, ["--score", "--score-queries", "5"], ["Square-5"], 5)

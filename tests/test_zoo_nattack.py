@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from contract import assert_budgeted_contract, assert_minimizing_contract
+from contract import assert_budgeted_contract, assert_minimizing_contract, assert_seeded_and_batch_independent
 from test_score import CountingModel
 from torch import nn
 
@@ -142,14 +142,7 @@ def test_deterministic_under_a_seed_and_independent_of_the_batch(name: str, tiny
         return make(seed)(ScoreOracle(tiny_model, len(rows)), x[rows], y[rows], eps=eps[rows], norm=norm,
                           sample_id=rows)
 
-    everyone = torch.arange(len(y))
-    a, b = run(0, everyone), run(0, everyone)
-    assert torch.equal(a.x_adv, b.x_adv) and torch.equal(a.first_success, b.first_success)
-    assert not torch.equal(a.x_adv, run(1, everyone).x_adv), "the seed drives the draws"
-    for i in (3, 41):  # alone, a sample follows the same search as in the batch
-        alone = run(0, torch.tensor([i]))
-        assert torch.allclose(alone.x_adv[0], a.x_adv[i], atol=1e-5)
-        assert alone.first_success[0] == a.first_success[i]
+    assert_seeded_and_batch_independent(run, len(y), (3, 41))
 
 
 def test_both_take_scores_only(tiny_model, batch) -> None:
