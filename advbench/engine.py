@@ -379,8 +379,8 @@ def _margin_probe(lo: torch.Tensor, hi: torch.Tensor, m0: torch.Tensor, m_lo: to
 
 
 def _judge(model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """The deployed model's logits (in its deployed precision, as float32; the perturbation stays
-    float32): how the engine decides success, outside any oracle's count."""
+    """The deployed model's logits (in its deployed precision, in the input's dtype; the perturbation
+    stays float32): how the engine decides success, outside any oracle's count."""
     with torch.inference_mode():
         return forward(model, x).clone()
 

@@ -40,7 +40,7 @@ def _device(model: nn.Module) -> torch.device:
 
 def _forward(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """Logits with no autograd graph: computed under inference mode in the model's deployed
-    precision and memory format (`advbench.runtime.forward`), returned as a plain float32 tensor."""
+    precision and memory format (`advbench.runtime.forward`), returned as a plain tensor of the input's dtype."""
     with torch.inference_mode():
         out = forward(model, x)
     return out.clone()
