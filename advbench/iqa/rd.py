@@ -52,7 +52,8 @@ Perturbation = Callable[[torch.Tensor, float], torch.Tensor]
 DEFAULT_AMPLITUDES = (0.02, 0.04, 0.06, 0.08)
 DEFAULT_BITRATES_KBPS = (200, 1000, 5000, 12000)
 # Bump when the way RD numbers are computed changes, so older parts are recomputed.
-SETTINGS_VERSION = 2
+# 3: one x264 thread per encoder (no longer one slice per core) and SIMD capped at AVX2.
+SETTINGS_VERSION = 3
 KEY_LENGTH = 16
 SYNTHETIC_SOURCES = ("astronaut", "coffee", "chelsea", "rocket", "immunohistochemistry", "hubble_deep_field")
 

@@ -4,6 +4,10 @@ Frames travel as float32 arrays (T, H, W, 3), RGB in [0, 1]. Videos are read in 
 FullHD clip never has to sit in memory whole; `H264Transcoder` takes chunks and returns the
 decoded frames as the encoder releases them (x264 holds a look-ahead of frames back).
 
+Encodes are reproducible: each encoder runs on one x264 thread (libx264's default is one
+slice per core, so the bitstream, and every RD number, changed with the machine's core
+count), and on CPUs with AVX-512 x264's SIMD is capped at AVX2 (`x264_params`).
+
 PSNR (`psnr`) is computed per frame, peak 1, then averaged over frames by the caller. The
 default, `kind="rgb"`, takes the mean squared error over all three RGB channels, as the seed
 authors' notebook does; `kind="luma"` takes it on Y' = 0.299 R + 0.587 G + 0.114 B (BT.601
@@ -17,6 +21,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import lru_cache
 from pathlib import Path
 
 import av
@@ -27,6 +32,27 @@ from advbench.errors import AdvbenchError
 LUMA = np.array([0.299, 0.587, 0.114], dtype=np.float32)
 PSNR_CAP_DB = 100.0
 PSNR_KINDS = ("rgb", "luma")
+
+
+@lru_cache(maxsize=None)
+def _has_avx512() -> bool:
+    """Whether the CPU (as Linux reports it) has AVX-512F, which x264 would use."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    return any("avx512f" in line.split() for line in text.splitlines() if line.startswith("flags"))
+
+
+def x264_params() -> dict[str, str]:
+    """libx264 options beyond the preset that make an encode depend only on its input.
+
+    x264's AVX-512 routines read memory they never wrote at some frame widths (64, 96, 160,
+    224 px here; not 128 or 384), so two encodes of the same frames could differ with whatever
+    the heap held before (shown by `MALLOC_PERTURB_`). Capped at AVX2 (which every AVX-512 CPU
+    has), the output is bit-identical to x264's plain C code and the encoder is no slower.
+    """
+    return {"threads": "1", **({"x264-params": "asm=AVX2"} if _has_avx512() else {})}
 
 
 @dataclass(frozen=True)
@@ -149,8 +175,9 @@ class H264Transcoder:
         self.encoder.time_base = 1 / self.fps
         self.encoder.framerate = self.fps
         self.encoder.bit_rate = int(bitrate_kbps * 1000)
-        self.encoder.options = {"preset": preset}
+        self.encoder.options = {"preset": preset, **x264_params()}
         self.decoder = av.CodecContext.create("h264", "r")
+        self.decoder.thread_count = 1
         self.bytes = 0
         self.frames_in = 0
         self.seconds = 0.0
