@@ -141,6 +141,22 @@ def test_psnr_known_values_rgb_and_luma() -> None:
     assert np.allclose(V.psnr(ref, chroma_only), 10 * np.log10(1 / mse), atol=1e-3)
     with pytest.raises(AdvbenchError, match="unknown PSNR kind 'y'; valid: rgb, luma"):
         V.psnr(ref, ref, "y")
+    a, b = (np.random.default_rng(seed).integers(0, 256, (3, 8, 8, 3), dtype=np.uint8) for seed in (0, 1))
+    for kind in V.PSNR_KINDS:  # 8-bit frames are value / 255, exactly
+        assert np.allclose(V.psnr(a, b, kind), V.psnr(a / 255.0, b / 255.0, kind), rtol=1e-6)
+
+
+class Failing(Sharpness):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise AdvbenchError("metric failed")
+
+
+def test_a_metric_failing_in_the_scoring_thread_ends_the_run_with_its_error(tmp_path: Path) -> None:
+    clips = make_synthetic_videos(tmp_path / "v", n=2, size=64, frames=3)
+    with pytest.raises(AdvbenchError, match="metric failed"):
+        run_rd(clips, Failing(), tiled_noise(), tmp_path / "rd", metric_name="f", perturbation_key="n0",
+               amplitudes=[0.04, 0.08], bitrates_kbps=[100, 300], chunk_frames=1, progress=False)
+    assert not list((tmp_path / "rd").rglob("*.parquet"))
 
 
 def test_amplitude_outside_unit_interval_is_refused(clips, tmp_path: Path) -> None:

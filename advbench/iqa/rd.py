@@ -12,10 +12,16 @@ written atomically, so a killed run resumes where it stopped.
 
 RD record columns: run_id, metric, higher_better, video, amplitude, target_bitrate_kbps,
 real_bitrate_kbps, metric_score, metric_scoring ("video" or "frame mean"), psnr (mean over
-frames, dB), psnr_kind ("rgb" or "luma"), n_frames, codec_seconds, metric_seconds, settings
-(JSON of everything the numbers depend on), settings_key (its hash; a part is reused only
-when it matches), created_at (UTC). `higher_better` lets the stability score treat
-lower-is-better metrics correctly.
+frames, dB), psnr_kind ("rgb" or "luma"), n_frames, codec_seconds (this bitrate's encode and
+decode), metric_seconds, settings (JSON of everything the numbers depend on), settings_key
+(its hash; a part is reused only when it matches), created_at (UTC). `higher_better` lets the
+stability score treat lower-is-better metrics correctly.
+
+Work is spread over threads (libx264, FFmpeg's decoder and torch release the GIL): the main
+thread reads, perturbs and converts each chunk once; one thread per bitrate encodes,
+decodes and computes PSNR; one scoring thread computes the metric. So the metric of one
+(video, amplitude) runs while the codecs already work on the next, and on a CPU the job is
+as fast as its codec.
 """
 
 from __future__ import annotations
@@ -23,13 +29,19 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+import av
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -41,7 +53,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from advbench.errors import AdvbenchError
 from advbench.iqa.metrics.base import QualityMetric
-from advbench.iqa.video import PSNR_KINDS, H264Transcoder, RawFormat, VideoInfo, iter_chunks, probe, psnr, write_y4m
+from advbench.iqa.video import (
+    PSNR_KINDS, H264Transcoder, RawFormat, VideoInfo, iter_rgb24, probe, psnr, write_y4m, yuv_frames,
+)
 from advbench.keys import content_key, file_digest
 from advbench.records import write_part
 
@@ -124,25 +138,31 @@ class _Point:
 
     bitrate_kbps: float
     codec: H264Transcoder
-    reference: Iterator[np.ndarray]
+    decoded: int = 0
     features: list[torch.Tensor] = field(default_factory=list)
     psnrs: list[np.ndarray] = field(default_factory=list)
     score: float = math.nan
     metric_seconds: float = 0.0
-    _ref_buffer: np.ndarray | None = None
 
-    def take_reference(self, n: int) -> np.ndarray:
-        """Next n frames of the unperturbed source, read alongside the decoder's output."""
-        parts, have = [], 0
-        if self._ref_buffer is not None:
-            parts, have = [self._ref_buffer], len(self._ref_buffer)
-        while have < n:
-            chunk = next(self.reference)
-            parts.append(chunk)
-            have += len(chunk)
-        joined = np.concatenate(parts)
-        self._ref_buffer = joined[n:]
-        return joined[:n]
+
+class _Source:
+    """The unperturbed 8-bit frames of one clip, kept until every bitrate's decoder has passed them."""
+
+    def __init__(self) -> None:
+        self.chunks: list[np.ndarray] = []
+        self.start = 0  # index of the first frame kept
+
+    def add(self, chunk: np.ndarray) -> None:
+        self.chunks.append(chunk)
+
+    def frames(self, first: int, n: int) -> np.ndarray:
+        """Frames first .. first + n - 1 of the clip."""
+        offset = first - self.start
+        return np.concatenate(self.chunks)[offset:offset + n]
+
+    def drop_before(self, index: int) -> None:
+        while self.chunks and self.start + len(self.chunks[0]) <= index:
+            self.start += len(self.chunks.pop(0))
 
 
 @dataclass(frozen=True)
@@ -185,9 +205,9 @@ def run_rd(
     applied, e.g. the CSF switch). A part counts as done only if its `settings_key` equals this
     run's: a hash of that key, the video's bytes, the metric (`module_digest`), the codec
     preset, the frame limit, the raw format and the PSNR kind. Parts made with other settings,
-    or unreadable ones, are recomputed. Each (video, amplitude) is read and perturbed once and
-    fed to one encoder per missing bitrate, so memory stays at a chunk plus the encoders'
-    look-ahead (and per-frame features of video metrics).
+    or unreadable ones, are recomputed. Each (video, amplitude) is read, perturbed and
+    converted once and fed to one encoder per missing bitrate, so memory stays at a few chunks
+    plus the encoders' look-ahead (and per-frame features of video metrics).
     """
     levels = check_amplitudes(amplitudes)
     rates = _check_bitrates(bitrates_kbps)
@@ -223,13 +243,12 @@ def run_rd(
     stale = [part(*point) for point, key in found.items() if key != keys[point[0]] and part(*point).exists()]
     written: list[Path] = []
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-    with Progress(*columns, disable=not progress) as bar:
-        task = bar.add_task(f"RD {metric_name}", total=sum(len(m) for _, _, m in todo))
-        for path, amp, missing in todo:
-            if not missing:
-                continue
+    units = [(path, amp, missing) for path, amp, missing in todo if missing]
+    with Progress(*columns, disable=not progress) as bar, job.threads(len(rates)):
+        task = bar.add_task(f"RD {metric_name}", total=sum(len(m) for _, _, m in units))
+        for (path, amp, _), points in job.run(units, infos):
             bar.update(task, description=f"RD {metric_name} {path.stem} a={amp:g}")
-            for point in job.run(path, infos[path], amp, missing):
+            for point in points:
                 record = _record(point, run_id, metric_name, metric, path.stem, amp, psnr_kind, identity[path],
                                  keys[path])
                 written.append(write_part(record, part(path, amp, point.bitrate_kbps)))
@@ -237,9 +256,13 @@ def run_rd(
     return RDRun(run_id, written, skipped, stale)
 
 
-@dataclass(frozen=True)
+Unit = tuple[Path, float, list[float]]
+"""(video, amplitude, bitrates still missing): what one pass of the perturbed clip produces."""
+
+
+@dataclass
 class _Job:
-    """The settings every (video, amplitude) of one run shares."""
+    """The settings every (video, amplitude) of one run shares, and the threads that do the work."""
 
     metric: QualityMetric
     perturb: Perturbation
@@ -250,24 +273,106 @@ class _Job:
     chunk_frames: int
     batch_size: int
     device: torch.device | str
+    _codecs: ThreadPoolExecutor | None = None
+    _scoring: ThreadPoolExecutor | None = None
+    _slots: threading.Semaphore | None = None
 
-    def chunks(self, path: Path) -> Iterator[np.ndarray]:
-        return iter_chunks(path, self.chunk_frames, self.raw, self.max_frames)
+    @contextmanager
+    def threads(self, bitrates: int) -> Iterator[None]:
+        """One codec thread per bitrate and one scoring thread, for the duration of the block.
 
-    def _consume(self, point: _Point, decoded: np.ndarray) -> None:
-        """Per-frame metric features (in batches) and PSNR of the frames the decoder released."""
-        if not len(decoded):
-            return
-        start = time.perf_counter()
-        frames = torch.from_numpy(np.ascontiguousarray(decoded)).permute(0, 3, 1, 2)
-        with torch.inference_mode():
-            point.features += [self.metric.frame_features(b.to(self.device)).float()
-                               for b in frames.split(self.batch_size)]
-        point.metric_seconds += time.perf_counter() - start
-        point.psnrs.append(psnr(point.take_reference(len(decoded)), decoded, self.psnr_kind))
+        torch gets the cores the codecs leave (at least one): a thread team larger than the
+        free cores waits for them at every op, which made NIQE 6-9x slower on a loaded 2-core
+        machine.
+        """
+        self._codecs = ThreadPoolExecutor(bitrates, thread_name_prefix="rd-codec")
+        self._scoring = ThreadPoolExecutor(1, thread_name_prefix="rd-scoring")
+        # Decoded chunks waiting for the metric: bounded, so a slow metric holds back the codecs.
+        self._slots = threading.Semaphore(2 * bitrates)
+        torch_threads = torch.get_num_threads()
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) - bitrates))
+        try:
+            yield
+        finally:
+            for pool in (self._codecs, self._scoring):
+                pool.shutdown(wait=True, cancel_futures=True)
+            self._codecs = self._scoring = self._slots = None
+            torch.set_num_threads(torch_threads)
 
-    def _pool(self, points: list[_Point]) -> None:
-        """Score every bitrate's decoded clip as one video, all bitrates in one batch."""
+    def run(self, units: Sequence[Unit], infos: dict[Path, VideoInfo]) -> Iterator[tuple[Unit, list[_Point]]]:
+        """Every unit's scored points, in order; a unit is scored while the codecs work on the next."""
+        scoring: tuple[Unit, Future[list[_Point]]] | None = None
+        for unit in units:
+            scored = self._encode(unit, infos[unit[0]])
+            if scoring is not None:
+                yield scoring[0], scoring[1].result()
+            scoring = (unit, scored)
+        if scoring is not None:
+            yield scoring[0], scoring[1].result()
+
+    def _sent(self, chunk: np.ndarray, amplitude: float, first: int, fps: Fraction) -> list[av.VideoFrame]:
+        """The frames the encoders get: the chunk perturbed, rounded to 8 bits, as yuv420p."""
+        if amplitude > 0:
+            frames = torch.from_numpy(chunk).to(self.device).permute(0, 3, 1, 2).float() / 255
+            with torch.no_grad():
+                perturbed = self.perturb(frames, amplitude).clamp(0, 1)
+            chunk = (perturbed * 255).round().to(torch.uint8).permute(0, 2, 3, 1).cpu().numpy()
+        return yuv_frames(chunk, first, fps)
+
+    def _encode(self, unit: Unit, info: VideoInfo) -> Future[list[_Point]]:
+        """Stream one (video, amplitude) through one transcoder per bitrate; hand frames to scoring."""
+        assert self._codecs is not None and self._scoring is not None and self._slots is not None
+        path, amplitude, bitrates = unit
+        points = [_Point(r, H264Transcoder(info.width, info.height, info.fps, r, self.preset)) for r in bitrates]
+        source = _Source()
+        features: list[Future[None]] = []
+        running: list[Future[np.ndarray]] = []
+
+        def hand_over() -> None:
+            for point, future in zip(points, running):
+                decoded = future.result()
+                if len(decoded):
+                    self._slots.acquire()
+                    features.append(self._scoring.submit(self._features, point, decoded))
+            source.drop_before(min(p.decoded for p in points))
+
+        first = 0
+        for chunk in iter_rgb24(path, self.chunk_frames, self.raw, self.max_frames):
+            sent = self._sent(chunk, amplitude, first, info.fps)  # while the codecs finish the last chunk
+            hand_over()
+            source.add(chunk)
+            running = [self._codecs.submit(self._transcode, p, sent, source) for p in points]
+            first += len(chunk)
+        hand_over()
+        running = [self._codecs.submit(self._transcode, p, None, source) for p in points]
+        hand_over()
+        return self._scoring.submit(self._pool, points, features)
+
+    def _transcode(self, point: _Point, frames: list[av.VideoFrame] | None, source: _Source) -> np.ndarray:
+        """Codec thread: encode (None: flush), decode, and the PSNR of what came out."""
+        decoded = point.codec.flush() if frames is None else point.codec.push(frames)
+        if len(decoded):
+            point.psnrs.append(psnr(source.frames(point.decoded, len(decoded)), decoded, self.psnr_kind))
+            point.decoded += len(decoded)
+        return decoded
+
+    def _features(self, point: _Point, decoded: np.ndarray) -> None:
+        """Scoring thread: per-frame metric features of decoded 8-bit frames, in batches."""
+        assert self._slots is not None
+        try:
+            start = time.perf_counter()
+            frames = torch.from_numpy(decoded).permute(0, 3, 1, 2)
+            with torch.inference_mode():
+                point.features += [self.metric.frame_features(b.to(self.device).float() / 255).float()
+                                   for b in frames.split(self.batch_size)]
+            point.metric_seconds += time.perf_counter() - start
+        finally:
+            self._slots.release()
+
+    def _pool(self, points: list[_Point], features: list[Future[None]]) -> list[_Point]:
+        """Scoring thread: score every bitrate's decoded clip as one video, all bitrates in one batch."""
+        for done in features:
+            done.result()  # a failed batch fails the unit
         lengths = {sum(len(f) for f in p.features) for p in points}
         if len(lengths) != 1:
             raise AdvbenchError(f"decoded clips differ in length across bitrates ({sorted(lengths)} frames)")
@@ -278,24 +383,6 @@ class _Job:
         for point, value in zip(points, scores.tolist()):
             point.score, point.metric_seconds = value, point.metric_seconds + share
             point.features = []
-
-    def run(self, path: Path, info: VideoInfo, amplitude: float, bitrates: list[float]) -> list[_Point]:
-        """Stream one (video, amplitude) through one transcoder per bitrate."""
-        points = [
-            _Point(r, H264Transcoder(info.width, info.height, info.fps, r, self.preset), self.chunks(path))
-            for r in bitrates
-        ]
-        for chunk in self.chunks(path):
-            if amplitude > 0:
-                frames = torch.from_numpy(chunk).permute(0, 3, 1, 2).to(self.device)
-                with torch.no_grad():
-                    perturbed = self.perturb(frames, amplitude).clamp(0, 1)
-                chunk = perturbed.permute(0, 2, 3, 1).float().cpu().contiguous().numpy()
-            for point in points:
-                self._consume(point, point.codec.push(chunk))
-        for point in points:
-            self._consume(point, point.codec.flush())
-        self._pool(points)
         return points
 
 

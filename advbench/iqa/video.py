@@ -1,8 +1,11 @@
 """Raw video in, real H.264 (libx264 via PyAV) round trip out, and PSNR against the source.
 
-Frames travel as float32 arrays (T, H, W, 3), RGB in [0, 1]. Videos are read in chunks so a
-FullHD clip never has to sit in memory whole; `H264Transcoder` takes chunks and returns the
-decoded frames as the encoder releases them (x264 holds a look-ahead of frames back).
+Frames travel as float32 arrays (T, H, W, 3), RGB in [0, 1], or, inside the RD job, as the
+8-bit RGB the codec sees (`iter_rgb24`), so nothing is converted twice. Videos are read in
+chunks so a FullHD clip never has to sit in memory whole; `H264Transcoder` takes yuv420p
+frames (`yuv_frames`, converted once and shared by the encoders of every bitrate) and
+returns the decoded 8-bit RGB frames as the encoder releases them (x264 holds a look-ahead
+of frames back).
 
 Encodes are reproducible: each encoder runs on one x264 thread (libx264's default is one
 slice per core, so the bitstream, and every RD number, changed with the machine's core
@@ -18,7 +21,7 @@ from RGB, so the source and the decoded video are treated identically.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
@@ -117,6 +120,16 @@ def iter_chunks(
     max_frames: int | None = None,
 ) -> Iterator[np.ndarray]:
     """Yield the video as float RGB chunks (≤ chunk_frames, H, W, 3) in [0, 1]."""
+    return (_to_float(chunk) for chunk in iter_rgb24(path, chunk_frames, raw, max_frames))
+
+
+def iter_rgb24(
+    path: str | Path,
+    chunk_frames: int = 16,
+    raw: RawFormat | None = None,
+    max_frames: int | None = None,
+) -> Iterator[np.ndarray]:
+    """Yield the video as 8-bit RGB chunks (≤ chunk_frames, H, W, 3), as FFmpeg converts them."""
     path = Path(path)
     buffer: list[np.ndarray] = []
     count = 0
@@ -128,12 +141,12 @@ def iter_chunks(
                 buffer.append(frame.to_ndarray(format="rgb24"))
                 count += 1
                 if len(buffer) == chunk_frames:
-                    yield _to_float(buffer)
+                    yield np.stack(buffer)
                     buffer = []
         except av.FFmpegError as exc:
             raise AdvbenchError(f"cannot decode video '{path}' after {count} frames: {exc}") from None
     if buffer:
-        yield _to_float(buffer)
+        yield np.stack(buffer)
     if count == 0:
         raise AdvbenchError(f"video '{path}' has no decodable frames")
 
@@ -145,20 +158,34 @@ def read_video(
     return np.concatenate(list(iter_chunks(path, 64, raw, max_frames)))
 
 
-def _to_float(frames: list[np.ndarray]) -> np.ndarray:
-    return np.stack(frames).astype(np.float32) / 255.0
+def _to_float(frames: np.ndarray) -> np.ndarray:
+    return frames.astype(np.float32) / 255.0
 
 
 def _to_uint8(frames: np.ndarray) -> np.ndarray:
     return np.clip(np.rint(np.asarray(frames, np.float32) * 255.0), 0, 255).astype(np.uint8)
 
 
-class H264Transcoder:
-    """Encode float RGB chunks with libx264 at a target bitrate and decode them right back.
+def yuv_frames(images: np.ndarray, first: int, fps: Fraction | float) -> list[av.VideoFrame]:
+    """8-bit RGB (T, H, W, 3) as yuv420p frames numbered from `first`, ready for any number of encoders."""
+    time_base = 1 / Fraction(fps).limit_denominator(1001)
+    frames = []
+    for i, image in enumerate(images):
+        frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format="rgb24").reformat(format="yuv420p")
+        frame.pts, frame.time_base = first + i, time_base
+        frames.append(frame)
+    return frames
 
-    `push` returns whatever decoded frames the encoder has released so far, `flush` the rest,
-    in display order. `real_bitrate_kbps` counts the encoded H.264 payload bytes (no container)
-    over the clip's duration frames/fps; `seconds` is the time spent in the codec.
+
+class H264Transcoder:
+    """Encode yuv420p frames with libx264 at a target bitrate and decode them right back.
+
+    `push` returns whatever decoded 8-bit RGB frames the encoder has released so far, `flush`
+    the rest, in display order. The frames pushed may be shared with other transcoders (each
+    encoder copies them). `real_bitrate_kbps` counts the encoded H.264 payload bytes (no
+    container) over the clip's duration frames/fps; `seconds` is the time spent in the codec.
+    Encoder and decoder run on one thread each (see `x264_params`); encode and decode release
+    the GIL, so transcoders of several bitrates run side by side in threads.
     """
 
     def __init__(
@@ -189,7 +216,7 @@ class H264Transcoder:
             decoded.extend(f.to_ndarray(format="rgb24") for f in self.decoder.decode(packet))
         return decoded
 
-    def _timed(self, work: list[np.ndarray] | None) -> np.ndarray:
+    def _timed(self, work: Sequence[av.VideoFrame] | None) -> np.ndarray:
         """Encode `work` (None flushes) and decode every packet that comes out."""
         start = time.perf_counter()
         decoded: list[np.ndarray] = []
@@ -197,22 +224,21 @@ class H264Transcoder:
             decoded += self._drain(list(self.encoder.encode(None)))
             decoded += [f.to_ndarray(format="rgb24") for f in self.decoder.decode(None)]
         else:
-            for image in work:
-                frame = av.VideoFrame.from_ndarray(image, format="rgb24").reformat(format="yuv420p")
-                frame.pts = self.frames_in
-                self.frames_in += 1
+            for frame in work:
                 decoded += self._drain(list(self.encoder.encode(frame)))
+            self.frames_in += len(work)
         self.seconds += time.perf_counter() - start
         if not decoded:
-            return np.empty((0, self.encoder.height, self.encoder.width, 3), np.float32)
-        return _to_float(decoded)
+            return np.empty((0, self.encoder.height, self.encoder.width, 3), np.uint8)
+        return np.stack(decoded)
 
-    def push(self, frames: np.ndarray) -> np.ndarray:
-        """Encode a float RGB chunk; return the decoded frames available so far."""
-        expected = (self.encoder.height, self.encoder.width, 3)
-        if frames.ndim != 4 or frames.shape[1:] != expected:
-            raise AdvbenchError(f"expected frames (T, {expected[0]}, {expected[1]}, 3); got {frames.shape}")
-        return self._timed(list(_to_uint8(frames)))
+    def push(self, frames: Sequence[av.VideoFrame]) -> np.ndarray:
+        """Encode yuv420p frames (`yuv_frames`); return the decoded frames available so far."""
+        size = (self.encoder.width, self.encoder.height)
+        wrong = [(f.width, f.height, f.format.name) for f in frames if (f.width, f.height, f.format.name) != (*size, "yuv420p")]
+        if wrong:
+            raise AdvbenchError(f"expected yuv420p frames of {size[0]}x{size[1]}; got {wrong[0]}")
+        return self._timed(frames)
 
     def flush(self) -> np.ndarray:
         """Finish the stream and return the frames the encoder still held."""
@@ -233,22 +259,34 @@ class Transcoded:
 def transcode(
     frames: np.ndarray, fps: Fraction | float, bitrate_kbps: float, preset: str = "medium"
 ) -> Transcoded:
-    """In-memory round trip of a whole clip through H.264 (for short clips and tests)."""
+    """In-memory round trip of a whole float clip through H.264 (for short clips and tests)."""
+    if frames.ndim != 4 or frames.shape[-1] != 3:
+        raise AdvbenchError(f"expected frames (T, H, W, 3); got {frames.shape}")
     codec = H264Transcoder(frames.shape[2], frames.shape[1], fps, bitrate_kbps, preset)
-    decoded = np.concatenate([codec.push(frames), codec.flush()])
-    return Transcoded(decoded, codec.real_bitrate_kbps, codec.seconds)
+    decoded = np.concatenate([codec.push(yuv_frames(_to_uint8(frames), 0, fps)), codec.flush()])
+    return Transcoded(_to_float(decoded), codec.real_bitrate_kbps, codec.seconds)
 
 
 def psnr(reference: np.ndarray, test: np.ndarray, kind: str = "rgb") -> np.ndarray:
-    """Per-frame PSNR in dB (peak 1) of (T, H, W, 3) RGB arrays over RGB or luma; identical frames cap at 100."""
+    """Per-frame PSNR in dB (peak 1) of (T, H, W, 3) RGB arrays over RGB or luma; identical frames cap at 100.
+
+    Float frames are in [0, 1]; two 8-bit arrays are taken as value / 255, their difference
+    computed exactly in integers.
+    """
     if kind not in PSNR_KINDS:
         raise AdvbenchError(f"unknown PSNR kind '{kind}'; valid: {', '.join(PSNR_KINDS)}")
     if reference.shape != test.shape:
         raise AdvbenchError(f"PSNR needs frames of one shape; got {reference.shape} and {test.shape}")
-    diff = np.asarray(reference, np.float32) - np.asarray(test, np.float32)
+    if reference.dtype == test.dtype == np.uint8:
+        diff, peak = reference.astype(np.int16) - test.astype(np.int16), 255.0
+    else:
+        diff, peak = np.asarray(reference, np.float32) - np.asarray(test, np.float32), 1.0
     if kind == "luma":
         diff = diff @ LUMA
-    mse = np.mean(diff.astype(np.float64) ** 2, axis=tuple(range(1, diff.ndim)))
+    flat = diff.reshape(len(diff), -1)
+    exact = np.issubdtype(flat.dtype, np.integer)
+    squares = np.einsum("ij,ij->i", flat, flat, dtype=np.int64 if exact else np.float64)
+    mse = squares / (flat.shape[1] * peak**2)
     return np.minimum(10.0 * np.log10(1.0 / np.maximum(mse, 1e-30)), PSNR_CAP_DB)
 
 
