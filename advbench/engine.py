@@ -304,8 +304,7 @@ def min_eps_search(b: _Batch, hi: torch.Tensor, lo: torch.Tensor, adv_norm: torc
     m0 = b.scored(b.x, everyone)[2]
     m_lo = torch.where(lo > 0, margin, m0)   # the failing end's margin: the budget run's, or the clean input's
     m_hi = torch.where(torch.isfinite(hi), margin, math.nan)
-    guided = torch.zeros_like(everyone)
-    for _ in range(search.max_probes):
+    for round_ in range(search.max_probes):
         idx = ((hi - lo > wider) & (lo < max_eps)).nonzero().squeeze(1)
         if idx.numel() == 0:
             break
@@ -313,9 +312,9 @@ def min_eps_search(b: _Batch, hi: torch.Tensor, lo: torch.Tensor, adv_norm: torc
         probe = torch.where(torch.isinf(h), torch.clamp(2 * l, max=max_eps), (l + h) / 2)
         if search.method == "margin":
             placed = _margin_probe(l, h, m0[idx], m_lo[idx], m_hi[idx], adv_norm[idx], resolution, max_eps)
-            use = torch.isfinite(placed) & (guided[idx] < _MAX_GUIDED)
-            probe = torch.where(use, placed, probe)
-            guided[idx] += use.long()
+            # Guided only while bisection could still close the bracket with the probes left after this one.
+            spare = search.max_probes - round_ - 1 >= _bisection_probes(l, h, wider, max_eps)
+            probe = torch.where(torch.isfinite(placed) & spare, placed, probe)
         res = b.attack_at(idx, probe)
         _, won, m = b.scored(res.x_adv, idx)
         hi[idx] = torch.where(won, probe, h)
@@ -326,8 +325,12 @@ def min_eps_search(b: _Batch, hi: torch.Tensor, lo: torch.Tensor, adv_norm: torc
     return hi, lo, adv_norm
 
 
-_MAX_GUIDED = 4
-"""Probes a sample places by the margin before bisection takes over (which bounds the probes)."""
+def _bisection_probes(lo: torch.Tensor, hi: torch.Tensor, resolution: float, max_eps: float) -> torch.Tensor:
+    """Probes bisection needs at most to close [lo, hi] (doubling up to max_eps first when hi is inf)."""
+    bisect = lambda width: torch.ceil(torch.log2(torch.clamp(width / resolution, min=1.0)))  # noqa: E731
+    doubling = torch.ceil(torch.log2(torch.clamp(max_eps / lo, min=1.0)))
+    return torch.where(torch.isinf(hi), doubling + bisect(torch.full_like(lo, max_eps / 2)), bisect(hi - lo))
+
 
 _SPREAD = 0.03
 """How far below (above, with no success yet) its estimate a probe goes, as a fraction of the

@@ -258,16 +258,18 @@ def test_cost_is_the_attacks_own_and_judging_is_free(tiny_model, data) -> None:
     assert searched["search_grad_evals"].sum() > 0
 
 
-CURVE_COST = {"fgsm": (FGSM(), 1.0), "bim": (BIM(), 2.35), "mim": (MIM(), 2.35)}
+CURVE_COST = {"fgsm": (FGSM(), 1.0, 1.0), "bim": (BIM(), 2.3, 0.6), "mim": (MIM(), 2.3, 0.6),
+              "pgd": (PGD(seed=0), 3.05, 0.65)}
 """Whole-curve cost pinned on the tiny model (ℓ∞, ε = 0.1, 96 samples, default search): gradient
-evaluations of the budget run and the search over strength_budget × samples (measured: FGSM 1.00,
-BIM 2.29, MIM 2.26; plain bisection 1.00 with 2.4x the forward passes, 4.14, 4.25)."""
+evaluations of the budget run and the search over strength_budget × samples, and the most it may
+be of plain bisection's (measured: FGSM 1.00, BIM 2.26, MIM 2.23, PGD 2.99; bisection 1.00 with
+2.4x the forward passes, 4.14, 4.25, 4.98)."""
 
 
 @pytest.mark.parametrize("name", sorted(CURVE_COST))
 def test_a_whole_curve_costs_what_is_pinned(name, tiny_model, data) -> None:
     x, y = data
-    attack, pinned = CURVE_COST[name]
+    attack, pinned, share = CURVE_COST[name]
     threat = ThreatModel(norm="linf", goal="untargeted", eps=0.1)
     full = attack.steps * len(y)
     margin = evaluate_batch(attack, tiny_model, x, y, None, threat, SearchSettings())
@@ -275,11 +277,13 @@ def test_a_whole_curve_costs_what_is_pinned(name, tiny_model, data) -> None:
     ratio = float(margin["grad_evals"].sum()) / full
     assert ratio <= pinned, f"{name}: curve cost {ratio:.3f}x one full run, pinned at {pinned}"
     assert margin["search_queries"].sum() < bisect["search_queries"].sum()
-    if name != "fgsm":
-        assert ratio <= 0.6 * float(bisect["grad_evals"].sum()) / full
+    assert ratio <= share * float(bisect["grad_evals"].sum()) / full
     assert torch.equal(margin["queries"] - margin["search_queries"], bisect["queries"] - bisect["search_queries"])
     clean_start = (margin["clean_pred"] == y) & (margin["search_grad_evals"] + margin["grad_reuses"] > 0)
-    assert (margin["grad_reuses"][clean_start] >= 1).all(), "every probe from x reuses the budget run's first gradient"
+    if attack.random_init:
+        assert (margin["grad_reuses"] == 0).all(), "a random start never evaluates the gradient at x"
+    else:
+        assert (margin["grad_reuses"][clean_start] >= 1).all(), "every probe from x reuses the budget run's first gradient"
     if name == "fgsm":
         assert (margin["search_grad_evals"] == 0).all(), "FGSM's probes need forward passes only"
 
