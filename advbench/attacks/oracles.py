@@ -185,17 +185,19 @@ class WhiteBoxOracle(Oracle):
         rows = idx.to(self._grad_evals.device)
         rows = rows if self._rows is None else self._rows[rows]
         hit, clean = self._memo.lookup(x, rows, labels, targeted)
-        if not bool(hit.any()):
-            logits, grad = self.value_and_grad(x, loss(slice(None)), idx)
-            self._memo.store(rows[clean], labels[clean], targeted, logits[clean], grad[clean])
-            return logits, grad
-        logits, grad = self._memo.recall(rows)
+        # Two host syncs per call whatever hits (the misses, the clean ones among them): on a GPU a
+        # boolean-mask gather would wait for the device once per tensor gathered.
         miss = (~hit).nonzero().squeeze(1)
-        if miss.numel():
-            logits[miss], grad[miss] = self.value_and_grad(x[miss], loss(miss), idx[miss])
-            new = miss[clean[miss]]
+        if miss.numel() == x.shape[0]:
+            logits, grad = self.value_and_grad(x, loss(slice(None)), idx)
+        else:
+            logits, grad = self._memo.recall(rows)
+            if miss.numel():
+                logits[miss], grad[miss] = self.value_and_grad(x[miss], loss(miss), idx[miss])
+        new = miss[clean[miss]]
+        if new.numel():
             self._memo.store(rows[new], labels[new], targeted, logits[new], grad[new])
-        self._count(self._reuses, x[hit], idx[hit])
+        self._reuses.index_add_(0, rows, hit.long())
         return logits, grad
 
 
