@@ -290,7 +290,8 @@ class _Job:
         # Decoded chunks waiting for the metric: bounded, so a slow metric holds back the codecs.
         self._slots = threading.Semaphore(2 * bitrates)
         torch_threads = torch.get_num_threads()
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) - bitrates))
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        torch.set_num_threads(max(1, cores - bitrates))
         try:
             yield
         finally:
