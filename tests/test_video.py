@@ -216,6 +216,23 @@ def test_rd_job_end_to_end_resume_and_report(tmp_path: Path) -> None:
     assert "sharp" in (tmp_path / "report" / "table2.md").read_text()
 
 
+def test_frames_decoded_mid_stream_meet_their_own_source_frames(tmp_path: Path) -> None:
+    """A clip longer than x264's look-ahead is decoded while chunks still go in: each bitrate's
+    PSNR and score still pair every decoded frame with its own source frame."""
+    clip = make_synthetic_videos(tmp_path / "v", n=1, size=64, frames=48)
+    run = run_rd(clip, Sharpness(), tiled_noise(), tmp_path / "rd", metric_name="sharp", perturbation_key="n0",
+                 amplitudes=[], bitrates_kbps=[100, 800], chunk_frames=8, progress=False)
+    df = read_records([tmp_path / "rd"]).set_index("target_bitrate_kbps")
+    source = V.read_video(clip[0])
+    for kbps in (100, 800):
+        whole = V.transcode(source, 25, kbps)
+        assert df.loc[kbps, "n_frames"] == 48 and df.loc[kbps, "real_bitrate_kbps"] == whole.real_bitrate_kbps
+        assert df.loc[kbps, "psnr"] == pytest.approx(V.psnr(source, whole.frames).mean(), rel=1e-9)
+        decoded = torch.from_numpy(whole.frames).permute(0, 3, 1, 2)
+        assert df.loc[kbps, "metric_score"] == pytest.approx(float(Sharpness()(decoded).mean()), rel=1e-6)
+    assert len(run.written) == 2
+
+
 @pytest.mark.filterwarnings("ignore::advbench.iqa.metrics.common.RandomWeightsWarning")
 @pytest.mark.parametrize("name", ["vsfa", "mdtvsfa"])
 def test_video_metrics_score_each_decoded_clip_as_a_video(name: str, tmp_path: Path) -> None:
