@@ -273,9 +273,9 @@ class _Job:
     chunk_frames: int
     batch_size: int
     device: torch.device | str
-    _codecs: ThreadPoolExecutor | None = None
-    _scoring: ThreadPoolExecutor | None = None
-    _slots: threading.Semaphore | None = None
+    _codecs: ThreadPoolExecutor | None = field(default=None, init=False, repr=False)
+    _scoring: ThreadPoolExecutor | None = field(default=None, init=False, repr=False)
+    _slots: threading.Semaphore | None = field(default=None, init=False, repr=False)
 
     @contextmanager
     def threads(self, bitrates: int) -> Iterator[None]:
