@@ -40,9 +40,10 @@ def run(args: tuple[str, ...]) -> None:
     ARGS are Hydra overrides (group=option, key=value) and Hydra flags: -m/--multirun for
     sweeps (hydra/launcher=joblib runs them in parallel), --cfg job to print the config,
     --force (as force=true) to redo cells whose records exist. Groups: dataset, model,
-    defense, attack, threat, experiment; see `advbench list`. gate.min_accuracy=0.4 and/or
-    gate.max_asr=0.1 judge each cell after it runs (as `advbench check`): failing cells print
-    one line each and the command exits 1 once every cell of the sweep has run.
+    defense, attack, threat, experiment; see `advbench list`. gate.min_accuracy=0.4,
+    gate.max_asr=0.1 and/or gate.min_certified=0.25 judge each cell after it runs (as
+    `advbench check`): failing cells print one line each and the command exits 1 once every
+    cell of the sweep has run.
     """
     from advbench.gate import sweep_verdicts
 
@@ -105,14 +106,18 @@ def plot(records: tuple[Path, ...], out_dir: Path, group_by: str) -> None:
               help="Lowest robust accuracy at the budget an untargeted cell may have, e.g. 0.4.")
 @click.option("--max-asr", type=float, default=None, metavar="FRACTION",
               help="Highest targeted attack success rate at the budget a targeted cell may have, e.g. 0.1.")
+@click.option("--min-certified", type=float, default=None, metavar="FRACTION",
+              help="Lowest certified accuracy (IBP, ℓ∞) at the budget a cell with a bound may have, e.g. 0.25.")
 @one_line_errors
-def check(records: tuple[Path, ...], min_accuracy: float | None, max_asr: float | None) -> None:
+def check(records: tuple[Path, ...], min_accuracy: float | None, max_asr: float | None,
+          min_certified: float | None) -> None:
     """Gate CI on benchmark records: exit 1 with one line per cell below the threshold.
 
     RECORDS are record files or folders (`advbench run` writes them under
     advbench-out/records). Untargeted cells are judged by accuracy at the budget, targeted
-    cells by targeted ASR; a cell whose goal has no threshold is not judged. All cells
-    passing prints one summary line and exits 0. See docs/ci.md.
+    cells by targeted ASR, cells with an interval bound also by certified accuracy; a cell with
+    no threshold it can be judged by is not judged. All cells passing prints one summary line
+    and exits 0. See docs/ci.md.
 
     \b
     advbench check advbench-out/smoke/records --min-accuracy 0.4
@@ -121,9 +126,11 @@ def check(records: tuple[Path, ...], min_accuracy: float | None, max_asr: float 
 
     check_fraction("--min-accuracy", min_accuracy)
     check_fraction("--max-asr", max_asr)
-    if min_accuracy is None and max_asr is None:
-        raise AdvbenchError("give a threshold: --min-accuracy (untargeted cells) and/or --max-asr (targeted cells)")
-    limits = Thresholds(min_accuracy, max_asr)
+    check_fraction("--min-certified", min_certified)
+    if min_accuracy is None and max_asr is None and min_certified is None:
+        raise AdvbenchError("give a threshold: --min-accuracy (untargeted cells), --max-asr (targeted cells) "
+                            "and/or --min-certified (cells with a certified bound)")
+    limits = Thresholds(min_accuracy, max_asr, min_certified)
     verdict = check_records(records, limits)
     for line in verdict.failures:
         click.echo(line, err=True)

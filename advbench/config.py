@@ -480,7 +480,7 @@ CHECKS: dict[str, Check] = {
     "search.max_factor": _real(1, _MAX_BUDGET, open_low=False, why=" (a multiple of the budget)"),
     "search.max_probes": _whole(0),
     "search.method": _search_method,
-    "gate.min_accuracy": _gate_threshold, "gate.max_asr": _gate_threshold,
+    "gate.min_accuracy": _gate_threshold, "gate.max_asr": _gate_threshold, "gate.min_certified": _gate_threshold,
     # advbench uap train | eval | stability
     "subset": _whole(1, nullable=True),
     "n_images": _whole(1, nullable=True),

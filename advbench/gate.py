@@ -6,7 +6,10 @@ Each cell is judged at its budget by the number its goal makes meaningful (from
 * untargeted cells by robust accuracy, checked against ``min_accuracy`` (the attack tried to
   make the model wrong, so the share still right is the robustness);
 * targeted cells by targeted attack success rate, checked against ``max_asr`` (a failed
-  targeted attack may still leave the model wrong, so its accuracy would flatter the model).
+  targeted attack may still leave the model wrong, so its accuracy would flatter the model);
+* cells with an interval bound (records' ``certified``: ℓ∞ cells of models IBP can bound) also
+  by certified accuracy, checked against ``min_certified``: a floor no attack can push below,
+  for certified-training defenses whose claim is the bound itself.
 
 A cell whose goal has no threshold is not judged; a gate that judges no cell is an error.
 In a `-m` sweep every job judges its own cell and every cell runs; at the end the command
@@ -37,17 +40,23 @@ VERDICT_DIR_ENV = "ADVBENCH_GATE_DIR"
 
 @dataclass(frozen=True)
 class Thresholds:
-    """Lowest robust accuracy of untargeted cells, highest ASR of targeted cells (fractions)."""
+    """Lowest robust accuracy of untargeted cells, highest ASR of targeted cells, lowest certified
+    accuracy of cells with an interval bound (fractions)."""
 
     min_accuracy: float | None = None
     max_asr: float | None = None
+    min_certified: float | None = None
 
     def __post_init__(self) -> None:
-        for name, value in (("min_accuracy", self.min_accuracy), ("max_asr", self.max_asr)):
+        for name, value in (("min_accuracy", self.min_accuracy), ("max_asr", self.max_asr),
+                            ("min_certified", self.min_certified)):
             check_fraction(name, value)
-        if self.min_accuracy is None and self.max_asr is None:
-            raise AdvbenchError("the gate needs a threshold: min_accuracy (untargeted cells) "
-                                "and/or max_asr (targeted cells)")
+        if self.min_accuracy is None and self.max_asr is None and self.min_certified is None:
+            raise AdvbenchError("the gate needs a threshold: min_accuracy (untargeted cells), max_asr "
+                                "(targeted cells) and/or min_certified (cells with a certified bound)")
+
+    def values(self) -> list[float | None]:
+        return [self.min_accuracy, self.max_asr, self.min_certified]
 
 
 def check_fraction(name: str, value: object, *, nullable: bool = False) -> None:
@@ -79,9 +88,11 @@ class Verdict:
             checked.append(f"untargeted accuracy ≥ {limits.min_accuracy:.1%}")
         if limits.max_asr is not None:
             checked.append(f"targeted ASR ≤ {limits.max_asr:.1%}")
+        if limits.min_certified is not None:
+            checked.append(f"certified accuracy ≥ {limits.min_certified:.1%}")
         line = "gate: " + ", ".join(checked)
-        skipped = [f"{n} {goal} not checked (no {'--min-accuracy' if goal == 'untargeted' else '--max-asr'})"
-                   for goal, n in self.unjudged.items()]
+        bound = " and no certified bound" if limits.min_certified is not None else ""
+        skipped = [f"{n} {goal} not checked (no {CHECK_OPTIONS[goal]}{bound})" for goal, n in self.unjudged.items()]
         return line + ("; " + "; ".join(skipped) if skipped else "")
 
 
@@ -91,8 +102,8 @@ def cell_label(row: pd.Series) -> str:
     return label if row["knowledge"] == "white" else f"{label} ({row['knowledge']})"
 
 
-CHECK_OPTIONS = {"untargeted": "--min-accuracy", "targeted": "--max-asr"}
-RUN_KEYS = {"untargeted": "gate.min_accuracy", "targeted": "gate.max_asr"}
+CHECK_OPTIONS = {"untargeted": "--min-accuracy", "targeted": "--max-asr", "certified": "--min-certified"}
+RUN_KEYS = {"untargeted": "gate.min_accuracy", "targeted": "gate.max_asr", "certified": "gate.min_certified"}
 """How the thresholds are spelt on `advbench check` and on `advbench run`, for messages."""
 
 
@@ -101,7 +112,7 @@ class NothingJudged(AdvbenchError):
 
 
 def judge(records: pd.DataFrame, limits: Thresholds, names: dict[str, str] = CHECK_OPTIONS) -> Verdict:
-    """Judge every cell of `records` at its budget; error if no cell has a threshold for its goal."""
+    """Judge every cell of `records` at its budget; error if no cell has a threshold it can be judged by."""
     from advbench.curves import summary_table
 
     table = summary_table(records)
@@ -109,20 +120,30 @@ def judge(records: pd.DataFrame, limits: Thresholds, names: dict[str, str] = CHE
     judged = 0
     unjudged: dict[str, int] = {}
     for _, row in table.iterrows():
+        checked = False
         if row["goal"] == "untargeted" and limits.min_accuracy is not None:
-            judged += 1
+            checked = True
             if not row["accuracy"] >= limits.min_accuracy:
                 failures.append(f"{cell_label(row)}: accuracy {row['accuracy']:.1%} < {limits.min_accuracy:.1%}")
         elif row["goal"] == "targeted" and limits.max_asr is not None:
-            judged += 1
+            checked = True
             if not row["asr"] <= limits.max_asr:
                 failures.append(f"{cell_label(row)}: ASR {row['asr']:.1%} > {limits.max_asr:.1%}")
+        certified = float(row.get("certified_accuracy", math.nan))
+        if limits.min_certified is not None and math.isfinite(certified):
+            checked = True
+            if not certified >= limits.min_certified:
+                failures.append(f"{cell_label(row)}: certified accuracy {certified:.1%} < {limits.min_certified:.1%}")
+        if checked:
+            judged += 1
         else:
             unjudged[row["goal"]] = unjudged.get(row["goal"], 0) + 1
     if not judged:
         goals = " and ".join(sorted(unjudged))
         need = " and/or ".join(names[g] for g in sorted(unjudged, reverse=True))
-        raise NothingJudged(f"no cell to check: the records hold only {goals} cells; give {need}")
+        bound = (" (no cell has a certified bound: IBP bounds ℓ∞ cells only)"
+                 if limits.min_certified is not None else "")
+        raise NothingJudged(f"no cell to check: the records hold only {goals} cells; give {need}{bound}")
     return Verdict(failures, judged, unjudged)
 
 
@@ -141,11 +162,10 @@ def gate_cell(gate: object, part: Path, label: str, *, in_sweep: bool = False) -
     folder (the engine called as a library) a failure is an AdvbenchError. A cell whose goal
     has no threshold is an error on its own, and a note in a sweep that mixes goals.
     """
-    min_accuracy = getattr(gate, "min_accuracy", None) if gate is not None else None
-    max_asr = getattr(gate, "max_asr", None) if gate is not None else None
-    if min_accuracy is None and max_asr is None:
+    values = [getattr(gate, key, None) if gate is not None else None for key in ("min_accuracy", "max_asr", "min_certified")]
+    if all(v is None for v in values):
         return
-    limits = Thresholds(min_accuracy, max_asr)
+    limits = Thresholds(*values)
     try:
         verdict = check_records([part], limits, RUN_KEYS)
     except NothingJudged as exc:
@@ -159,7 +179,7 @@ def gate_cell(gate: object, part: Path, label: str, *, in_sweep: bool = False) -
             raise AdvbenchError("gate failed: " + "; ".join(verdict.failures))
         print(verdict.summary(limits))
         return
-    record = {"failures": verdict.failures, "judged": verdict.judged, "limits": [min_accuracy, max_asr]}
+    record = {"failures": verdict.failures, "judged": verdict.judged, "limits": limits.values()}
     (Path(folder) / f"{uuid.uuid4().hex}.json").write_text(json.dumps(record))
 
 

@@ -252,3 +252,39 @@ def test_docs_check_commands_parse(records: Path) -> None:
     for argv in commands:
         result = CliRunner().invoke(main, ["check", str(records), *argv[2:]])
         assert result.exit_code in (0, 1) and not result.output.startswith("Usage"), result.output
+
+
+def certified_cell(attack: str, n: int, hits: int, bound: int | None, *, norm: str = "linf") -> pd.DataFrame:
+    """An untargeted cell whose first `bound` samples IBP certified (None: no bound, the column is NaN)."""
+    frame = cell(attack, "untargeted", n, hits).assign(norm=norm)
+    return frame.assign(certified=np.nan if bound is None else (np.arange(n) >= n - bound).astype(float))
+
+
+def test_judge_certified_accuracy_where_a_bound_exists() -> None:
+    # 10 samples, 3 broken (accuracy 70%), the last 4 certified (40%); the l2 cell has no bound.
+    frame = pd.concat([certified_cell("bim", 10, 3, 4), certified_cell("pgd", 10, 3, None, norm="l2")])
+    verdict = judge(frame, Thresholds(min_certified=0.5))
+    assert verdict.failures == ["digits/natural/bim linf untargeted ε=0.2: certified accuracy 40.0% < 50.0%"]
+    assert verdict.judged == 1 and verdict.unjudged == {"untargeted": 1}
+    assert judge(frame, Thresholds(min_certified=0.4)).passed
+    both = judge(frame, Thresholds(min_accuracy=0.75, min_certified=0.5))
+    assert len(both.failures) == 3 and both.judged == 2, "accuracy fails both cells, the bound one of them"
+    with pytest.raises(AdvbenchError, match="no cell has a certified bound"):
+        judge(certified_cell("pgd", 10, 3, None, norm="l2"), Thresholds(min_certified=0.1))
+
+
+def test_check_gates_certified_accuracy(tmp_path: Path) -> None:
+    write_part(certified_cell("bim", 10, 3, 4), tmp_path / "r" / "bim.parquet")
+    failed = CliRunner().invoke(main, ["check", str(tmp_path / "r"), "--min-certified", "0.5"])
+    assert failed.exit_code == 1
+    assert failed.output.strip().splitlines() == ["digits/natural/bim linf untargeted ε=0.2: certified accuracy "
+                                                  "40.0% < 50.0%", "Error: gate failed: 1 of 1 cell below the threshold"]
+    passed = CliRunner().invoke(main, ["check", str(tmp_path / "r"), "--min-certified", "0.4"])
+    assert passed.exit_code == 0 and passed.output.strip() == "gate: 1 cell passed, certified accuracy ≥ 40.0%"
+    bad = CliRunner().invoke(main, ["check", str(tmp_path / "r"), "--min-certified", "25"])
+    assert bad.exit_code == 1 and "--min-certified must be a fraction in [0, 1] (25% is 0.25)" in bad.output
+    with pytest.raises(AdvbenchError, match="gate.min_certified must be a fraction"):
+        compose_config("config", ["gate.min_certified=2"])
+    part = write_part(certified_cell("bim", 10, 3, 4), tmp_path / "run" / "bim.parquet")
+    with pytest.raises(AdvbenchError, match="^gate failed: .*certified accuracy 40.0% < 50.0%$"):
+        gate_cell(compose_config("config", ["gate.min_certified=0.5"]).gate, part, "bim")
