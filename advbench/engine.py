@@ -293,8 +293,8 @@ def min_eps_search(b: _Batch, hi: torch.Tensor, lo: torch.Tensor, adv_norm: torc
 
     `bisect` halves from the budget while it succeeds, doubles while it fails, then bisects.
     `margin` places each probe at the root of the final margin as a function of ε, estimated
-    from the probes so far (`_margin_probe`), and falls back to bisection for a sample whose
-    guided probes stop closing its bracket.
+    from the probes so far (`_margin_probe`), for as long as bisection could still close the
+    sample's bracket with the probes left; then it bisects.
     """
     resolution = search.resolution * b.threat.eps
     wider = resolution * (1 + 1e-12)  # a probe at lo + resolution closes the bracket despite rounding

@@ -27,7 +27,7 @@ import tempfile
 import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import pandas as pd
@@ -48,15 +48,15 @@ class Thresholds:
     min_certified: float | None = None
 
     def __post_init__(self) -> None:
-        for name, value in (("min_accuracy", self.min_accuracy), ("max_asr", self.max_asr),
-                            ("min_certified", self.min_certified)):
-            check_fraction(name, value)
-        if self.min_accuracy is None and self.max_asr is None and self.min_certified is None:
+        for field in fields(self):
+            check_fraction(field.name, getattr(self, field.name))
+        if all(value is None for value in self.values()):
             raise AdvbenchError("the gate needs a threshold: min_accuracy (untargeted cells), max_asr "
                                 "(targeted cells) and/or min_certified (cells with a certified bound)")
 
     def values(self) -> list[float | None]:
-        return [self.min_accuracy, self.max_asr, self.min_certified]
+        """The thresholds in field order (how a job's verdict carries them to the command)."""
+        return [getattr(self, field.name) for field in fields(self)]
 
 
 def check_fraction(name: str, value: object, *, nullable: bool = False) -> None:
@@ -102,8 +102,8 @@ def cell_label(row: pd.Series) -> str:
     return label if row["knowledge"] == "white" else f"{label} ({row['knowledge']})"
 
 
-CHECK_OPTIONS = {"untargeted": "--min-accuracy", "targeted": "--max-asr", "certified": "--min-certified"}
-RUN_KEYS = {"untargeted": "gate.min_accuracy", "targeted": "gate.max_asr", "certified": "gate.min_certified"}
+CHECK_OPTIONS = {"untargeted": "--min-accuracy", "targeted": "--max-asr"}
+RUN_KEYS = {"untargeted": "gate.min_accuracy", "targeted": "gate.max_asr"}
 """How the thresholds are spelt on `advbench check` and on `advbench run`, for messages."""
 
 
@@ -162,7 +162,7 @@ def gate_cell(gate: object, part: Path, label: str, *, in_sweep: bool = False) -
     folder (the engine called as a library) a failure is an AdvbenchError. A cell whose goal
     has no threshold is an error on its own, and a note in a sweep that mixes goals.
     """
-    values = [getattr(gate, key, None) if gate is not None else None for key in ("min_accuracy", "max_asr", "min_certified")]
+    values = [getattr(gate, field.name, None) if gate is not None else None for field in fields(Thresholds)]
     if all(v is None for v in values):
         return
     limits = Thresholds(*values)

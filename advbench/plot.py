@@ -97,8 +97,9 @@ def defense_categories(df: pd.DataFrame) -> dict[str, str]:
 
     known: dict[str, str] = {}
     if CATEGORY in df.columns:
-        held = df[["defense", CATEGORY]].dropna()
-        known = {d: c for d, c in zip(held["defense"], held[CATEGORY].astype(str)) if c}
+        held = df[["defense", CATEGORY]].dropna().astype({CATEGORY: str})
+        held = held[held[CATEGORY] != ""].drop_duplicates("defense", keep="last")  # one row per defense
+        known = dict(zip(held["defense"], held[CATEGORY]))
     out = {}
     for defense in sorted(df["defense"].unique()):
         if defense not in known:

@@ -78,14 +78,14 @@ class NATTACK(ScoreAttack):
             xa, ea = x[active].repeat_interleave(cost, dim=0), eps[active].repeat_interleave(cost)
             images = clip(project(box.to_model(z.flatten(0, 1), xa, oracle.bounds), xa, ea, norm), oracle.bounds)
             logits = oracle.logits(images, active.repeat_interleave(cost))
-            rep = lambda v: None if v is None else v.repeat_interleave(cost)  # noqa: E731
-            hit = success_of(logits, rep(ya), rep(ta)).view(k, cost)
+            yr, tr = ya.repeat_interleave(cost), None if ta is None else ta.repeat_interleave(cost)
+            hit = success_of(logits, yr, tr).view(k, cost)
             images = images.view(k, cost, *shape)
             won = hit.any(dim=1)
-            pick = torch.where(won, hit.long().argmax(dim=1), 0)
+            pick = hit.long().argmax(dim=1)  # 0, the mean itself, where nothing hit
             x_adv[active] = images[torch.arange(k, device=x.device), pick]
             first[active[won]] = 1 + (t + 1) * cost
-            reward = -goal_margin(logits, rep(ya), rep(ta)).view(k, cost)[:, 1:].clamp_min(0)
+            reward = -goal_margin(logits, yr, tr).view(k, cost)[:, 1:].clamp_min(0)
             spread = reward.std(dim=1, unbiased=False, keepdim=True) + 1e-7
             score = (reward - reward.mean(dim=1, keepdim=True)) / spread                  # (k, q)
             step = (score.view(k, q, *([1] * len(shape))) * noise).sum(dim=1)

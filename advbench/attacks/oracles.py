@@ -89,16 +89,18 @@ class Oracle:
     def subset(self, idx: torch.Tensor) -> Oracle:
         """A view over samples `idx` of this oracle; its costs are counted into this one's."""
         view = copy.copy(self)
-        idx = idx.to(self._grad_evals.device)
-        view._rows = idx if self._rows is None else self._rows[idx]
+        view._rows = self._batch_rows(idx)
         return view
+
+    def _batch_rows(self, idx: torch.Tensor) -> torch.Tensor:
+        """Rows `idx` of this oracle (or view) as rows of the whole batch's counters."""
+        rows = idx.to(self._grad_evals.device)
+        return rows if self._rows is None else self._rows[rows]
 
     def _count(self, counter: torch.Tensor, x: torch.Tensor, idx: torch.Tensor) -> None:
         if idx.dim() != 1 or idx.shape[0] != x.shape[0]:
             raise ValueError(f"idx must have shape ({x.shape[0]},) like the rows of x, got {tuple(idx.shape)}")
-        rows = idx.to(counter.device)
-        if self._rows is not None:
-            rows = self._rows[rows]
+        rows = self._batch_rows(idx)
         counter.index_add_(0, rows, torch.ones_like(rows))
 
 
@@ -182,8 +184,7 @@ class WhiteBoxOracle(Oracle):
 
         if self._memo is None:
             return self.value_and_grad(x, loss(slice(None)), idx)
-        rows = idx.to(self._grad_evals.device)
-        rows = rows if self._rows is None else self._rows[rows]
+        rows = self._batch_rows(idx)
         hit, clean = self._memo.lookup(x, rows, labels, targeted)
         # Two host syncs per call whatever hits (the misses, the clean ones among them): on a GPU a
         # boolean-mask gather would wait for the device once per tensor gathered.

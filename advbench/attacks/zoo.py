@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import torch
 
 from advbench.attacks.base import AttackResult, success_of
-from advbench.attacks.decision import QueryLog
+from advbench.attacks.decision import CHECKPOINTS, QueryLog
 from advbench.attacks.optimized import goal_margin, next_const
 from advbench.attacks.oracles import ScoreOracle
 from advbench.attacks.random import uniform
@@ -57,7 +57,7 @@ class ZOO(ScoreAttack):
     def __init__(self, *, n_queries: int = 20000, coordinates: int = 128, lr: float = 0.01, sigma: float = 1e-4,
                  initial_const: float = 0.5, binary_search_steps: int = 1, iterations: int = 10000,
                  abort_every: int = 100, adam_beta1: float = 0.9, adam_beta2: float = 0.999,
-                 confidence: float = 0.0, checkpoints: Sequence[int] = (1000, 2000, 5000, 10000, 20000),
+                 confidence: float = 0.0, checkpoints: Sequence[int] = CHECKPOINTS,
                  seed: int = 0) -> None:
         name = type(self).__name__
         for key, value in (("n_queries", n_queries), ("coordinates", coordinates), ("iterations", iterations),

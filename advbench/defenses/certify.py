@@ -26,6 +26,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from advbench.attacks.steps import per_sample
 from advbench.errors import AdvbenchError
 from advbench.models.base import Classifier
 
@@ -138,7 +139,7 @@ def input_box(x: torch.Tensor, eps: float | torch.Tensor, bounds: tuple[float, f
     """The ℓ∞ ball of radius `eps` (a float or one per sample) around `x`, cut to the input bounds."""
     eps_t = torch.as_tensor(eps, dtype=x.dtype, device=x.device)
     if eps_t.dim() == 1:
-        eps_t = eps_t.view(-1, *([1] * (x.dim() - 1)))
+        eps_t = per_sample(eps_t, x)
     return (x - eps_t).clamp(*bounds), (x + eps_t).clamp(*bounds)
 
 

@@ -30,6 +30,7 @@ from torch.utils.data import DataLoader, Dataset
 
 import advbench
 from advbench.attacks.optimized import goal_margin, nearest_boundary_step
+from advbench.attacks.steps import per_sample
 from advbench.config import conf_dir
 from advbench.data.base import ImageDataset
 from advbench.data.digits import Digits
@@ -182,7 +183,7 @@ def unrolled_deepfool(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps:
         f = -goal_margin(model(xt), flat, flat)
         (grad,) = torch.autograd.grad(f.sum(), xt, create_graph=True)
         step = nearest_boundary_step(f.view(n, k), grad.view(n, k, *x.shape[1:]), "l2")
-        r = r + moving.view(-1, *([1] * (x.dim() - 1))) * step
+        r = r + per_sample(moving, x) * step
         with torch.no_grad():
             now = model(x + (1 + overshoot) * r).argmax(1)
             crossed = torch.where(correct, now != pred, now == y)

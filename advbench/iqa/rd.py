@@ -156,9 +156,13 @@ class _Source:
         self.chunks.append(chunk)
 
     def frames(self, first: int, n: int) -> np.ndarray:
-        """Frames first .. first + n - 1 of the clip."""
-        offset = first - self.start
-        return np.concatenate(self.chunks)[offset:offset + n]
+        """Frames first .. first + n - 1 of the clip, copying only the chunks that hold them."""
+        parts, start = [], self.start
+        for chunk in self.chunks:
+            if start < first + n and first < start + len(chunk):
+                parts.append(chunk[max(first - start, 0):first + n - start])
+            start += len(chunk)
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     def drop_before(self, index: int) -> None:
         while self.chunks and self.start + len(self.chunks[0]) <= index:
@@ -443,11 +447,10 @@ def _camera(motion: str, frames: int, s_max: float, phase: float) -> tuple[torch
 
 def _film(image: np.ndarray, size: tuple[int, int], frames: int, motion: str, phase: float) -> np.ndarray:
     """Frames (T, H, W, 3) in [0, 1] of a virtual camera moving over one photo, in one grid_sample."""
+    from advbench.iqa.images import to_tensor
+
     out_h, out_w = size
-    if image.ndim == 2:
-        image = np.repeat(image[..., None], 3, axis=2)
-    img = torch.from_numpy(np.ascontiguousarray(image[..., :3])).permute(2, 0, 1)[None].float()
-    img = img / 255.0 if image.dtype == np.uint8 else img.clamp(0, 1)
+    img = to_tensor(image)[None]
     img_h, img_w = img.shape[-2:]
     s_max = min(1.0, img_w * out_h / (img_h * out_w))  # crop height (normalised) that fits
     s, tx, ty, roll = _camera(motion, frames, s_max, phase)

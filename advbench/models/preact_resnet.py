@@ -22,12 +22,12 @@ class _PreActBlock(nn.Module):
         self.conv1 = nn.Conv2d(c_in, c_out, 3, stride, 1, bias=False)
         self.bn2 = nn.BatchNorm2d(c_out)
         self.conv2 = nn.Conv2d(c_out, c_out, 3, 1, 1, bias=False)
-        if stride != 1 or c_in != c_out:
-            self.shortcut = nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride, bias=False))
+        self.shortcut = nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride, bias=False)) \
+            if stride != 1 or c_in != c_out else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         pre = F.relu(self.bn1(x))
-        shortcut = self.shortcut(pre if self.out_shortcut else x) if hasattr(self, "shortcut") else x
+        shortcut = x if self.shortcut is None else self.shortcut(pre if self.out_shortcut else x)
         return self.conv2(F.relu(self.bn2(self.conv1(pre)))) + shortcut
 
 
