@@ -475,6 +475,7 @@ CHECKS: dict[str, Check] = {
     "dataset.n_samples": _whole(1, nullable=True),
     "threat.eps": _real(0, _MAX_BUDGET, nullable=True,
                         why=" (null: the data set's budget)"),
+    "judge.draws": _whole(1),
     "search.enabled": _flag,
     "search.resolution": _real(0, 1, why=" (a fraction of the budget)"),
     "search.max_factor": _real(1, _MAX_BUDGET, open_low=False, why=" (a multiple of the budget)"),

@@ -27,20 +27,21 @@ from torch.utils.data import DataLoader, Subset
 from advbench import __version__
 from advbench.attacks.base import Attack, AttackResult
 from advbench.attacks.optimized import goal_margin
-from advbench.attacks.oracles import Oracle, build_oracle
+from advbench.attacks.oracles import Oracle, Vote, build_oracle, vote
 from advbench.attacks.steps import clip, lp_norm, per_sample, project
 from advbench.curves import NORM_AT, category_label
 from advbench.data.targets import target_classes
 from advbench.defenses.certify import certified_column
 from advbench.defenses.masking import cell_flags
+from advbench.defenses.wrappers import WRAPPERS
 from advbench.errors import AdvbenchError
 from advbench.gate import gate_cell
 from advbench.keys import content_key, dataset_identity, file_digest, model_identity, plain
 from advbench.records import write_part
 from advbench.resume import CellFiles, ChunkStore, sample_ids, sweep_orphans
-from advbench.runtime import as_input, batch_size, deploy, execution_identity, forward, resolve_device, set_threads
+from advbench.runtime import as_input, batch_size, deploy, execution_identity, resolve_device, set_threads
 from advbench.substitute import load_substitute, substitute_identity
-from advbench.threat import ThreatModel, distances, goal_met
+from advbench.threat import ThreatModel, distances
 
 console = Console(stderr=True)
 
@@ -54,6 +55,10 @@ _FRAME_COLUMNS = ("sample_id", "label", "target", "clean_correct", "seconds")
 DEFENSE_LABELS = ("name", "description", "category", "threat_model")
 """Keys of a `conf/defense` YAML that describe it and never change a number (not in cell keys)."""
 
+
+JUDGE_DRAWS = 20
+"""Fresh passes a randomized model's verdict is voted over (`judge.draws`): an example is
+adversarial when at least half of them meet the goal. Deterministic models are judged once."""
 
 SEARCH_METHODS = ("margin", "bisect")
 """How the minimum-ε search places its probes (`search.method`): see `min_eps_search`."""
@@ -95,7 +100,10 @@ class _Batch:
     target: torch.Tensor | None
     threat: ThreatModel
     sample_id: torch.Tensor
+    clean: Vote
+    """The clean input's verdict under the cell's goal (the probe at ε = 0)."""
     clean_pred: torch.Tensor
+    """The clean prediction: the label most draws give, when it is the true one the majority's."""
 
     @property
     def scale(self) -> float:
@@ -115,19 +123,18 @@ class _Batch:
                        self.oracle.bounds, type(self.attack).__name__)
         return res
 
-    def judge(self, x_adv: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The deployed model's prediction on `x_adv` and whether it meets the goal."""
-        pred, won, _ = self.scored(x_adv, idx)
-        return pred, won
-
-    def scored(self, x_adv: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """`judge`, and how far the deployed model is from the goal on `x_adv` (logit margin, < 0 once met)."""
-        logits = _judge(self.model, x_adv)
-        if not bool(torch.isfinite(logits).all()):
-            raise AdvbenchError(f"the model returned NaN or infinite logits on {type(self.attack).__name__}'s examples")
-        pred = logits.argmax(dim=1)
+    def judge(self, x_adv: torch.Tensor, idx: torch.Tensor) -> Vote:
+        """The deployed model's verdict on `x_adv` (a vote over `oracle.draws` passes), uncounted."""
         target = None if self.target is None else self.target[idx]
-        return pred, goal_met(pred, self.y[idx], target), goal_margin(logits, self.y[idx], target).double()
+        verdict = vote(self.model, x_adv, self.y[idx], target, self.oracle.draws)
+        if not bool(torch.isfinite(verdict.logits).all()):
+            raise AdvbenchError(f"the model returned NaN or infinite logits on {type(self.attack).__name__}'s examples")
+        return verdict
+
+    def margin(self, verdict: Vote, idx: torch.Tensor) -> torch.Tensor:
+        """How far the verdict's mean logits are from the goal (float64, < 0 once met): the search's guide."""
+        target = None if self.target is None else self.target[idx]
+        return goal_margin(verdict.logits, self.y[idx], target).double()
 
     def norm(self, x_adv: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         """‖x_adv − x‖ in threat units, float64."""
@@ -142,8 +149,8 @@ class _Batch:
 
 def evaluate_batch(attack: Attack, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
                    target: torch.Tensor | None, threat: ThreatModel, search: SearchSettings, *,
-                   sample_id: torch.Tensor | None = None,
-                   substitute: torch.nn.Module | None = None) -> dict[str, torch.Tensor | str]:
+                   sample_id: torch.Tensor | None = None, substitute: torch.nn.Module | None = None,
+                   draws: int = JUDGE_DRAWS) -> dict[str, torch.Tensor | str]:
     """All per-sample measurements of one batch, keyed by record column (CPU tensors, one str).
 
     The attack sees only the oracle of `threat.knowledge`; success is judged here, on the
@@ -151,18 +158,23 @@ def evaluate_batch(attack: Attack, model: torch.nn.Module, x: torch.Tensor, y: t
     it already fools has min_eps 0 and succeeds at the budget whatever the attack returned.
     Every example behind `adv_pred` and the `dist_*` columns lies within the budget.
     `certified`: whether interval bounds prove the ℓ∞ budget ball safe (NaN where IBP does not apply).
+
+    A randomized `model` (`randomized = True`) is judged by a vote over `draws` fresh passes
+    (`oracles.vote`), here and in the attack's own stopping rule; `adv_fraction` is the share
+    of draws meeting the goal on the example behind the budget columns.
     """
     n = x.shape[0]
     ids = torch.arange(n, device=x.device) if sample_id is None else sample_id.to(x.device)
-    clean_logits = _judge(model, x)
-    if not bool(torch.isfinite(clean_logits).all()):
-        raise AdvbenchError("the model returned NaN or infinite logits on clean inputs; check the checkpoint")
-    clean_pred = clean_logits.argmax(dim=1)
     measure = _MEASURES.get(attack.kind)
     if measure is None:
         raise AdvbenchError(f"{type(attack).__name__} has kind '{attack.kind}'; valid: {', '.join(_MEASURES)}")
-    oracle = build_oracle(threat.knowledge, model, n, substitute, num_classes=clean_logits.shape[1])
-    measured = measure(_Batch(attack, oracle, model, x, y, target, threat, ids, clean_pred), search)
+    draws = draws if getattr(model, "randomized", False) else 1
+    correct = vote(model, x, y, None, draws)
+    if not bool(torch.isfinite(correct.logits).all()):
+        raise AdvbenchError("the model returned NaN or infinite logits on clean inputs; check the checkpoint")
+    clean = correct if target is None else vote(model, x, y, target, draws)
+    oracle = build_oracle(threat.knowledge, model, n, substitute, num_classes=correct.logits.shape[1], draws=draws)
+    measured = measure(_Batch(attack, oracle, model, x, y, target, threat, ids, clean, correct.pred), search)
     measured["certified"] = certified_column(model, x, y, threat.norm, threat.eps * threat.scale(x))
     return measured
 
@@ -174,8 +186,9 @@ def _measure_budgeted(b: _Batch, search: SearchSettings) -> dict[str, torch.Tens
     if search.enabled:
         b.oracle.remember_clean(b.x)
     res = b.attack_at(everyone, budget)
-    pred, won, margin = b.scored(res.x_adv, everyone)
-    clean_adv = goal_met(b.clean_pred, b.y, b.target)
+    verdict = b.judge(res.x_adv, everyone)
+    won, margin = verdict.met, b.margin(verdict, everyone)
+    clean_adv = b.clean.met
     zero, inf, nan = (torch.full_like(budget, v) for v in (0.0, math.inf, math.nan))
     hi = torch.where(clean_adv, zero, torch.where(won, budget, inf))
     lo = torch.where(clean_adv, nan, torch.where(won, zero, budget))
@@ -183,12 +196,13 @@ def _measure_budgeted(b: _Batch, search: SearchSettings) -> dict[str, torch.Tens
     # Behind the budget columns: the attack's example, or the clean input where only it fools the model.
     fallback = clean_adv & ~won
     x_at = torch.where(per_sample(fallback, b.x), b.x, res.x_adv)
-    pred_at = torch.where(fallback, b.clean_pred, pred)
+    pred_at = torch.where(fallback, b.clean.pred, verdict.pred)
+    fraction = torch.where(fallback, b.clean.fraction, verdict.fraction)
     first = torch.where(fallback, torch.zeros_like(res.first_success), res.first_success)
     budget_cost = (b.oracle.grad_evals.clone(), b.oracle.queries.clone())
     if search.enabled:
         hi, lo, adv_norm = min_eps_search(b, hi, lo, adv_norm, margin, search)
-    return _columns(b, res, pred_at, x_at, hi, lo, adv_norm, first, budget_cost, "search")
+    return _columns(b, res, (pred_at, fraction), x_at, hi, lo, adv_norm, first, budget_cost, "search")
 
 
 def _measure_minimizing(b: _Batch, search: SearchSettings) -> dict[str, torch.Tensor | str]:
@@ -201,24 +215,26 @@ def _measure_minimizing(b: _Batch, search: SearchSettings) -> dict[str, torch.Te
     everyone = torch.arange(b.x.shape[0], device=b.x.device)
     budget = torch.full((b.x.shape[0],), b.threat.eps, dtype=torch.float64, device=b.x.device)
     res = b.attack_at(everyone, budget)
-    pred, won = b.judge(res.x_adv, everyone)
-    clean_adv = goal_met(b.clean_pred, b.y, b.target)
+    verdict = b.judge(res.x_adv, everyone)
+    clean_adv = b.clean.met
     inf = torch.full_like(budget, math.inf)
-    found = torch.where(clean_adv, torch.zeros_like(budget), torch.where(won, b.norm(res.x_adv, everyone), inf))
+    found = torch.where(clean_adv, torch.zeros_like(budget), torch.where(verdict.met, b.norm(res.x_adv, everyone), inf))
     x_found = torch.where(per_sample(clean_adv, b.x), b.x, res.x_adv)
-    pred_found = torch.where(clean_adv, b.clean_pred, pred)
+    pred_found = torch.where(clean_adv, b.clean.pred, verdict.pred)
+    fraction_found = torch.where(clean_adv, b.clean.fraction, verdict.fraction)
     within = found <= budget
     projected = clip(project(x_found, b.x, b.raw(budget), b.threat.norm), b.oracle.bounds)
-    pred_p, won_p = b.judge(projected, everyone)
-    rescued = ~within & won_p
+    at_projection = b.judge(projected, everyone)
+    rescued = ~within & at_projection.met
     proj_norm = torch.where(rescued, b.norm(projected, everyone), inf)
     min_eps = torch.where(rescued, torch.minimum(proj_norm, budget), found)
     adv_norm = torch.minimum(found, proj_norm)
     x_at = torch.where(per_sample(within, b.x), x_found, projected)
-    pred_at = torch.where(within, pred_found, pred_p)
+    pred_at = torch.where(within, pred_found, at_projection.pred)
+    fraction = torch.where(within, fraction_found, at_projection.fraction)
     first = torch.where(clean_adv, torch.zeros_like(res.first_success), res.first_success)
     lo = torch.full_like(budget, math.nan)
-    return _columns(b, res, pred_at, x_at, min_eps, lo, adv_norm, first,
+    return _columns(b, res, (pred_at, fraction), x_at, min_eps, lo, adv_norm, first,
                     (b.oracle.grad_evals.clone(), b.oracle.queries.clone()), "norm")
 
 
@@ -229,15 +245,17 @@ _MEASURES: dict[str, Callable[[_Batch, SearchSettings], dict[str, torch.Tensor |
 """How each attack kind (`Attack.kind`) yields its minimum ε."""
 
 
-def _columns(b: _Batch, res: AttackResult, pred_at: torch.Tensor, x_at: torch.Tensor, min_eps: torch.Tensor,
-             min_eps_lo: torch.Tensor, adv_norm: torch.Tensor, first: torch.Tensor,
+def _columns(b: _Batch, res: AttackResult, at_budget: tuple[torch.Tensor, torch.Tensor], x_at: torch.Tensor,
+             min_eps: torch.Tensor, min_eps_lo: torch.Tensor, adv_norm: torch.Tensor, first: torch.Tensor,
              budget_cost: tuple[torch.Tensor, torch.Tensor], source: str) -> dict[str, torch.Tensor | str]:
+    """The record columns; `at_budget` is the verdict's (label, share of draws meeting the goal) on `x_at`."""
     success = min_eps <= b.threat.eps
     d = distances(x_at, b.x)
     out: dict[str, torch.Tensor | str] = {
         "clean_pred": b.clean_pred,
         "success_at_budget": success,
-        "adv_pred": pred_at,
+        "adv_pred": at_budget[0],
+        "adv_fraction": at_budget[1],
         "min_eps": min_eps,
         "min_eps_lo": min_eps_lo,
         "adv_norm": adv_norm,
@@ -247,6 +265,7 @@ def _columns(b: _Batch, res: AttackResult, pred_at: torch.Tensor, x_at: torch.Te
         "queries": b.oracle.queries,
         "search_queries": b.oracle.queries - budget_cost[1],
         "grad_reuses": b.oracle.grad_reuses,
+        "judge_draws": torch.full_like(b.oracle.grad_reuses, b.oracle.draws),
         "dist_linf": d["linf"],
         "dist_l2": d["l2"],
         "dist_l2_norm": d["l2_norm"],
@@ -301,7 +320,7 @@ def min_eps_search(b: _Batch, hi: torch.Tensor, lo: torch.Tensor, adv_norm: torc
     max_eps = search.max_factor * b.threat.eps
     hi, lo, adv_norm = hi.clone(), lo.clone(), adv_norm.clone()
     everyone = torch.arange(b.x.shape[0], device=b.x.device)
-    m0 = b.scored(b.x, everyone)[2]
+    m0 = b.margin(b.clean, everyone)
     m_lo = torch.where(lo > 0, margin, m0)   # the failing end's margin: the budget run's, or the clean input's
     m_hi = torch.where(torch.isfinite(hi), margin, math.nan)
     for round_ in range(search.max_probes):
@@ -316,7 +335,8 @@ def min_eps_search(b: _Batch, hi: torch.Tensor, lo: torch.Tensor, adv_norm: torc
             spare = search.max_probes - round_ - 1 >= _bisection_probes(l, h, wider, max_eps)
             probe = torch.where(torch.isfinite(placed) & spare, placed, probe)
         res = b.attack_at(idx, probe)
-        _, won, m = b.scored(res.x_adv, idx)
+        verdict = b.judge(res.x_adv, idx)
+        won, m = verdict.met, b.margin(verdict, idx)
         hi[idx] = torch.where(won, probe, h)
         lo[idx] = torch.where(won, l, probe)
         m_hi[idx] = torch.where(won, m, m_hi[idx])
@@ -381,13 +401,6 @@ def _margin_probe(lo: torch.Tensor, hi: torch.Tensor, m0: torch.Tensor, m_lo: to
     return torch.where(inside, probe, math.nan)
 
 
-def _judge(model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """The deployed model's logits (in its deployed precision, in the input's dtype; the perturbation
-    stays float32): how the engine decides success, outside any oracle's count."""
-    with torch.inference_mode():
-        return forward(model, x).clone()
-
-
 def cell_identity(cfg: DictConfig, threat: ThreatModel, attack: Attack) -> dict[str, Any]:
     """Everything that changes a cell's numbers; its hash names the part file.
 
@@ -412,9 +425,23 @@ def cell_identity(cfg: DictConfig, threat: ThreatModel, attack: Attack) -> dict[
         "seed": int(cfg.seed),
         "shard": [int(cfg.shard.index), int(cfg.shard.count)],
         "search": OmegaConf.to_container(cfg.search),
+        **judge_identity(cfg),
         **execution_identity(str(cfg.get("precision", "fp32")), bool(cfg.get("channels_last", False))),
         **substitute_identity(cfg, threat),
     }
+
+
+def judge_draws(cfg: DictConfig) -> int:
+    """`judge.draws` of the run (JUDGE_DRAWS when a config predates the key)."""
+    return int(OmegaConf.select(cfg, "judge.draws", default=JUDGE_DRAWS))
+
+
+def judge_identity(cfg: DictConfig) -> dict[str, int]:
+    """The vote's size where it changes numbers: only behind a randomized wrapper, so the
+    cells of deterministic models keep their keys."""
+    wrapper = plain(cfg.defense.get("wrapper")) or {}
+    randomized = getattr(WRAPPERS.get(wrapper.get("type")), "randomized", False)
+    return {"judge_draws": judge_draws(cfg)} if randomized else {}
 
 
 def weights_identity(cfg: DictConfig) -> dict[str, str]:
@@ -584,7 +611,7 @@ def evaluate_cell(cfg: DictConfig, dataset: Any, model: torch.nn.Module, attack:
                 target = target_classes(sample_id, y.cpu(), dataset.num_classes, int(cfg.seed)).to(device) \
                     if threat.targeted else None
                 measured = evaluate_batch(attack, model, x, y, target, threat, search, sample_id=sample_id,
-                                          substitute=substitute)
+                                          substitute=substitute, draws=judge_draws(cfg))
                 seconds = (time.perf_counter() - tic) / len(y)
                 rows.append(_batch_frame(measured, y.cpu(), sample_id, target, seconds))
                 progress.advance(task, len(y))

@@ -30,7 +30,7 @@ from fractions import Fraction
 import torch
 import torch.nn.functional as F
 
-from advbench.attacks.base import Attack, AttackResult, success_of
+from advbench.attacks.base import Attack, AttackResult
 from advbench.attacks.oracles import WhiteBoxOracle
 from advbench.attacks.steps import ascend, boundary_start, per_sample, unit_direction
 from advbench.errors import AdvbenchError
@@ -121,7 +121,7 @@ class APGD(Attack):
         everyone = torch.arange(n, device=x.device)
         clean = oracle.logits(x, everyone)
         loss_targets = self._loss_targets(clean, y, target)
-        first = torch.where(success_of(clean, y, target), 0, -1)
+        first = torch.where(oracle.verdict(x, y, target, everyone, clean), 0, -1)
         x_adv = x.clone()
         active = everyone[(first < 0) & (eps > 0)]   # at ε = 0 nothing can change
         runs = [t for t in loss_targets for _ in range(self.n_restarts)]   # target-major, as AutoAttack
@@ -202,11 +202,14 @@ class APGD(Attack):
                     grad = g
                     best_grad = torch.where(per_sample(better, g), g, best_grad)
 
-            hit = success_of(logits, yy, tg)
+            hit = oracle.verdict(cur, yy, tg, gi, logits)
             if k == steps:
-                first[rows] = torch.where(hit, k, first[rows])
+                first[rows] = torch.where(hit & (first[rows] < 0), k, first[rows])
                 out[rows] = torch.where(per_sample(hit, cur), cur, best)
                 break
+            if not oracle.stops_on_hit:  # dated, and run to the end
+                first[rows] = torch.where(hit & (first[rows] < 0), k, first[rows])
+                hit = torch.zeros_like(hit)
             # The iteration's one host-device synchronisation: which rows go on.
             keep = (~hit).nonzero().squeeze(1)
             if keep.numel() < rows.numel():

@@ -13,7 +13,6 @@ import torch
 from advbench.attacks.base import Attack, AttackResult
 from advbench.attacks.oracles import TransferOracle, WhiteBoxOracle
 from advbench.attacks.steps import ascend, lp_norm, per_sample, random_start, unit_direction
-from advbench.threat import goal_met
 
 
 class IterativeGradientAttack(Attack):
@@ -23,7 +22,9 @@ class IterativeGradientAttack(Attack):
     Under a transfer oracle the gradient is the substitute's and success is the target's top-1
     label, checked before each step (one counted query per active sample): a sample stops at
     the first iterate that fools the target, so the strength (iterations on the substitute)
-    curve still comes from one run. `early_stop = False` checks only the last iterate.
+    curve still comes from one run. `early_stop = False` checks only the last iterate. A
+    sample stops on the oracle's `verdict`; on a randomized model it is dated but runs on
+    (`Oracle.stops_on_hit`).
     Subclasses hook in through `_gradient` (where the gradient is taken) and `_direction`.
     """
 
@@ -62,13 +63,13 @@ class IterativeGradientAttack(Attack):
             if t < self.steps and not isinstance(oracle, TransferOracle):  # one pass: verdict and step
                 logits, grad = self._gradient(oracle, xa, la, targeted, active, sample_id[active], t)
             if self.early_stop or t == self.steps:
-                hit = goal_met(_predicted(oracle, xa, logits, active), y[active], target[active] if targeted else None)
+                hit = oracle.verdict(xa, y[active], target[active] if targeted else None, active, logits)
             else:
                 hit = torch.zeros_like(active, dtype=torch.bool)
-            first[active] = torch.where(hit, t, first[active])
+            first[active] = torch.where(hit & (first[active] < 0), t, first[active])
             if t == self.steps:
                 break
-            if self.early_stop:
+            if self.early_stop and oracle.stops_on_hit:
                 # The iteration's one host-device synchronisation: the size of the new active set.
                 keep = (~hit).nonzero().squeeze(1)
                 active, xa, xo = active[keep], xa[keep], xo[keep]
@@ -94,13 +95,6 @@ class IterativeGradientAttack(Attack):
         g = self.decay * momentum[active] + grad / per_sample(lp_norm(grad, "l1").clamp_min(1e-12), grad)
         momentum[active] = g
         return unit_direction(g, norm)
-
-
-def _predicted(oracle: WhiteBoxOracle, x: torch.Tensor, logits: torch.Tensor | None, idx: torch.Tensor) -> torch.Tensor:
-    """Top-1 labels that decide success: the target's under transfer (counted queries), else the logits at x."""
-    if isinstance(oracle, TransferOracle):
-        return oracle.labels(x, idx)
-    return (logits if logits is not None else oracle.logits(x, idx)).argmax(dim=1)
 
 
 class FGSM(IterativeGradientAttack):

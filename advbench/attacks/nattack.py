@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from advbench.attacks.base import AttackResult, success_of
+from advbench.attacks.base import AttackResult
 from advbench.attacks.optimized import BOXES, goal_margin
 from advbench.attacks.oracles import ScoreOracle
 from advbench.attacks.random import normal
@@ -60,7 +60,7 @@ class NATTACK(ScoreAttack):
             target: torch.Tensor | None, sample_id: torch.Tensor) -> AttackResult:
         n, q, shape = x.shape[0], self.samples, tuple(x.shape[1:])
         everyone = torch.arange(n, device=x.device)
-        first = torch.where(success_of(oracle.logits(x, everyone), y, target), 1, -1)
+        first = torch.where(oracle.verdict(x, y, target, everyone), 1, -1)
         x_adv = x.clone()
         box = BOXES[self.box]
         pre = box.start(x, oracle.bounds)
@@ -79,16 +79,17 @@ class NATTACK(ScoreAttack):
             images = clip(project(box.to_model(z.flatten(0, 1), xa, oracle.bounds), xa, ea, norm), oracle.bounds)
             logits = oracle.logits(images, active.repeat_interleave(cost))
             yr, tr = ya.repeat_interleave(cost), None if ta is None else ta.repeat_interleave(cost)
-            hit = success_of(logits, yr, tr).view(k, cost)
+            hit = oracle.verdict(images, yr, tr, active.repeat_interleave(cost), logits).view(k, cost)
             images = images.view(k, cost, *shape)
             won = hit.any(dim=1)
             pick = hit.long().argmax(dim=1)  # 0, the mean itself, where nothing hit
             x_adv[active] = images[torch.arange(k, device=x.device), pick]
-            first[active[won]] = 1 + (t + 1) * cost
+            first[active[won & (first[active] < 0)]] = 1 + (t + 1) * cost
             reward = -goal_margin(logits, yr, tr).view(k, cost)[:, 1:].clamp_min(0)
             spread = reward.std(dim=1, unbiased=False, keepdim=True) + 1e-7
             score = (reward - reward.mean(dim=1, keepdim=True)) / spread                  # (k, q)
             step = (score.view(k, q, *([1] * len(shape))) * noise).sum(dim=1)
             mu[active] += self.lr / (q * self.sigma) * step
-            active = active[~won]
+            if oracle.stops_on_hit:
+                active = active[~won]
         return AttackResult(x_adv=x_adv, success=first >= 0, first_success=first)

@@ -20,10 +20,8 @@ import torch
 import torch.nn.functional as F
 
 from advbench.attacks.base import Attack, AttackResult
-from advbench.attacks.gradient import _predicted
 from advbench.attacks.oracles import Oracle, TransferOracle
 from advbench.attacks.steps import DUAL_NORM, adam_step, clip, lp_norm, per_sample, unit_direction
-from advbench.threat import goal_met
 
 
 def max_other(logits: torch.Tensor, cls: torch.Tensor) -> torch.Tensor:
@@ -122,7 +120,7 @@ class DeepFool(Attack):
             logits = oracle.logits(xa, active)
             if classes is None:
                 classes = self._classes(logits, y, target)
-            hit = goal_met(_predicted(oracle, xa, logits, active), y[active], _rows(target, active))
+            hit = oracle.verdict(xa, y[active], _rows(target, active), active, logits)
             best.offer(active, xa, hit, t)
             active = active[~hit]
             if t == self.steps or active.numel() == 0:
@@ -307,7 +305,7 @@ class CarliniWagnerL2(Attack):
                      target: torch.Tensor | None, idx: torch.Tensor) -> torch.Tensor:
         """White: top-1 meets the goal with margin ≤ −κ. Transfer: the target's top-1 meets it
         (κ then only shapes the optimisation on the substitute)."""
-        met = goal_met(_predicted(oracle, x, logits, idx), y, target)
+        met = oracle.verdict(x, y, target, idx, logits)
         if isinstance(oracle, TransferOracle):
             return met
         return met & (goal_margin(logits, y, target) <= -self.confidence)

@@ -15,12 +15,20 @@ over some samples whose counts land in the parent's counters: the minimum-ε sea
 through it. `remember_clean(x)` lets a white-box oracle serve the loss gradient at a sample's
 clean input from memory after its first evaluation (every probe of the search starts there);
 `grad_reuses` counts the gradients so served, which `grad_evals` does not.
+
+A randomized model answers each pass with a fresh draw, so one pass cannot say whether an
+example is adversarial: `verdict` is the one judgement of success attacks date success by, and
+it is the engine's (`vote`): over `draws` fresh passes, an example meets the goal when at least
+half of them do. One pass screens first (the logits an attack already has), so only rows the
+screen calls adversarial pay for the vote; a deterministic model is judged by that one pass.
+On a randomized model attacks do not stop at their first passing verdict (`stops_on_hit`).
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
@@ -29,6 +37,7 @@ from torch import nn
 
 from advbench.errors import AdvbenchError
 from advbench.runtime import forward
+from advbench.threat import goal_met
 
 Objective = Callable[[torch.Tensor], torch.Tensor]
 
@@ -46,6 +55,41 @@ def _forward(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return out.clone()
 
 
+@dataclass(frozen=True)
+class Vote:
+    """A model's verdict on each row of a batch, over `draws` passes (one for a deterministic model).
+
+    `fraction`: share of the passes whose top-1 label meets the goal; `met`: fraction >= 1/2.
+    `pred`: the most frequent label among the passes that agree with `met` (so an untargeted
+    `met` ⇔ pred != y, a targeted one ⇔ pred == target). `logits`: their mean over the passes.
+    """
+
+    pred: torch.Tensor
+    met: torch.Tensor
+    fraction: torch.Tensor
+    logits: torch.Tensor
+
+
+def vote(model: nn.Module, x: torch.Tensor, y: torch.Tensor, target: torch.Tensor | None, draws: int) -> Vote:
+    """The model's verdict on `x` over `draws` fresh passes, uncounted (the engine's judgement).
+
+    Success on a randomized model is a property of its output distribution, not of one draw:
+    stopping on one lucky pass over-credits the attack's iterate and, through early stopping,
+    under-credits the attack itself.
+    """
+    if draws < 1:
+        raise AdvbenchError(f"judge.draws must be a whole number >= 1, got {draws}")
+    passes = [_forward(model, x) for _ in range(draws)]
+    labels = torch.stack([z.argmax(dim=1) for z in passes])                       # (draws, n)
+    meets = goal_met(labels, y[None, :], None if target is None else target[None, :])
+    fraction = meets.double().mean(dim=0)
+    met = fraction >= 0.5
+    logits = torch.stack(passes).mean(dim=0)
+    agree = (meets == met[None, :]).to(logits.dtype)
+    counts = torch.zeros_like(logits).scatter_add_(1, labels.T, agree.T)
+    return Vote(pred=counts.argmax(dim=1), met=met, fraction=fraction, logits=logits)
+
+
 class Oracle:
     """Per-sample cost counters, subset views, and what every oracle exposes: bounds, classes."""
 
@@ -54,8 +98,10 @@ class Oracle:
     """What the oracle's gradients are (records' `grad_mode`): none without gradients."""
 
     def __init__(self, model: nn.Module, n: int, *, substitute: nn.Module | None = None,
-                 num_classes: int | None = None) -> None:
+                 num_classes: int | None = None, draws: int = 1) -> None:
         self._target = model
+        self.draws = int(draws) if getattr(model, "randomized", False) else 1
+        """Passes `verdict` votes over: `judge.draws` for a randomized target, else 1."""
         self.bounds: tuple[float, float] = tuple(getattr(model, "bounds", (0.0, 1.0)))  # type: ignore[assignment]
         self.num_classes = num_classes
         device = _device(model)
@@ -86,6 +132,39 @@ class Oracle:
         """Whether this oracle remembers gradients at the clean inputs; one without gradients has none."""
         return False
 
+    @property
+    def stops_on_hit(self) -> bool:
+        """Whether an attack may stop a sample at the first iterate its verdict passes.
+
+        Not on a randomized model: the first iterate whose vote passes sits where its chance
+        of passing is about one half, so the engine's fresh vote on it fails about half the
+        time (regression to the mean). There the attack runs its full course, dating each
+        sample's first passing verdict for the strength curve, and returns its last iterate.
+        """
+        return self.draws == 1
+
+    def verdict(self, x: torch.Tensor, y: torch.Tensor, target: torch.Tensor | None, idx: torch.Tensor,
+                logits: torch.Tensor | None = None) -> torch.Tensor:
+        """Whether each row of `x` meets the goal, as the engine will judge it.
+
+        `logits`: the target's logits at `x` the attack already holds (screened for free),
+        else one counted query screens. On a randomized target the rows the screen passes are
+        confirmed by a vote over `draws` fresh passes, each counted as a query.
+        """
+        met = goal_met(self._top1(x, idx, logits), y, target)
+        if self.draws == 1:
+            return met
+        rows = met.nonzero().squeeze(1)
+        if rows.numel():
+            self._queries.index_add_(0, self._batch_rows(idx[rows]), torch.full_like(rows, self.draws))
+            y_t = None if target is None else target[rows]
+            met[rows] = vote(self._target, x[rows], y[rows], y_t, self.draws).met
+        return met
+
+    def _top1(self, x: torch.Tensor, idx: torch.Tensor, logits: torch.Tensor | None) -> torch.Tensor:
+        """The target's top-1 labels at `x`: from `logits` when given, else one counted query."""
+        raise NotImplementedError
+
     def subset(self, idx: torch.Tensor) -> Oracle:
         """A view over samples `idx` of this oracle; its costs are counted into this one's."""
         view = copy.copy(self)
@@ -110,8 +189,8 @@ class WhiteBoxOracle(Oracle):
     knowledge = "white"
 
     def __init__(self, model: nn.Module, n: int, *, substitute: nn.Module | None = None,
-                 num_classes: int | None = None) -> None:
-        super().__init__(model, n, substitute=substitute, num_classes=num_classes)
+                 num_classes: int | None = None, draws: int = 1) -> None:
+        super().__init__(model, n, substitute=substitute, num_classes=num_classes, draws=draws)
         self._memo: _CleanGradients | None = None
 
     @property
@@ -144,6 +223,9 @@ class WhiteBoxOracle(Oracle):
         """Logits, forward only (+1 query per row)."""
         self._count(self._queries, x, idx)
         return _forward(self._white, x)
+
+    def _top1(self, x: torch.Tensor, idx: torch.Tensor, logits: torch.Tensor | None) -> torch.Tensor:
+        return (logits if logits is not None else self.logits(x, idx)).argmax(dim=1)
 
     def value_and_grad(self, x: torch.Tensor, objective: Objective,
                        idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -241,10 +323,10 @@ class TransferOracle(WhiteBoxOracle):
     knowledge = "transfer"
 
     def __init__(self, model: nn.Module, n: int, *, substitute: nn.Module | None = None,
-                 num_classes: int | None = None) -> None:
+                 num_classes: int | None = None, draws: int = 1) -> None:
         if substitute is None:
             raise AdvbenchError("transfer knowledge needs a substitute model; set substitute=...")
-        super().__init__(model, n, num_classes=num_classes)
+        super().__init__(model, n, num_classes=num_classes, draws=draws)
         sub_bounds = tuple(getattr(substitute, "bounds", (0.0, 1.0)))
         if sub_bounds != self.bounds:
             raise AdvbenchError(f"substitute input bounds {sub_bounds} differ from the target's {self.bounds}")
@@ -263,6 +345,10 @@ class TransferOracle(WhiteBoxOracle):
         self._count(self._queries, x, idx)
         return _forward(self._target, x).argmax(dim=1)
 
+    def _top1(self, x: torch.Tensor, idx: torch.Tensor, logits: torch.Tensor | None) -> torch.Tensor:
+        """The target's labels (counted): the logits an attack holds are the substitute's."""
+        return self.labels(x, idx)
+
 
 class ScoreOracle(Oracle):
     """Logits of the target and nothing else: no gradient can reach the model."""
@@ -273,6 +359,9 @@ class ScoreOracle(Oracle):
         """Logits (+1 query per row); the result has no grad_fn even if x requires grad."""
         self._count(self._queries, x, idx)
         return _forward(self._target, x.detach())
+
+    def _top1(self, x: torch.Tensor, idx: torch.Tensor, logits: torch.Tensor | None) -> torch.Tensor:
+        return (logits if logits is not None else self.logits(x, idx)).argmax(dim=1)
 
 
 class DecisionOracle(Oracle):
@@ -285,16 +374,20 @@ class DecisionOracle(Oracle):
         self._count(self._queries, x, idx)
         return _forward(self._target, x.detach()).argmax(dim=1)
 
+    def _top1(self, x: torch.Tensor, idx: torch.Tensor, logits: torch.Tensor | None) -> torch.Tensor:
+        return self.labels(x, idx)
+
 
 ORACLES: dict[str, type[Oracle]] = {cls.knowledge: cls for cls in (WhiteBoxOracle, TransferOracle, ScoreOracle, DecisionOracle)}
 
 
 def build_oracle(knowledge: str, model: nn.Module, n: int, substitute: nn.Module | None = None, *,
-                 num_classes: int | None = None) -> Oracle:
+                 num_classes: int | None = None, draws: int = 1) -> Oracle:
     """The oracle of a knowledge level over `model`, counting cost for a batch of `n` samples.
 
-    `substitute` is used by the transfer oracle only.
+    `substitute` is used by the transfer oracle only; `draws` is the vote of `verdict` on a
+    randomized model (`judge.draws`).
     """
     if knowledge not in ORACLES:
         raise AdvbenchError(f"unknown knowledge level '{knowledge}'; valid: {', '.join(ORACLES)}")
-    return ORACLES[knowledge](model, n, substitute=substitute, num_classes=num_classes)
+    return ORACLES[knowledge](model, n, substitute=substitute, num_classes=num_classes, draws=draws)

@@ -19,7 +19,7 @@ from typing import ClassVar
 
 import torch
 
-from advbench.attacks.base import Attack, AttackResult, success_of
+from advbench.attacks.base import Attack, AttackResult
 from advbench.attacks.optimized import goal_margin
 from advbench.attacks.oracles import ScoreOracle
 from advbench.attacks.random import normal, uniform
@@ -123,7 +123,7 @@ class Square(ScoreAttack):
         logits = oracle.logits(start, everyone)
         x_best = start
         loss = goal_margin(logits, y, target)
-        first = torch.where(success_of(logits, y, target), 1, -1)
+        first = torch.where(oracle.verdict(start, y, target, everyone, logits), 1, -1)
         active = everyone[first < 0]
         for t in range(1, self.n_queries):
             if active.numel() == 0:
@@ -135,12 +135,13 @@ class Square(ScoreAttack):
             logits = oracle.logits(cand, active)
             t_active = None if target is None else target[active]
             new = goal_margin(logits, y[active], t_active)
-            hit = success_of(logits, y[active], t_active)
+            hit = oracle.verdict(cand, y[active], t_active, active, logits)
             better = (new < loss[active]) | hit
             x_best[active[better]] = cand[better]
             loss[active[better]] = new[better]
-            first[active[hit]] = t + 1
-            active = active[~hit]
+            first[active[hit & (first[active] < 0)]] = t + 1
+            if oracle.stops_on_hit:
+                active = active[~hit]
         return AttackResult(x_adv=x_best, success=first >= 0, first_success=first)
 
     def _start(self, x: torch.Tensor, eps: torch.Tensor, norm: str, bounds: tuple[float, float],
@@ -257,7 +258,7 @@ class GradientEstimateAttack(ScoreAttack):
             target: torch.Tensor | None, sample_id: torch.Tensor) -> AttackResult:
         n, q = x.shape[0], self.samples
         everyone = torch.arange(n, device=x.device)
-        first = torch.where(success_of(oracle.logits(x, everyone), y, target), 1, -1)
+        first = torch.where(oracle.verdict(x, y, target, everyone), 1, -1)
         x_adv = x.clone()
         alpha = self.rel_stepsize * eps
         cost = 2 * q + 1
@@ -277,9 +278,10 @@ class GradientEstimateAttack(ScoreAttack):
             grad = (slope.view(m, q, *([1] * (x.dim() - 1))) * u).mean(dim=1)
             xa = ascend(xa, x[active], unit_direction(-grad, norm), alpha[active], eps[active], norm, oracle.bounds)
             x_adv[active] = xa
-            hit = success_of(oracle.logits(xa, active), ya, ta)
-            first[active[hit]] = 1 + (t + 1) * cost
-            active = active[~hit]
+            hit = oracle.verdict(xa, ya, ta, active)
+            first[active[hit & (first[active] < 0)]] = 1 + (t + 1) * cost
+            if oracle.stops_on_hit:
+                active = active[~hit]
         return AttackResult(x_adv=x_adv, success=first >= 0, first_success=first)
 
 
