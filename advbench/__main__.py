@@ -1,5 +1,5 @@
 """`python -m advbench` is the same as the `advbench` command."""
 
-from advbench.cli import main
+from advbench.cli.main import main
 
 main()

@@ -51,21 +51,27 @@ from rich.console import Console
 from rich.table import Table
 from torch import nn
 
-from advbench.attacks.apgd import APGD
-from advbench.attacks.base import Attack
-from advbench.attacks.decision import Boundary
-from advbench.attacks.evolutionary import Evolutionary
-from advbench.attacks.gradient import BIM
-from advbench.attacks.optimized import CarliniWagnerL2, DeepFool
-from advbench.attacks.oracles import DecisionOracle, Oracle, ScoreOracle, WhiteBoxOracle
-from advbench.attacks.score import Square
-from advbench.attacks.steps import lp_norm
-from advbench.engine import SearchSettings, evaluate_batch, resolve_device
-from advbench.errors import AdvbenchError
-from advbench.models import build_model
-from advbench.runtime import as_input, deploy
-from advbench.runtime import autocast as runtime_autocast
-from advbench.threat import ThreatModel
+from advbench.core.errors import AdvbenchError
+from advbench.core.runtime import as_input, deploy, resolve_device
+from advbench.core.runtime import autocast as runtime_autocast
+from advbench.robustness.attacks.apgd import APGD
+from advbench.robustness.attacks.base import Attack
+from advbench.robustness.attacks.decision import Boundary
+from advbench.robustness.attacks.evolutionary import Evolutionary
+from advbench.robustness.attacks.gradient import BIM
+from advbench.robustness.attacks.optimized import CarliniWagnerL2, DeepFool
+from advbench.robustness.attacks.oracles import (
+    DecisionOracle,
+    Oracle,
+    ScoreOracle,
+    WhiteBoxOracle,
+)
+from advbench.robustness.attacks.score import Square
+from advbench.robustness.attacks.steps import lp_norm
+from advbench.robustness.evaluation.measure import evaluate_batch
+from advbench.robustness.evaluation.search import SearchSettings
+from advbench.robustness.models import build_model
+from advbench.robustness.threat import ThreatModel
 
 # Input shape of each architecture's data set, and the flags that map to its size options.
 INPUTS = {"small_cnn": (1, 8, 8), "resnet56": (3, 32, 32), "wrn34_10": (3, 32, 32)}

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-import advbench.attacks.apgd as apgd
-from advbench.attacks.apgd import APGD, checkpoints, dlr_loss, halve_step
-from advbench.attacks.oracles import WhiteBoxOracle
-from advbench.data.targets import target_classes
-from advbench.errors import AdvbenchError
-
 from contract import assert_budgeted_contract
+
+import advbench.robustness.attacks.apgd as apgd
+from advbench.core.errors import AdvbenchError
+from advbench.robustness.attacks.apgd import APGD, checkpoints, dlr_loss, halve_step
+from advbench.robustness.attacks.oracles import WhiteBoxOracle
+from advbench.robustness.data.targets import target_classes
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

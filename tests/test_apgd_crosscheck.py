@@ -3,7 +3,7 @@
 Both sides run the published settings (100 iterations, η₀ = 2ε, ρ = 0.75, momentum 0.75, one
 start; APGD-T over the 9 runner-up classes). The random starts come from different generators
 and two details of the schedule follow the paper here and the authors' code there (see
-advbench/attacks/apgd.py), so trajectories are not identical; what must hold is the
+advbench/robustness/attacks/apgd.py), so trajectories are not identical; what must hold is the
 strength: our robust accuracy within 1 percentage point of torchattacks' or lower, on the whole
 digits test split (~500 samples, 1 point ≈ 5 samples).
 """
@@ -18,8 +18,8 @@ import pytest
 import torch
 import torchattacks
 
-from advbench.attacks.apgd import APGD
-from advbench.attacks.oracles import WhiteBoxOracle
+from advbench.robustness.attacks.apgd import APGD
+from advbench.robustness.attacks.oracles import WhiteBoxOracle
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 

@@ -12,14 +12,15 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from advbench.attacks.gradient import BIM, FGSM
-from advbench.attacks.oracles import Oracle, WhiteBoxOracle, build_oracle
-from advbench.attacks.steps import lp_norm
-from advbench.config import conf_dir, group_options
-from advbench.data.targets import target_classes
-from advbench.engine import SearchSettings, evaluate_batch
-from advbench.errors import AdvbenchError
-from advbench.threat import ThreatModel
+from advbench.core.catalog import conf_dir, group_options
+from advbench.core.errors import AdvbenchError
+from advbench.robustness.attacks.gradient import BIM, FGSM
+from advbench.robustness.attacks.oracles import Oracle, WhiteBoxOracle, build_oracle
+from advbench.robustness.attacks.steps import lp_norm
+from advbench.robustness.data.targets import target_classes
+from advbench.robustness.evaluation.measure import evaluate_batch
+from advbench.robustness.evaluation.search import SearchSettings
+from advbench.robustness.threat import ThreatModel
 
 ATTACKS = group_options("attack")
 BUDGETS = {"linf": 0.1, "l2": 0.8}
@@ -35,8 +36,8 @@ SLOW = {"cw", "cw_clip", "apgd_t", "autoattack", "boundary", "evolutionary"}
 CATALOGUE = [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in ATTACKS]
 # Query budgets of score-based attacks (20,000 a sample in the catalogue) cut to keep the contract fast
 # (NES/SPSA: 20 steps on 20 direction pairs).
-SHORT = {"square": {"n_queries": 200}, "nes": {"n_queries": 821, "samples": 20}, "spsa": {"n_queries": 821, "samples": 20}, "hsj": {"max_queries": 1000}, "boundary": {"max_queries": 1000},
-         "evolutionary": {"max_queries": 700}}
+SHORT = {"square": {"n_queries": 200}, "nes": {"n_queries": 821, "samples": 20}, "spsa": {"n_queries": 821, "samples": 20},
+         "hsj": {"max_queries": 1000}, "boundary": {"max_queries": 1000}, "evolutionary": {"max_queries": 700}}
 # ZOO: 10 steps on 16 coordinates at a larger Adam step. NATTACK: 10 steps of 10 draws in pixel space, since
 # its arctanh pre-image barely moves digits' saturated pixels in 10 steps; tests/test_zoo_nattack.py holds the
 # default tanh box to the contract.

@@ -12,12 +12,12 @@ import torch
 from click.testing import CliRunner
 from torch import nn
 
-from advbench.attacks.gradient import PGD
-from advbench.cli import main
-from advbench.config import compose_config
-from advbench.curves import summary_table
-from advbench.data.digits import Digits
-from advbench.defenses.certify import (
+from advbench.cli.config import compose_config
+from advbench.cli.main import main
+from advbench.core.errors import AdvbenchError
+from advbench.robustness.attacks.gradient import PGD
+from advbench.robustness.data.digits import Digits
+from advbench.robustness.defenses.certify import (
     certified,
     certified_column,
     ibp_loss,
@@ -27,13 +27,15 @@ from advbench.defenses.certify import (
     margin_bounds,
     supports,
 )
-from advbench.defenses.training import Recipe, train_defense
-from advbench.engine import SearchSettings, evaluate_batch
-from advbench.errors import AdvbenchError
-from advbench.models import build_model
-from advbench.models.base import Classifier
-from advbench.models.checkpoint import load_checkpoint
-from advbench.threat import ThreatModel
+from advbench.robustness.defenses.recipes import Recipe
+from advbench.robustness.defenses.trainer import train_defense
+from advbench.robustness.evaluation.measure import evaluate_batch
+from advbench.robustness.evaluation.search import SearchSettings
+from advbench.robustness.models import build_model
+from advbench.robustness.models.base import Classifier
+from advbench.robustness.models.checkpoint import load_checkpoint
+from advbench.robustness.report.curves import summary_table
+from advbench.robustness.threat import ThreatModel
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -179,13 +181,13 @@ def test_ibp_large_trains_one_step_on_tiny_cifar_sized_data() -> None:
 
 
 def test_training_an_unsupported_model_fails_at_the_first_batch(tmp_path: Path) -> None:
-    arch = {"_target_": "advbench.models.build_model", "arch": "resnet56", "depth": 8, "base_width": 2,
+    arch = {"_target_": "advbench.robustness.models.build_model", "arch": "resnet56", "depth": 8, "base_width": 2,
             "mean": [0.5], "std": [0.5]}
     recipe = dict(compose_config("train", ["defense=convex"]).defense.recipe)
     with pytest.raises(AdvbenchError, match=r"cannot bound layer 'net' \(CifarResNet\)"):
         train_defense(Digits(n_samples=16), arch, recipe, tmp_path / "c.pt", progress=False)
     with pytest.raises(AdvbenchError, match="recipe 'convex' needs eps > 0, 0 <= kappa <= 1"):
-        train_defense(Digits(n_samples=16), {"_target_": "advbench.models.build_model", "arch": "small_cnn"},
+        train_defense(Digits(n_samples=16), {"_target_": "advbench.robustness.models.build_model", "arch": "small_cnn"},
                       {**recipe, "kappa": 1.5}, tmp_path / "c.pt", progress=False)
 
 
@@ -207,7 +209,7 @@ def test_no_sample_certified_at_eps_is_broken_by_pgd_and_records_agree(tmp_path:
     recipe = {**compose_config("train", ["defense=convex"]).defense.recipe, "epochs": 6, "lr": 0.003,
               "eps": 0.1, "warmup_steps": 10, "rampup_steps": 60}
     digits = Digits()
-    train_defense(digits, {"_target_": "advbench.models.build_model", "arch": "small_cnn"}, recipe,
+    train_defense(digits, {"_target_": "advbench.robustness.models.build_model", "arch": "small_cnn"}, recipe,
                   tmp_path / "c.pt", progress=False)
     model = build_model("small_cnn", 10, 1)
     load_checkpoint(tmp_path / "c.pt", model)

@@ -15,12 +15,12 @@ import torch
 from click.testing import CliRunner
 from torchvision import models as tv
 
-from advbench.cli import main
-from advbench.config import compose_config
-from advbench.engine import load_defended_model
-from advbench.errors import AdvbenchError
-from advbench.models import ARCHITECTURES, build_model
-from advbench.models.checkpoint import load_checkpoint
+from advbench.cli.config import compose_config
+from advbench.cli.main import main
+from advbench.core.errors import AdvbenchError
+from advbench.robustness.defenses.zoo import load_defended_model
+from advbench.robustness.models import ARCHITECTURES, build_model
+from advbench.robustness.models.checkpoint import load_checkpoint
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 CIFAR = SimpleNamespace(num_classes=10, input_shape=(3, 32, 32))

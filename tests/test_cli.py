@@ -13,7 +13,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from advbench.cli import main
+from advbench.cli.main import main
 
 ADVBENCH = [sys.executable, "-m", "advbench"]
 
@@ -96,8 +96,8 @@ def test_missing_cifar_checkpoint_names_the_train_command(tmp_path: Path, fake_c
 
 
 def test_mismatched_checkpoint(tmp_path: Path) -> None:
-    from advbench.models import build_model
-    from advbench.models.checkpoint import save_checkpoint
+    from advbench.robustness.models import build_model
+    from advbench.robustness.models.checkpoint import save_checkpoint
 
     other = build_model("resnet56", num_classes=10, in_channels=3)
     ckpt = save_checkpoint(tmp_path / "wrong.pt", other, {
@@ -150,12 +150,12 @@ def test_parallel_smoke_sweep_then_plot_end_to_end(tmp_path: Path, trained_digit
 
 def test_interrupted_run_resumes(tmp_path: Path, trained_digits_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Kill a cell after its first chunk; the rerun reuses that chunk and equals a clean run."""
-    from advbench import engine
-    from advbench.config import compose_config
+    from advbench.cli.config import compose_config
+    from advbench.robustness.evaluation import cell
 
     monkeypatch.setenv("ADVBENCH_CACHE", str(trained_digits_cache))
     cfg = compose_config("config", ["experiment=smoke", "attack=fgsm", f"out_dir={tmp_path}", "chunk_size=16", "batch_size=16"])
-    real = engine.evaluate_batch
+    real = cell.evaluate_batch
     calls = {"n": 0}
 
     def dying(*args, **kwargs):
@@ -164,18 +164,19 @@ def test_interrupted_run_resumes(tmp_path: Path, trained_digits_cache: Path, mon
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(engine, "evaluate_batch", dying)
+    monkeypatch.setattr(cell, "evaluate_batch", dying)
     with pytest.raises(KeyboardInterrupt):
-        engine.run_main(cfg)
+        cell.run_main(cfg)
     assert not list(Path(cfg.records_dir).glob("*.parquet")), "no final part after a kill"
     assert len(list(Path(cfg.records_dir).glob(".partial/*/chunk-*.parquet"))) == 2
 
     calls["n"] = -100
-    resumed = pd.read_parquet(engine.run_main(cfg))
+    resumed = pd.read_parquet(cell.run_main(cfg))
     assert calls["n"] == -100 + 2, "only the two missing chunks are recomputed"
-    monkeypatch.setattr(engine, "evaluate_batch", real)
-    cfg_clean = compose_config("config", ["experiment=smoke", "attack=fgsm", f"out_dir={tmp_path / 'clean'}", "chunk_size=16", "batch_size=16"])
-    clean = pd.read_parquet(engine.run_main(cfg_clean))
+    monkeypatch.setattr(cell, "evaluate_batch", real)
+    cfg_clean = compose_config("config", ["experiment=smoke", "attack=fgsm", f"out_dir={tmp_path / 'clean'}", "chunk_size=16",
+                                          "batch_size=16"])
+    clean = pd.read_parquet(cell.run_main(cfg_clean))
     cols = ["sample_id", "success_at_budget", "adv_pred", "min_eps", "first_success_strength"]
     pd.testing.assert_frame_equal(resumed[cols].reset_index(drop=True), clean[cols].reset_index(drop=True))
     assert not (Path(cfg.records_dir) / ".partial").exists() or not any((Path(cfg.records_dir) / ".partial").rglob("*.parquet"))

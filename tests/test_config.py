@@ -11,7 +11,8 @@ import pytest
 from hydra.utils import get_method, get_object
 from omegaconf import OmegaConf
 
-from advbench.config import compose_config, conf_dir, group_options, groups
+from advbench.cli.config import compose_config
+from advbench.core.catalog import conf_dir, group_options, groups
 
 PRIMARY = {"metric": "uap_train", "uap": "uap_train"}
 OPTIONS = [(g, o) for g in groups() for o in group_options(g)]
@@ -50,7 +51,7 @@ def test_option_composes_and_targets_accept_their_keys(group: str, option: str) 
 def test_attack_options_instantiate(option: str) -> None:
     from hydra.utils import instantiate
 
-    from advbench.attacks.base import Attack
+    from advbench.robustness.attacks.base import Attack
 
     cfg = compose_config("config", [f"attack={option}"])
     assert isinstance(instantiate(cfg.attack.params), Attack)
@@ -58,7 +59,7 @@ def test_attack_options_instantiate(option: str) -> None:
 
 
 def test_every_option_has_a_description() -> None:
-    from advbench.config import describe
+    from advbench.core.catalog import describe
 
     missing = [f"{g}/{o}" for g, o in OPTIONS if g not in ("hydra",) and not describe(g, o)]
     assert not missing, f"options without a one-line description: {missing}"

@@ -43,9 +43,15 @@ import torch
 import torchattacks
 from torch import nn
 
-from advbench.attacks.gradient import BIM, FGSM, MIM, PGD, IterativeGradientAttack
-from advbench.attacks.oracles import WhiteBoxOracle
-from advbench.attacks.random import uniform
+from advbench.robustness.attacks.gradient import (
+    BIM,
+    FGSM,
+    MIM,
+    PGD,
+    IterativeGradientAttack,
+)
+from advbench.robustness.attacks.oracles import WhiteBoxOracle
+from advbench.robustness.attacks.random import uniform
 
 pytestmark = pytest.mark.slow
 

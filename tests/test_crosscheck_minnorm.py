@@ -24,14 +24,15 @@ import pytest
 import torch
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
-
-from advbench.attacks.oracles import WhiteBoxOracle
-from advbench.attacks.steps import lp_norm
-from advbench.config import conf_dir
-from advbench.data.targets import target_classes
-from advbench.engine import SearchSettings, evaluate_batch
-from advbench.threat import ThreatModel
 from test_crosscheck import load_bench
+
+from advbench.core.catalog import conf_dir
+from advbench.robustness.attacks.oracles import WhiteBoxOracle
+from advbench.robustness.attacks.steps import lp_norm
+from advbench.robustness.data.targets import target_classes
+from advbench.robustness.evaluation.measure import evaluate_batch
+from advbench.robustness.evaluation.search import SearchSettings
+from advbench.robustness.threat import ThreatModel
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 

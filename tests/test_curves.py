@@ -10,8 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from advbench.curves import budget_curve, eps_grid, format_table3, strength_curve, summary_table
-from advbench.errors import AdvbenchError
+from advbench.core.errors import AdvbenchError
+from advbench.robustness.report.curves import (
+    budget_curve,
+    eps_grid,
+    format_table3,
+    strength_curve,
+    summary_table,
+)
 
 INF = math.inf
 

@@ -14,12 +14,12 @@ from omegaconf import OmegaConf
 from PIL import Image
 from sklearn.datasets import load_digits
 
-from advbench.config import compose_config
-from advbench.data.cifar10 import CIFAR10
-from advbench.data.digits import Digits
-from advbench.data.folder import ImageFolderDataset
-from advbench.data.imagenet import ImageNet
-from advbench.errors import AdvbenchError
+from advbench.cli.config import compose_config
+from advbench.core.errors import AdvbenchError
+from advbench.robustness.data.cifar10 import CIFAR10
+from advbench.robustness.data.digits import Digits
+from advbench.robustness.data.folder import ImageFolderDataset
+from advbench.robustness.data.imagenet import ImageNet
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "dataset"
 

@@ -12,15 +12,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from contract import assert_decision_queries
 from torch import nn
 
-from advbench.attacks.decision import Boundary, HopSkipJump
-from advbench.attacks.oracles import DecisionOracle, WhiteBoxOracle
-from advbench.attacks.steps import lp_norm
-from advbench.data.targets import target_classes
-from advbench.errors import AdvbenchError
-
-from contract import assert_decision_queries
+from advbench.core.errors import AdvbenchError
+from advbench.robustness.attacks.decision import Boundary, HopSkipJump
+from advbench.robustness.attacks.oracles import DecisionOracle, WhiteBoxOracle
+from advbench.robustness.attacks.steps import lp_norm
+from advbench.robustness.data.targets import target_classes
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -116,8 +115,8 @@ def test_targeted_starts_from_the_batch_and_fails_cleanly_without_one(name: str,
 
 def test_end_to_end_under_the_decision_threat(tmp_path: Path, trained_digits_cache: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    from advbench.config import compose_config
-    from advbench.engine import run_main
+    from advbench.cli.config import compose_config
+    from advbench.robustness.evaluation.cell import run_main
 
     monkeypatch.setenv("ADVBENCH_CACHE", str(trained_digits_cache))
     overrides = ["attack=hsj", "attack.params.max_queries=300", "attack.params.checkpoints=[100,200]",

@@ -11,12 +11,11 @@ from __future__ import annotations
 import foolbox as fb
 import pytest
 import torch
-
-from advbench.attacks.decision import Boundary, HopSkipJump
-from advbench.attacks.oracles import DecisionOracle
-from advbench.attacks.steps import lp_norm
-
 from contract import Counting
+
+from advbench.robustness.attacks.decision import Boundary, HopSkipJump
+from advbench.robustness.attacks.oracles import DecisionOracle
+from advbench.robustness.attacks.steps import lp_norm
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 STEPS = 12  # Foolbox iterations: about 3,200 queries a sample on digits

@@ -9,9 +9,10 @@ from functools import lru_cache
 from click.testing import CliRunner
 from omegaconf import OmegaConf
 
-from advbench.cli import main
-from advbench.config import compose_config, conf_dir, group_options
-from advbench.defenses.training import Recipe
+from advbench.cli.config import compose_config
+from advbench.cli.main import main
+from advbench.core.catalog import conf_dir, group_options
+from advbench.robustness.defenses.recipes import Recipe
 
 # The seed's Table 1 rows with Table 4's architectures (advbench's stand-ins where it ships no
 # such net: ResNet-56 for DeepDefense's 5-layer CNN, Gowal's IBP CNN for Convex's ResNet).
@@ -81,8 +82,8 @@ def test_a_one_panel_figure_of_the_whole_zoo_keeps_its_legend_inside() -> None:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from test_plot import records
 
-    from advbench.curves import budget_curve
-    from advbench.plot import budget_figure
+    from advbench.robustness.report.curves import budget_curve
+    from advbench.robustness.report.plot import budget_figure
 
     names = group_options("defense")
     categories = {d: ("input transformation, randomization" if i % 3 else "robust training") for i, d in enumerate(names)}
@@ -99,7 +100,7 @@ def test_a_one_panel_figure_of_the_whole_zoo_keeps_its_legend_inside() -> None:
 def test_six_defenses_of_one_category_past_the_line_styles_get_different_sparse_markers() -> None:
     """Robust training has six defenses: the two past the four line styles must not share a marker,
     and markers on a few points only, or a marked solid and a marked dashed line look alike."""
-    from advbench.plot import defense_styles
+    from advbench.robustness.report.plot import defense_styles
 
     names = [f"d{i}" for i in range(6)]
     styles = defense_styles(names, {d: "robust training" for d in names})

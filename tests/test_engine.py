@@ -12,17 +12,25 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from advbench.attacks.base import Attack, AttackResult
-from advbench.attacks.gradient import BIM, FGSM, MIM, PGD
-from advbench.attacks.oracles import WhiteBoxOracle
-from advbench.attacks.steps import clip, lp_norm, per_sample, unit_direction
-from advbench.config import compose_config, conf_dir
-from advbench.curves import CELL, budget_curve, strength_curve, summary_table
-from advbench.data.targets import target_classes
-from advbench.engine import SearchSettings, _batch_frame, evaluate_batch, run_main
-from advbench.errors import AdvbenchError
-from advbench.records import read_records
-from advbench.threat import ThreatModel, goal_met
+from advbench.cli.config import compose_config
+from advbench.core.catalog import conf_dir
+from advbench.core.errors import AdvbenchError
+from advbench.core.records import read_records
+from advbench.robustness.attacks.base import Attack, AttackResult
+from advbench.robustness.attacks.gradient import BIM, FGSM, MIM, PGD
+from advbench.robustness.attacks.oracles import WhiteBoxOracle
+from advbench.robustness.attacks.steps import clip, lp_norm, unit_direction
+from advbench.robustness.data.targets import target_classes
+from advbench.robustness.evaluation.cell import _batch_frame, run_main
+from advbench.robustness.evaluation.measure import evaluate_batch
+from advbench.robustness.evaluation.search import SearchSettings
+from advbench.robustness.report.curves import (
+    CELL,
+    budget_curve,
+    strength_curve,
+    summary_table,
+)
+from advbench.robustness.threat import ThreatModel, goal_met
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -5,18 +5,18 @@ from __future__ import annotations
 
 import pytest
 import torch
+from contract import assert_budgeted_contract
 from hydra.utils import instantiate
 
-from advbench.attacks.ensemble import Ensemble, load_attack
-from advbench.attacks.oracles import WhiteBoxOracle
-from advbench.attacks.steps import lp_norm
-from advbench.config import compose_config
-from advbench.data.targets import target_classes
-from advbench.engine import SearchSettings, evaluate_batch
-from advbench.errors import AdvbenchError
-from advbench.threat import ThreatModel
-
-from contract import assert_budgeted_contract
+from advbench.cli.config import compose_config
+from advbench.core.errors import AdvbenchError
+from advbench.robustness.attacks.ensemble import Ensemble, load_attack
+from advbench.robustness.attacks.oracles import WhiteBoxOracle
+from advbench.robustness.attacks.steps import lp_norm
+from advbench.robustness.data.targets import target_classes
+from advbench.robustness.evaluation.measure import evaluate_batch
+from advbench.robustness.evaluation.search import SearchSettings
+from advbench.robustness.threat import ThreatModel
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -21,8 +21,8 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from advbench.cli import main
-from advbench.errors import AdvbenchError
+from advbench.cli.main import main
+from advbench.core.errors import AdvbenchError
 
 SMOKE = ["run", "experiment=smoke", "attack=fgsm", "defense.recipe.epochs=1"]  # the model `cache` holds
 
@@ -54,8 +54,8 @@ class Row:
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A cache with a trained digits model, so run rows never train (and print) first."""
-    from advbench.config import compose_config
-    from advbench.defenses.training import train_main
+    from advbench.cli.config import compose_config
+    from advbench.robustness.defenses.zoo import train_main
 
     root = tmp_path_factory.mktemp("errors-cache")
     with pytest.MonkeyPatch.context() as mp:
@@ -237,7 +237,7 @@ def full_disk(env: Env) -> list[str]:
 def searchpath_config(env: Env) -> list[str]:
     folder = env.tmp / "my-conf" / "attack"
     folder.mkdir(parents=True)
-    (folder / "evil.yaml").write_text("name: ../../../x\nparams:\n  _target_: advbench.attacks.gradient.FGSM\n")
+    (folder / "evil.yaml").write_text("name: ../../../x\nparams:\n  _target_: advbench.robustness.attacks.gradient.FGSM\n")
     return ["run", "experiment=smoke", f"hydra.searchpath=[file://{folder.parent}]", "attack=evil",
             f"out_dir={env.tmp / 'a' / 'b'}"]
 
@@ -324,14 +324,14 @@ def test_one_line_error(row: Row, env: Env) -> None:
 
 @pytest.mark.parametrize("name", ["digits", "pgd_at", "resnet-56", "a.b", "cifar10+x", "v=2"])
 def test_safe_names_pass(name: str) -> None:
-    from advbench.names import safe_name
+    from advbench.core.names import safe_name
 
     assert safe_name(name, "dataset.name") == name
 
 
 @pytest.mark.parametrize("name", ["", ".", "..", "../x", "/tmp/x", "a/b", "a\\b", ".hidden", "-x", "a b", "x" * 129])
 def test_unsafe_names_fail(name: str) -> None:
-    from advbench.names import safe_name
+    from advbench.core.names import safe_name
 
     with pytest.raises(AdvbenchError, match="dataset.name"):
         safe_name(name, "dataset.name")

@@ -9,22 +9,21 @@ test_attacks.py with a short budget.
 
 from __future__ import annotations
 
-
 import pytest
 import torch
+from contract import assert_decision_queries
 from torch import nn
 
-from advbench.attacks.evolutionary import Evolutionary, weighted_choice
-from advbench.attacks.oracles import DecisionOracle, WhiteBoxOracle
-from advbench.attacks.random import uniform
-from advbench.attacks.steps import lp_norm
-from advbench.config import compose_config
-from advbench.data.targets import target_classes
-from advbench.engine import SearchSettings, evaluate_batch
-from advbench.errors import AdvbenchError
-from advbench.threat import ThreatModel
-
-from contract import assert_decision_queries
+from advbench.cli.config import compose_config
+from advbench.core.errors import AdvbenchError
+from advbench.robustness.attacks.evolutionary import Evolutionary, weighted_choice
+from advbench.robustness.attacks.oracles import DecisionOracle, WhiteBoxOracle
+from advbench.robustness.attacks.random import uniform
+from advbench.robustness.attacks.steps import lp_norm
+from advbench.robustness.data.targets import target_classes
+from advbench.robustness.evaluation.measure import evaluate_batch
+from advbench.robustness.evaluation.search import SearchSettings
+from advbench.robustness.threat import ThreatModel
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -10,14 +10,22 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from advbench.attacks.apgd import APGD
-from advbench.attacks.gradient import BIM, MIM
-from advbench.attacks.oracles import ScoreOracle, WhiteBoxOracle
-from advbench.config import compose_config
-from advbench.engine import SearchSettings, cell_identity, cell_key, evaluate_batch, run_main
-from advbench.errors import AdvbenchError
-from advbench.runtime import CPU_AUTO_BATCH, as_input, batch_size, deploy, fit_batch
-from advbench.threat import ThreatModel
+from advbench.cli.config import compose_config
+from advbench.core.errors import AdvbenchError
+from advbench.core.runtime import (
+    CPU_AUTO_BATCH,
+    as_input,
+    batch_size,
+    deploy,
+    fit_batch,
+)
+from advbench.robustness.attacks.apgd import APGD
+from advbench.robustness.attacks.gradient import BIM, MIM
+from advbench.robustness.attacks.oracles import ScoreOracle, WhiteBoxOracle
+from advbench.robustness.evaluation.cell import cell_identity, cell_key, run_main
+from advbench.robustness.evaluation.measure import evaluate_batch
+from advbench.robustness.evaluation.search import SearchSettings
+from advbench.robustness.threat import ThreatModel
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -10,14 +10,15 @@ import torch
 from click.testing import CliRunner
 from torch import nn
 
-from advbench.cli import main
-from advbench.config import compose_config
-from advbench.data.digits import Digits
-from advbench.defenses.training import LOSSES, Recipe, checkpoint_key, load_trained_model
-from advbench.errors import AdvbenchError
-from advbench.models import build_model
-from advbench.models.checkpoint import load_checkpoint
-from advbench.models.denoise import DenoisingBlock
+from advbench.cli.config import compose_config
+from advbench.cli.main import main
+from advbench.core.errors import AdvbenchError
+from advbench.robustness.data.digits import Digits
+from advbench.robustness.defenses.recipes import LOSSES, Recipe
+from advbench.robustness.defenses.zoo import checkpoint_key, load_trained_model
+from advbench.robustness.models import build_model
+from advbench.robustness.models.checkpoint import load_checkpoint
+from advbench.robustness.models.denoise import DenoisingBlock
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 DENOISE = {"kind": "gaussian", "embed": True, "stages": None}

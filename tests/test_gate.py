@@ -15,12 +15,19 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from advbench.cli import main
-from advbench.config import compose_config, validate
-from advbench.defenses.training import ensure_checkpoint
-from advbench.errors import AdvbenchError
-from advbench.gate import VERDICT_DIR_ENV, Thresholds, gate_cell, judge, sweep_verdicts
-from advbench.records import write_part
+from advbench.cli.config import compose_config
+from advbench.cli.main import main
+from advbench.cli.validate import validate
+from advbench.core.errors import AdvbenchError
+from advbench.core.records import write_part
+from advbench.robustness.defenses.zoo import ensure_checkpoint
+from advbench.robustness.report.gate import (
+    VERDICT_DIR_ENV,
+    Thresholds,
+    gate_cell,
+    judge,
+    sweep_verdicts,
+)
 
 
 def cell(attack: str, goal: str, n: int, hits: int, *, eps: float = 0.2, correct: int | None = None) -> pd.DataFrame:

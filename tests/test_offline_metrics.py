@@ -8,10 +8,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from advbench.errors import AdvbenchError
-from advbench.iqa.images import photo_crops, sample_photos
-from advbench.iqa.metrics.learned import CNNQA, save_weights, train_cnnqa
-from advbench.iqa.metrics.niqe import (
+from advbench.core.errors import AdvbenchError
+from advbench.quality.images import photo_crops, sample_photos
+from advbench.quality.metrics.learned import CNNQA, save_weights, train_cnnqa
+from advbench.quality.metrics.niqe import (
     MODEL_FILE,
     NIQE,
     aggd_features,
@@ -19,7 +19,7 @@ from advbench.iqa.metrics.niqe import (
     ggd_features,
     save_pristine_model,
 )
-from advbench.iqa.metrics.registry import build_metric
+from advbench.quality.metrics.registry import build_metric
 
 
 def gaussian_blur(x: torch.Tensor, sigma: float) -> torch.Tensor:

@@ -11,13 +11,21 @@ import pytest
 import torch
 from torch import nn
 
-from advbench.attacks.optimized import CarliniWagnerL2, ClipBox, DeepFool, goal_margin, max_other, next_const
-from advbench.attacks.oracles import TransferOracle, WhiteBoxOracle
-from advbench.attacks.steps import adam_step, lp_norm
-from advbench.data.targets import target_classes
-from advbench.engine import SearchSettings, evaluate_batch
-from advbench.errors import AdvbenchError
-from advbench.threat import ThreatModel
+from advbench.core.errors import AdvbenchError
+from advbench.robustness.attacks.optimized import (
+    CarliniWagnerL2,
+    ClipBox,
+    DeepFool,
+    goal_margin,
+    max_other,
+    next_const,
+)
+from advbench.robustness.attacks.oracles import TransferOracle, WhiteBoxOracle
+from advbench.robustness.attacks.steps import adam_step, lp_norm
+from advbench.robustness.data.targets import target_classes
+from advbench.robustness.evaluation.measure import evaluate_batch
+from advbench.robustness.evaluation.search import SearchSettings
+from advbench.robustness.threat import ThreatModel
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -6,11 +6,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from advbench.attacks.base import Attack, AttackResult
-from advbench.attacks.gradient import BIM
-from advbench.attacks.oracles import (ORACLES, DecisionOracle, ScoreOracle, TransferOracle, WhiteBoxOracle,
-                                      build_oracle)
-from advbench.errors import AdvbenchError
+from advbench.core.errors import AdvbenchError
+from advbench.robustness.attacks.base import Attack, AttackResult
+from advbench.robustness.attacks.gradient import BIM
+from advbench.robustness.attacks.oracles import (
+    ORACLES,
+    DecisionOracle,
+    ScoreOracle,
+    TransferOracle,
+    WhiteBoxOracle,
+    build_oracle,
+)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from advbench.config import compose_config
-from advbench.errors import AdvbenchError
-from advbench.paths import location
+from advbench.cli.config import compose_config
+from advbench.core.errors import AdvbenchError
+from advbench.core.paths import location
 
 ADVBENCH = [sys.executable, "-m", "advbench"]
 
@@ -101,8 +101,13 @@ def test_sweep_runs_through_a_local_ray_instance(tmp_path: Path, trained_digits_
 def test_metrics_built_in_python_find_their_files_under_advbench_cache(env: pytest.MonkeyPatch, tmp_path: Path) -> None:
     import torch
 
-    from advbench.iqa.metrics.learned import CNNQA, WEIGHTS_FILE, QualityNet, save_weights
-    from advbench.iqa.metrics.niqe import MODEL_FILE, NIQE, save_pristine_model
+    from advbench.quality.metrics.learned import (
+        CNNQA,
+        WEIGHTS_FILE,
+        QualityNet,
+        save_weights,
+    )
+    from advbench.quality.metrics.niqe import MODEL_FILE, NIQE, save_pristine_model
 
     env.setenv("ADVBENCH_CACHE", str(tmp_path / "c"))
     mu = torch.arange(36, dtype=torch.float64)

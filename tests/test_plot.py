@@ -8,9 +8,13 @@ import pytest
 from matplotlib.colors import to_hex
 from rich.console import Console
 
-from advbench.curves import budget_curve, strength_curve, summary_table
-from advbench.errors import AdvbenchError
-from advbench.plot import (
+from advbench.core.errors import AdvbenchError
+from advbench.robustness.report.curves import (
+    budget_curve,
+    strength_curve,
+    summary_table,
+)
+from advbench.robustness.report.plot import (
     budget_figure,
     defense_styles,
     plot_budget_curves,
@@ -64,10 +68,10 @@ def test_budget_figure_has_one_panel_per_attack_and_one_line_per_defense():
     assert sorted(ax.get_title() for ax in fig.axes) == sorted(ATTACKS)
     assert fig.get_suptitle() == "digits · ℓ∞ · untargeted · white-box"
     for ax in fig.axes:
-        solid = [l for l in ax.get_lines() if l.get_linestyle() != ":"]
-        budget_lines = [l for l in ax.get_lines() if l.get_linestyle() == ":"]
+        solid = [line for line in ax.get_lines() if line.get_linestyle() != ":"]
+        budget_lines = [line for line in ax.get_lines() if line.get_linestyle() == ":"]
         assert len(solid) == len(DEFENSES)
-        assert [l.get_xdata()[0] for l in budget_lines] == pytest.approx([8 / 255])
+        assert [line.get_xdata()[0] for line in budget_lines] == pytest.approx([8 / 255])
         assert ax.get_ylim() == pytest.approx((-0.02, 1.02))
         assert ax.get_xlabel() == "ℓ∞ budget ε"
     assert fig.axes[0].get_ylabel() == "accuracy"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -15,14 +14,25 @@ from hypothesis import strategies as st
 from matplotlib.colors import to_hex
 from omegaconf import OmegaConf
 
-from advbench.attacks.decision import HopSkipJump
-from advbench.attacks.score import NES
-from advbench.config import compose_config, conf_dir
-from advbench.curves import checkpoint_curve, format_table3, query_curve, summary_table
-from advbench.engine import SearchSettings, evaluate_batch
-from advbench.errors import AdvbenchError
-from advbench.plot import defense_categories, render_all, strength_figure
-from advbench.threat import ThreatModel
+from advbench.cli.config import compose_config
+from advbench.core.catalog import conf_dir
+from advbench.core.errors import AdvbenchError
+from advbench.robustness.attacks.decision import HopSkipJump
+from advbench.robustness.attacks.score import NES
+from advbench.robustness.evaluation.measure import evaluate_batch
+from advbench.robustness.evaluation.search import SearchSettings
+from advbench.robustness.report.curves import (
+    checkpoint_curve,
+    format_table3,
+    query_curve,
+    summary_table,
+)
+from advbench.robustness.report.plot import (
+    defense_categories,
+    render_all,
+    strength_figure,
+)
+from advbench.robustness.threat import ThreatModel
 
 INF = math.inf
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -221,7 +231,7 @@ def test_records_category_column_wins_over_the_yaml(tmp_path):
 def test_plot_command_groups_by_category(tmp_path):
     from click.testing import CliRunner
 
-    from advbench.cli import main
+    from advbench.cli.main import main
 
     part = tmp_path / "records" / "part.parquet"
     part.parent.mkdir()

@@ -10,16 +10,21 @@ import torch
 from click.testing import CliRunner
 from torch import nn
 
-from advbench.attacks.oracles import build_oracle
-from advbench.cli import main
-from advbench.config import compose_config
-from advbench.data.digits import Digits
-from advbench.defenses.masking import cell_flags, gradient_flags
-from advbench.defenses.rse import conv_noise, inner_convolutions
-from advbench.defenses.training import _cfg_checkpoint_path, load_trained_model, train_defense
-from advbench.defenses.wrappers import RandomDiscretization, RandomSelfEnsemble, wrap
-from advbench.models import build_model
-from advbench.models.checkpoint import load_checkpoint
+from advbench.cli.config import compose_config
+from advbench.cli.main import main
+from advbench.robustness.attacks.oracles import build_oracle
+from advbench.robustness.data.digits import Digits
+from advbench.robustness.defenses.masking import cell_flags, gradient_flags
+from advbench.robustness.defenses.rse import conv_noise, inner_convolutions
+from advbench.robustness.defenses.trainer import train_defense
+from advbench.robustness.defenses.wrappers import (
+    RandomDiscretization,
+    RandomSelfEnsemble,
+    wrap,
+)
+from advbench.robustness.defenses.zoo import _cfg_checkpoint_path, load_trained_model
+from advbench.robustness.models import build_model
+from advbench.robustness.models.checkpoint import load_checkpoint
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -73,7 +78,7 @@ def test_a_rows_draws_do_not_depend_on_its_batch(tiny_model, batch, spec) -> Non
 @pytest.mark.parametrize("spec", [{"type": "rse", "ensemble": 4}, {"type": "randmix", "ensemble": 4}])
 def test_large_calls_go_through_in_slices_with_the_same_draws(tiny_model, batch, spec, monkeypatch) -> None:
     """Decision attacks send thousands of probes at once: rows x members is bounded per model call."""
-    import advbench.defenses.wrappers as W
+    import advbench.robustness.defenses.wrappers as W
 
     x = batch[0]
     whole = wrap(tiny_model, spec, seed=4)(x)

@@ -12,26 +12,25 @@ from omegaconf import OmegaConf, open_dict
 from torch import nn
 from torch.nn import functional as F
 
-from advbench.config import compose_config, group_options
-from advbench.defenses.inner import pgd_linf
-from advbench.defenses.training import (
-    LOSSES,
-    SINGLE_STEPS,
-    Recipe,
-    adp_regularizer,
-    build_defended_model,
+from advbench.cli.config import compose_config
+from advbench.core.catalog import group_options
+from advbench.core.errors import AdvbenchError
+from advbench.robustness.defenses.inner import pgd_linf
+from advbench.robustness.defenses.recipes import LOSSES, REGISTRY, SINGLE_STEPS, Recipe
+from advbench.robustness.defenses.recipes.adp import adp_regularizer
+from advbench.robustness.defenses.recipes.alp import logit_pairing
+from advbench.robustness.defenses.recipes.deepdefense import unrolled_deepfool
+from advbench.robustness.defenses.trainer import build_defended_model
+from advbench.robustness.defenses.zoo import (
     checkpoint_key,
+    load_defended_model,
     load_trained_model,
-    logit_pairing,
     static_model_config,
     train_main,
-    unrolled_deepfool,
 )
-from advbench.engine import load_defended_model
-from advbench.errors import AdvbenchError
-from advbench.models import instantiate_model
-from advbench.models.checkpoint import load_checkpoint
-from advbench.models.ensemble import Ensemble
+from advbench.robustness.models import instantiate_model
+from advbench.robustness.models.checkpoint import load_checkpoint
+from advbench.robustness.models.ensemble import Ensemble
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 RECIPES = ("deepdefense", "alp", "ens_at", "adp")
@@ -72,8 +71,9 @@ def _statics(arch: str, channels: int) -> tuple[nn.Module, ...]:
     return tuple(instantiate_model(_model_cfg(arch), 10, channels).eval().requires_grad_(False) for _ in range(2))
 
 
-@pytest.mark.parametrize("name", RECIPES)
+@pytest.mark.parametrize("name", list(REGISTRY))
 def test_each_recipe_takes_a_finite_differentiable_step_on_digits(name: str) -> None:
+    """Every registered recipe, with its conf/defense YAML's settings, on a tiny digits batch."""
     torch.manual_seed(0)
     x, y = torch.rand(16, 1, 8, 8), torch.arange(16) % 10
     _one_step(_recipe(name), "small_cnn", x, y, _statics("small_cnn", 1) if name == "ens_at" else ())
@@ -215,19 +215,32 @@ def test_deepdefense_penalises_small_perturbations_of_correct_samples() -> None:
 # ---------------------------------------------------------------- configs and `advbench train`
 
 
-def test_every_defense_config_builds_its_model_and_recipe() -> None:
-    """Every recipe in conf/defense validates and builds its digits model (wrappers reuse their base's)."""
+def _defense_recipes() -> dict[str, dict]:
+    """The `recipe:` block of each conf/defense option that has one (wrappers reuse their base's)."""
+    blocks = {name: OmegaConf.load(CONF / "defense" / f"{name}.yaml").get("recipe") for name in group_options("defense")}
+    return {name: recipe for name, recipe in blocks.items() if recipe is not None}
+
+
+@pytest.mark.parametrize("name", list(REGISTRY))
+def test_every_defense_config_builds_its_model_and_recipe(name: str) -> None:
+    """Every conf/defense recipe of each registered type validates and builds its digits model;
+    every registered recipe ships the conf/defense option of its name."""
     built = []
-    for name in group_options("defense"):
-        recipe = OmegaConf.load(CONF / "defense" / f"{name}.yaml").get("recipe")
-        if recipe is None:
+    for option, recipe in _defense_recipes().items():
+        if recipe.type != name:
             continue
         Recipe.from_config(recipe)
         model = build_defended_model(_model_cfg("small_cnn"), recipe, 10, 1)
-        assert model(torch.zeros(2, 1, 8, 8)).shape == (2, 10), name
-        built.append(name)
-    assert set(RECIPES) <= set(built)
-    assert isinstance(build_defended_model(_model_cfg("small_cnn"), _recipe("adp").__dict__, 10, 1), Ensemble)
+        assert model(torch.zeros(2, 1, 8, 8)).shape == (2, 10), option
+        built.append(option)
+    assert name in built
+    if REGISTRY[name].ensemble:
+        assert isinstance(build_defended_model(_model_cfg("small_cnn"), _recipe(name).__dict__, 10, 1), Ensemble)
+
+
+def test_every_defense_config_trains_a_registered_recipe() -> None:
+    assert {recipe.type for recipe in _defense_recipes().values()} <= set(REGISTRY)
+    assert set(RECIPES) <= set(REGISTRY) and REGISTRY["adp"].ensemble
 
 
 @pytest.mark.parametrize(

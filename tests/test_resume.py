@@ -20,16 +20,16 @@ import pytest
 import torch
 from hydra.utils import instantiate
 
-from advbench import engine
-from advbench.config import compose_config
-from advbench.defenses.training import checkpoint_key, ensure_checkpoint
-from advbench.errors import AdvbenchError
-from advbench.records import write_part
-from advbench.resume import CellFiles, sample_ids
+from advbench.cli.config import compose_config
+from advbench.core.errors import AdvbenchError
+from advbench.core.records import write_part
+from advbench.core.resume import CellFiles, sample_ids
+from advbench.robustness.defenses.zoo import checkpoint_key, ensure_checkpoint
+from advbench.robustness.evaluation import cell
 
 # Timing and provenance differ between any two runs; everything else must not.
 VOLATILE = ["seconds", "run_id", "created_at"]
-EVALUATE_BATCH = engine.evaluate_batch
+EVALUATE_BATCH = cell.evaluate_batch
 # The conftest cache holds a natural small_cnn trained for 4 epochs; ask for that model.
 BASE = ["experiment=smoke", "attack=fgsm", "defense.recipe.epochs=4", "threads=1", "batch_size=8", "chunk_size=16"]
 
@@ -58,7 +58,7 @@ def kill_after(monkeypatch: pytest.MonkeyPatch, batches: int) -> None:
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(engine, "evaluate_batch", dying)
+    monkeypatch.setattr(cell, "evaluate_batch", dying)
 
 
 def count_batches(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
@@ -69,7 +69,7 @@ def count_batches(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
         calls["n"] += 1
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(engine, "evaluate_batch", counting)
+    monkeypatch.setattr(cell, "evaluate_batch", counting)
     return calls
 
 
@@ -79,7 +79,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory, trained_digits_cache: Pa
     saved = os.environ.get("ADVBENCH_CACHE")
     os.environ["ADVBENCH_CACHE"] = str(trained_digits_cache)
     try:
-        return pd.read_parquet(engine.run_main(config(tmp_path_factory.mktemp("reference"))))
+        return pd.read_parquet(cell.run_main(config(tmp_path_factory.mktemp("reference"))))
     finally:
         if saved is None:
             os.environ.pop("ADVBENCH_CACHE")
@@ -97,10 +97,10 @@ def test_resume_with_another_chunk_size(first: int, second: int, tmp_path: Path,
     """The issue's 128-of-480 and 576-for-480: chunks are matched by sample id, not by index."""
     kill_after(monkeypatch, batches=5)  # 40 samples done: two chunks of 16 or one of 24
     with pytest.raises(KeyboardInterrupt):
-        engine.run_main(config(tmp_path, f"chunk_size={first}"))
+        cell.run_main(config(tmp_path, f"chunk_size={first}"))
     assert chunks(config(tmp_path))
     calls = count_batches(monkeypatch)
-    resumed = pd.read_parquet(engine.run_main(config(tmp_path, f"chunk_size={second}")))
+    resumed = pd.read_parquet(cell.run_main(config(tmp_path, f"chunk_size={second}")))
     assert len(resumed) == 64 and resumed["sample_id"].is_unique
     pd.testing.assert_frame_equal(comparable(resumed), comparable(reference))
     done = (40 // first) * first
@@ -111,11 +111,11 @@ def test_truncated_chunk_is_recomputed_with_a_warning(tmp_path: Path, monkeypatc
                                                       reference: pd.DataFrame) -> None:
     kill_after(monkeypatch, batches=4)
     with pytest.raises(KeyboardInterrupt):
-        engine.run_main(config(tmp_path))
+        cell.run_main(config(tmp_path))
     first = chunks(config(tmp_path))[0]
     first.write_bytes(first.read_bytes()[:100])
     monkeypatch.undo()
-    resumed = pd.read_parquet(engine.run_main(config(tmp_path)))
+    resumed = pd.read_parquet(cell.run_main(config(tmp_path)))
     assert "ignoring chunk" in capsys.readouterr().err
     pd.testing.assert_frame_equal(comparable(resumed), comparable(reference))
 
@@ -126,7 +126,7 @@ def test_foreign_chunk_is_recomputed_with_a_warning(foreign: str, tmp_path: Path
     """A parquet that is not this cell's chunk (another cell's records, any table) is never adopted."""
     kill_after(monkeypatch, batches=4)
     with pytest.raises(KeyboardInterrupt):
-        engine.run_main(config(tmp_path))
+        cell.run_main(config(tmp_path))
     first = chunks(config(tmp_path))[0]
     if foreign == "other_cell":
         other = pd.read_parquet(first).assign(cell_key="0123456789ab", adv_pred=-1)
@@ -134,7 +134,7 @@ def test_foreign_chunk_is_recomputed_with_a_warning(foreign: str, tmp_path: Path
         other = pd.DataFrame({"sample_id": range(32), "x": 1.0})
     other.to_parquet(first)
     monkeypatch.undo()
-    resumed = pd.read_parquet(engine.run_main(config(tmp_path)))
+    resumed = pd.read_parquet(cell.run_main(config(tmp_path)))
     assert "ignoring chunk" in capsys.readouterr().err
     pd.testing.assert_frame_equal(comparable(resumed), comparable(reference))
 
@@ -143,61 +143,61 @@ def test_force_clears_partial_state(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     """force=true must not reuse a chunk left by an earlier run (here: one with wrong numbers)."""
     kill_after(monkeypatch, batches=2)
     with pytest.raises(KeyboardInterrupt):
-        engine.run_main(config(tmp_path))
+        cell.run_main(config(tmp_path))
     stale = chunks(config(tmp_path))[0]
     pd.read_parquet(stale).assign(adv_pred=-7).to_parquet(stale)
     monkeypatch.undo()
-    forced = pd.read_parquet(engine.run_main(config(tmp_path, "force=true")))
+    forced = pd.read_parquet(cell.run_main(config(tmp_path, "force=true")))
     pd.testing.assert_frame_equal(comparable(forced), comparable(reference))
     assert not chunks(config(tmp_path))
     calls = count_batches(monkeypatch)
-    engine.run_main(config(tmp_path, "force=true"))
+    cell.run_main(config(tmp_path, "force=true"))
     assert calls["n"] == 8, "force=true recomputes a finished cell"
 
 
 def test_skip_when_finished_and_unreadable_part_is_recomputed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                              capsys, reference: pd.DataFrame) -> None:
-    out = engine.run_main(config(tmp_path))
+    out = cell.run_main(config(tmp_path))
     calls = count_batches(monkeypatch)
-    assert engine.run_main(config(tmp_path)) == out and calls["n"] == 0
+    assert cell.run_main(config(tmp_path)) == out and calls["n"] == 0
     assert "skip" in capsys.readouterr().err
     out.write_bytes(b"PAR1 not really")
-    pd.testing.assert_frame_equal(comparable(pd.read_parquet(engine.run_main(config(tmp_path)))), comparable(reference))
+    pd.testing.assert_frame_equal(comparable(pd.read_parquet(cell.run_main(config(tmp_path)))), comparable(reference))
     assert calls["n"] == 8 and "unreadable records" in capsys.readouterr().err
 
 
 def test_kills_leave_no_orphans_after_the_next_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Leftovers of kills (temporary files, chunks of finished cells) go on the next run."""
-    finished = engine.run_main(config(tmp_path, "threat=l2"))
+    finished = cell.run_main(config(tmp_path, "threat=l2"))
     stale_partial = CellFiles(finished).partial
     stale_partial.mkdir(parents=True)
     (stale_partial / "chunk-000000-00016.parquet").write_bytes(b"left by a kill after the part was written")
     records = finished.parent
     orphan_part = records / f".{finished.name}.{'a' * 32}.tmp"
     orphan_part.write_bytes(b"half a part")
-    out = engine.part_path(records, engine.cell_identity(config(tmp_path), *_threat_attack(config(tmp_path))))
+    out = cell.part_path(records, cell.cell_identity(config(tmp_path), *_threat_attack(config(tmp_path))))
     orphan_own = records / f".{out.name}.{'b' * 32}.tmp"
     orphan_own.write_bytes(b"half a part")
     kill_after(monkeypatch, batches=2)
     with pytest.raises(KeyboardInterrupt):
-        engine.run_main(config(tmp_path))
+        cell.run_main(config(tmp_path))
     orphan_chunk = CellFiles(out).partial / f".chunk-000016-00016.parquet.{'c' * 32}.tmp"
     orphan_chunk.write_bytes(b"half a chunk")
     monkeypatch.undo()
-    engine.run_main(config(tmp_path))
+    cell.run_main(config(tmp_path))
     leftovers = [p for p in records.rglob("*") if p.is_file() and ".locks" not in p.parts]
     assert sorted(leftovers) == sorted([finished, out]), leftovers
 
 
 def _threat_attack(cfg):
     dataset = instantiate(cfg.dataset)
-    return engine.build_threat(cfg, dataset.budgets), instantiate(cfg.attack.params)
+    return cell.build_threat(cfg, dataset.budgets), instantiate(cfg.attack.params)
 
 
 def key_of(tmp_path: Path, *extra: str) -> str:
     cfg = config(tmp_path, *extra)
-    threat = engine.build_threat(cfg, dict(cfg.dataset.budgets))
-    return engine.cell_key(engine.cell_identity(cfg, threat, instantiate(cfg.attack.params)))
+    threat = cell.build_threat(cfg, dict(cfg.dataset.budgets))
+    return cell.cell_key(cell.cell_identity(cfg, threat, instantiate(cfg.attack.params)))
 
 
 @pytest.mark.parametrize("change", [
@@ -220,18 +220,18 @@ def test_cell_key_covers_the_data_root(tmp_path: Path, fake_cifar_root: Path) ->
 
 def test_cell_key_covers_the_checkpoint_content(tmp_path: Path) -> None:
     """Same `checkpoint=` path, new weights in it: the records of the old weights are stale."""
-    from advbench.models import instantiate_model
-    from advbench.models.checkpoint import load_checkpoint, save_checkpoint
+    from advbench.robustness.models import instantiate_model
+    from advbench.robustness.models.checkpoint import load_checkpoint, save_checkpoint
 
     cfg = config(tmp_path)
     model = instantiate_model(cfg.model, 10, 1)
     meta = load_checkpoint(ensure_checkpoint(cfg), model)
     ckpt = save_checkpoint(tmp_path / "mine.pt", model, meta)
-    first = engine.run_main(config(tmp_path, f"checkpoint={ckpt}"))
+    first = cell.run_main(config(tmp_path, f"checkpoint={ckpt}"))
     with torch.no_grad():
         next(model.parameters()).mul_(-1)
     save_checkpoint(ckpt, model, meta)
-    second = engine.run_main(config(tmp_path, f"checkpoint={ckpt}"))
+    second = cell.run_main(config(tmp_path, f"checkpoint={ckpt}"))
     assert second != first and second.is_file()
     assert not pd.read_parquet(first)["adv_pred"].equals(pd.read_parquet(second)["adv_pred"])
 
@@ -251,8 +251,8 @@ def test_checkpoint_cache_key_is_shared_by_train_and_run() -> None:
 
 def test_run_trains_a_new_checkpoint_when_the_recipe_changes(tmp_path: Path) -> None:
     """The issue: `defense.recipe.epochs` changed, yet the cell skipped on the old model."""
-    first = engine.run_main(config(tmp_path))
-    second = engine.run_main(config(tmp_path, "defense.recipe.epochs=1"))
+    first = cell.run_main(config(tmp_path))
+    second = cell.run_main(config(tmp_path, "defense.recipe.epochs=1"))
     assert first != second
     meta = torch.load(ensure_checkpoint(config(tmp_path, "defense.recipe.epochs=1")), weights_only=True)["meta"]
     assert meta["config"]["recipe"]["epochs"] == 1
@@ -270,7 +270,7 @@ def test_sample_ids_without_an_id_attribute() -> None:
 
 
 def test_duplicate_sample_ids_are_an_error(tmp_path: Path) -> None:
-    from advbench.resume import ChunkStore
+    from advbench.core.resume import ChunkStore
 
     with pytest.raises(AdvbenchError, match="not unique"):
         ChunkStore(tmp_path, "k", "v", [1, 2, 1])
@@ -299,7 +299,7 @@ def test_second_run_of_a_running_cell_waits_then_skips(tmp_path: Path, trained_d
     """The issue's two sweeps into one folder: the second waits for the cell's lock, then skips
     (before, it computed alongside and crashed with FileNotFoundError when `.partial/` went)."""
     cfg = config(tmp_path)
-    files = CellFiles(engine.part_path(Path(cfg.records_dir), engine.cell_identity(cfg, *_threat_attack(cfg))))
+    files = CellFiles(cell.part_path(Path(cfg.records_dir), cell.cell_identity(cfg, *_threat_attack(cfg))))
     log = tmp_path / "second.err"
     with files.lock():  # this test plays the first run, mid-cell
         files.partial.mkdir(parents=True)
@@ -364,4 +364,4 @@ def test_unwritable_lock_folder_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "records").mkdir()
     (tmp_path / "records/.locks").write_text("not a folder")
     with pytest.raises(AdvbenchError, match="cannot create the lock file"):
-        engine.run_main(config(tmp_path))
+        cell.run_main(config(tmp_path))

@@ -6,19 +6,18 @@ batch independence; these tests cover what is particular to attacks that pay in 
 
 from __future__ import annotations
 
-
 import pandas as pd
 import pytest
 import torch
+from contract import assert_seeded_and_batch_independent
 from torch import nn
 
-from advbench.attacks.oracles import ScoreOracle
-from advbench.attacks.score import NES, SPSA, Square, p_schedule
-from advbench.config import compose_config
-from advbench.engine import SearchSettings, evaluate_batch
-from advbench.threat import ThreatModel
-
-from contract import assert_seeded_and_batch_independent
+from advbench.cli.config import compose_config
+from advbench.robustness.attacks.oracles import ScoreOracle
+from advbench.robustness.attacks.score import NES, SPSA, Square, p_schedule
+from advbench.robustness.evaluation.measure import evaluate_batch
+from advbench.robustness.evaluation.search import SearchSettings
+from advbench.robustness.threat import ThreatModel
 
 BUDGETS = {"linf": 0.1, "l2": 0.8}
 
@@ -135,7 +134,7 @@ def test_engine_search_with_query_probes(tiny_model, batch) -> None:
 
 
 def test_score_threat_presets_run_square_via_run_main(tmp_path, trained_digits_cache, monkeypatch) -> None:
-    from advbench.engine import run_main
+    from advbench.robustness.evaluation.cell import run_main
 
     monkeypatch.setenv("ADVBENCH_CACHE", str(trained_digits_cache))
     overrides = ["attack=square", "attack.params.n_queries=100", "threat=linf_score", "dataset.n_samples=32",

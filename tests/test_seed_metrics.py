@@ -24,15 +24,19 @@ import torchvision
 from omegaconf import OmegaConf
 from torch import nn
 
-from advbench.errors import AdvbenchError
-from advbench.iqa.metrics.base import QualityMetric
-from advbench.iqa.metrics.common import PretrainedMetric, RandomWeightsWarning
-from advbench.iqa.metrics.pyiqa_backend import MissingDependencyError
-from advbench.iqa.metrics.registry import available_metrics, build_metric, metric_config
-from advbench.iqa.metrics.spaq import patch_starts
-from advbench.iqa.metrics.vsfa import sitp
+from advbench.core.errors import AdvbenchError
+from advbench.quality.metrics.base import QualityMetric
+from advbench.quality.metrics.common import PretrainedMetric, RandomWeightsWarning
+from advbench.quality.metrics.pyiqa_backend import MissingDependencyError
+from advbench.quality.metrics.registry import (
+    available_metrics,
+    build_metric,
+    metric_config,
+)
+from advbench.quality.metrics.spaq import patch_starts
+from advbench.quality.metrics.vsfa import sitp
 
-pytestmark = pytest.mark.filterwarnings("ignore::advbench.iqa.metrics.common.RandomWeightsWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::advbench.quality.metrics.common.RandomWeightsWarning")
 
 SEED_METRICS = ("paq2piq", "linearity", "vsfa", "mdtvsfa", "koncept", "nima", "spaq")
 CATALOGUE = available_metrics()

@@ -8,11 +8,11 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from advbench.cli import main
-from advbench.config import compose_config
-from advbench.curves import summary_table
-from advbench.engine import run_main
-from advbench.records import read_records
+from advbench.cli.config import compose_config
+from advbench.cli.main import main
+from advbench.core.records import read_records
+from advbench.robustness.evaluation.cell import run_main
+from advbench.robustness.report.curves import summary_table
 
 PER_SAMPLE = ["sample_id", "label", "adv_pred", "clean_correct", "success_at_budget", "min_eps", "min_eps_lo",
               "adv_norm", "first_success_strength", "grad_evals", "queries"]
@@ -68,7 +68,7 @@ def test_a_rerun_of_the_sharded_sweep_recomputes_only_the_missing_shard(sharded,
 
 
 def test_a_range_sweep_over_shards_is_checked_before_any_cell_runs(tmp_path: Path) -> None:
-    from advbench.config import _first_choices
+    from advbench.cli.config import _first_choices
 
     combos = _first_choices(["attack=fgsm,bim", "shard.count=3", "shard.index=range(0,3)"])
     assert [c[-1] for c in combos] == ["shard.index=0", "shard.index=1", "shard.index=2"] * 2

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from advbench.errors import AdvbenchError
-from advbench.iqa import stability as S
-from advbench.iqa.report import published_table2, stability_from_records
+from advbench.core.errors import AdvbenchError
+from advbench.quality import stability as S
+from advbench.quality.report import published_table2, stability_from_records
 
 FIXTURE = Path(__file__).parent / "data" / "seed_stability"
 # Table 2 of the paper, as reproduced to two decimals by the published areas (fixture README).

@@ -8,7 +8,14 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from advbench.attacks.steps import ascend, clip, lp_norm, project, random_start, unit_direction
+from advbench.robustness.attacks.steps import (
+    ascend,
+    clip,
+    lp_norm,
+    project,
+    random_start,
+    unit_direction,
+)
 
 NORMS = st.sampled_from(["linf", "l2"])
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 from click.testing import CliRunner
 
-from advbench.cli import main
+from advbench.cli.main import main
 
 PUBLISHED = Path(__file__).parent / "data" / "seed_stability"
 

@@ -4,31 +4,34 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import hydra.utils
 import pytest
 import torch
-import hydra.utils
 import torchattacks
 from omegaconf import OmegaConf
 from torch import nn
 from torch.nn import functional as F
 from torchvision import models as tv_models
 
-from advbench.config import compose_config
-from advbench.data.digits import Digits
-from advbench.defenses.inner import cross_entropy_objective, kl_objective, pgd_linf
-from advbench.defenses.training import (
-    Recipe,
+from advbench.cli.config import compose_config
+from advbench.core.errors import AdvbenchError
+from advbench.robustness.data.digits import Digits
+from advbench.robustness.defenses.inner import (
+    cross_entropy_objective,
+    kl_objective,
+    pgd_linf,
+)
+from advbench.robustness.defenses.recipes import Recipe
+from advbench.robustness.defenses.trainer import evaluate_accuracy, train_defense
+from advbench.robustness.defenses.zoo import (
     checkpoint_key,
     checkpoint_path,
     ensure_checkpoint,
-    evaluate_accuracy,
     load_trained_model,
-    train_defense,
     train_main,
 )
-from advbench.errors import AdvbenchError
-from advbench.models import instantiate_model
-from advbench.models.checkpoint import load_checkpoint
+from advbench.robustness.models import instantiate_model
+from advbench.robustness.models.checkpoint import load_checkpoint
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 EPS = 0.1

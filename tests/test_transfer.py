@@ -13,12 +13,23 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from advbench.attacks.gradient import BIM, FGSM, MIM
-from advbench.attacks.oracles import TransferOracle, WhiteBoxOracle, build_oracle
-from advbench.attacks.transfer import DIM, TI, diverse_inputs, gaussian_kernel, smooth
-from advbench.engine import SearchSettings, evaluate_batch
-from advbench.errors import AdvbenchError
-from advbench.threat import ThreatModel
+from advbench.core.errors import AdvbenchError
+from advbench.robustness.attacks.gradient import BIM, FGSM, MIM
+from advbench.robustness.attacks.oracles import (
+    TransferOracle,
+    WhiteBoxOracle,
+    build_oracle,
+)
+from advbench.robustness.attacks.transfer import (
+    DIM,
+    TI,
+    diverse_inputs,
+    gaussian_kernel,
+    smooth,
+)
+from advbench.robustness.evaluation.measure import evaluate_batch
+from advbench.robustness.evaluation.search import SearchSettings
+from advbench.robustness.threat import ThreatModel
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 EPS = 0.2

@@ -15,10 +15,11 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from advbench.config import compose_config, conf_dir
-from advbench.engine import build_threat, cell_identity
-from advbench.errors import AdvbenchError
-from advbench.substitute import substitute_config
+from advbench.cli.config import compose_config
+from advbench.core.catalog import conf_dir
+from advbench.core.errors import AdvbenchError
+from advbench.robustness.evaluation.cell import build_threat, cell_identity
+from advbench.robustness.evaluation.substitute import substitute_config
 
 ADVBENCH = [sys.executable, "-m", "advbench"]
 FAST = ["dataset.n_samples=40", "search.max_probes=3", "threads=1", "defense.recipe.epochs=2",
@@ -55,7 +56,7 @@ def test_transfer_run_end_to_end_via_the_cli(tmp_path: Path) -> None:
 
 def test_transfer_cell_in_process_then_skipped_when_done(tmp_path: Path, trained_digits_cache: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    from advbench.engine import run_main
+    from advbench.robustness.evaluation.cell import run_main
 
     monkeypatch.setenv("ADVBENCH_CACHE", str(trained_digits_cache))
     overrides = ["attack=bim", "threat=l2_transfer_targeted", "substitute=digits_seed1", "dataset.n_samples=32",
@@ -71,14 +72,14 @@ def test_transfer_cell_in_process_then_skipped_when_done(tmp_path: Path, trained
 
 
 def test_transfer_without_a_substitute_is_an_error(tmp_path: Path) -> None:
-    from advbench.engine import run_main
+    from advbench.robustness.evaluation.cell import run_main
 
     with pytest.raises(AdvbenchError, match="needs a substitute model; set substitute=.*digits_seed1"):
         run_main(compose_config("config", ["threat=linf_transfer", f"out_dir={tmp_path}"]))
 
 
 def test_missing_substitute_checkpoint_is_an_error_about_the_substitute(tmp_path: Path) -> None:
-    from advbench.engine import run_main
+    from advbench.robustness.evaluation.cell import run_main
 
     cfg = compose_config("config", ["threat=linf_transfer", "substitute=digits_seed1",
                                     f"substitute.checkpoint={tmp_path}/nope.pt", f"out_dir={tmp_path}"])
@@ -88,13 +89,13 @@ def test_missing_substitute_checkpoint_is_an_error_about_the_substitute(tmp_path
 
 def test_a_sweep_skips_cells_the_attack_does_not_support(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                           capsys: pytest.CaptureFixture) -> None:
-    from advbench import engine
+    from advbench.robustness.evaluation import cell
 
     cfg = compose_config("config", ["attack=cw", "threat=linf", f"out_dir={tmp_path}"])
     with pytest.raises(AdvbenchError, match="supports norms l2"):
-        engine.run_main(cfg)
-    monkeypatch.setattr(engine, "_in_sweep", lambda: True)
-    assert engine.run_main(cfg) is None
+        cell.run_main(cfg)
+    monkeypatch.setattr(cell, "_in_sweep", lambda: True)
+    assert cell.run_main(cfg) is None
     assert "skip digits/natural/cw linf" in capsys.readouterr().err
     assert not (tmp_path / "records").exists()
 
@@ -167,7 +168,7 @@ def test_unknown_substitute_lists_the_options() -> None:
 
 
 def test_transfer_oracle_needs_bounds_like_the_target() -> None:
-    from advbench.attacks.oracles import TransferOracle
+    from advbench.robustness.attacks.oracles import TransferOracle
 
     target, sub = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
     sub.bounds = (-1.0, 1.0)

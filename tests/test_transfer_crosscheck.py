@@ -33,8 +33,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from advbench.attacks.oracles import TransferOracle
-from advbench.attacks.transfer import DIM, TI, diverse_inputs
+from advbench.robustness.attacks.oracles import TransferOracle
+from advbench.robustness.attacks.transfer import DIM, TI, diverse_inputs
 
 torchattacks = pytest.importorskip("torchattacks")
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]

@@ -10,15 +10,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from advbench.errors import AdvbenchError
-from advbench.iqa.madc import madc_attack
-from advbench.iqa.metrics.base import QualityMetric
-from advbench.iqa.uap import (
+from advbench.core.errors import AdvbenchError
+from advbench.quality.madc import madc_attack
+from advbench.quality.metrics.base import QualityMetric
+from advbench.quality.uap import (
+    ablation_figure,
     apply_uap,
     csf_mask,
     evaluate_uap,
     load_uap,
-    ablation_figure,
     plot_ablation,
     save_uap,
     signed_gain,

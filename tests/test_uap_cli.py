@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner, Result
 
-from advbench.iqa.cli import uap
-from advbench.records import read_records
+from advbench.cli.quality import uap
+from advbench.core.records import read_records
 
 SEED_PNG = Path(__file__).parent / "data" / "uap" / "pretrained_uap_paq2piq.png"
 TINY_TRAIN = ["metric=niqe", "uap=quick", "subset=8", "validate.n_images=4", "progress=false"]
@@ -42,7 +42,7 @@ def assert_one_line_error(result: Result, *needles: str) -> None:
 
 @pytest.mark.parametrize("command", [[], ["train"], ["eval"], ["stability"], ["ablation"]])
 def test_help(command: list[str]) -> None:
-    from advbench.cli import main
+    from advbench.cli.main import main
 
     result = CliRunner().invoke(main, ["uap", *command, "--help"])
     assert result.exit_code == 0, result.output
@@ -146,7 +146,7 @@ def test_stability_reruns_when_the_uap_file_or_csf_changes(workdir: Path) -> Non
 def test_eval_uses_the_seed_png_on_a_folder(workdir: Path) -> None:
     from PIL import Image
 
-    from advbench.iqa.images import sample_photo
+    from advbench.quality.images import sample_photo
 
     images = workdir / "folder"
     images.mkdir()

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from advbench.config import compose_config
-from advbench.defenses.training import ensure_checkpoint
+from advbench.cli.config import compose_config
+from advbench.robustness.defenses.zoo import ensure_checkpoint
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -51,7 +51,7 @@ def test_training_on_first_use_says_what_and_why_on_stderr(tmp_path: Path, capsy
 def test_table1_headers_name_amplitudes_and_numbers_share_one_format() -> None:
     import pandas as pd
 
-    from advbench.iqa.cli import _seconds, table1_display, table1_markdown
+    from advbench.cli.quality import _seconds, table1_display, table1_markdown
 
     table = pd.DataFrame([{"attack": "UAP", "0.02": 0.02, "0.6": 0.9, "CPU time": _seconds(0.0373)},
                           {"attack": "MADC", "0.02": 7.73, "0.6": 7.7, "CPU time": _seconds(123.66)}])
@@ -68,7 +68,7 @@ def test_table2_numbers_have_fixed_decimals(tmp_path: Path) -> None:
     import pandas as pd
     from rich.console import Console
 
-    from advbench.iqa.report import write_table2
+    from advbench.quality.report import write_table2
 
     table = pd.DataFrame({"metric": ["spaq", "vsfa"], "stability": [2.55, -3.8], "source": "stored areas",
                           "loss_lo": [0.104141, 0.104141], "loss_hi": [0.36, 0.36], "KonIQ": [0.9, float("nan")]})
@@ -81,8 +81,8 @@ def test_table2_numbers_have_fixed_decimals(tmp_path: Path) -> None:
 def test_list_in_a_pipe_keeps_each_option_on_one_line() -> None:
     from click.testing import CliRunner
 
-    from advbench.cli import main
-    from advbench.config import describe, group_options
+    from advbench.cli.main import main
+    from advbench.core.catalog import describe, group_options
 
     output = CliRunner().invoke(main, ["list", "attack"]).output
     lines = output.splitlines()

@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from advbench.errors import AdvbenchError
-from advbench.iqa import video as V
-from advbench.iqa.metrics.base import QualityMetric
-from advbench.iqa.rd import Perturbation, RDRun, make_synthetic_videos, part_path, run_rd
-from advbench.iqa.report import is_rd_records, render_stability
-from advbench.records import read_records
+from advbench.core.errors import AdvbenchError
+from advbench.core.records import read_records
+from advbench.quality import video as V
+from advbench.quality.clips import make_synthetic_videos
+from advbench.quality.metrics.base import QualityMetric
+from advbench.quality.rd import Perturbation, RDRun, part_path, run_rd
+from advbench.quality.report import is_rd_records, render_stability
 
 RD_COLUMNS = {"run_id", "metric", "higher_better", "video", "amplitude", "target_bitrate_kbps",
               "real_bitrate_kbps", "metric_score", "metric_scoring", "psnr", "psnr_kind", "n_frames",
@@ -59,8 +60,8 @@ def test_synthetic_clips_move_and_read_back(clips) -> None:
 
 
 def test_the_default_clip_set_films_every_photo_with_three_motions(tmp_path: Path) -> None:
-    from advbench.iqa.images import photo_names
-    from advbench.iqa.rd import MOTIONS
+    from advbench.quality.clips import MOTIONS
+    from advbench.quality.images import photo_names
 
     paths = make_synthetic_videos(tmp_path, n=None, size=(32, 48), frames=6)
     assert len(paths) == len(photo_names("all")) == 16
@@ -75,7 +76,7 @@ def test_the_default_clip_set_films_every_photo_with_three_motions(tmp_path: Pat
 
 
 def test_shake_rolls_the_camera_rigidly() -> None:
-    from advbench.iqa.rd import _film
+    from advbench.quality.clips import _film
 
     image = np.zeros((200, 300), np.uint8)
     image[:, 150] = 255  # one vertical line through the centre
@@ -233,14 +234,14 @@ def test_frames_decoded_mid_stream_meet_their_own_source_frames(tmp_path: Path) 
     assert len(run.written) == 2
 
 
-@pytest.mark.filterwarnings("ignore::advbench.iqa.metrics.common.RandomWeightsWarning")
+@pytest.mark.filterwarnings("ignore::advbench.quality.metrics.common.RandomWeightsWarning")
 @pytest.mark.parametrize("name", ["vsfa", "mdtvsfa"])
 def test_video_metrics_score_each_decoded_clip_as_a_video(name: str, tmp_path: Path) -> None:
     """The GRU and temporal pooling act over the whole decoded clip, not over 1-frame videos.
 
     A fresh round trip of the same frames is the clip the job scored: encodes are reproducible.
     """
-    from advbench.iqa.metrics.registry import build_metric
+    from advbench.quality.metrics.registry import build_metric
 
     torch.manual_seed(0)
     metric = build_metric(name, weights=None, backbone_weights=None, backbone="resnet18")

@@ -14,11 +14,13 @@ import pytest
 import torch
 from torch import nn
 
-from advbench.attacks.gradient import BIM, PGD
-from advbench.attacks.oracles import build_oracle, vote
-from advbench.attacks.score import Square
-from advbench.engine import SearchSettings, cell_identity, evaluate_batch
-from advbench.threat import ThreatModel
+from advbench.robustness.attacks.gradient import BIM, PGD
+from advbench.robustness.attacks.oracles import build_oracle, vote
+from advbench.robustness.attacks.score import Square
+from advbench.robustness.evaluation.cell import cell_identity
+from advbench.robustness.evaluation.measure import evaluate_batch
+from advbench.robustness.evaluation.search import SearchSettings
+from advbench.robustness.threat import ThreatModel
 
 FLIP = 0.3
 CLEAN_MEAN = 0.3
@@ -142,8 +144,9 @@ def test_deterministic_records_carry_one_draw_and_an_agreeing_fraction(tiny_mode
 
 
 def test_the_vote_size_is_in_the_key_of_randomized_cells_only() -> None:
-    from advbench.config import compose_config
     from hydra.utils import instantiate
+
+    from advbench.cli.config import compose_config
 
     def key(*overrides: str) -> dict:
         cfg = compose_config("config", list(overrides))
@@ -163,7 +166,7 @@ def test_pgd_on_random_resize_pad_is_at_least_as_strong_as_torchattacks_eotpgd(t
     Stopping on one lucky pass left advbench ~10 points weaker than EOTPGD here."""
     import torchattacks
 
-    from advbench.defenses.wrappers import RandomResizePad
+    from advbench.robustness.defenses.wrappers import RandomResizePad
 
     _, _, x, y = digits_tensors
     x, y = x[:300], y[:300]

@@ -14,8 +14,8 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from advbench.cli import main
-from advbench.iqa.metrics.registry import build_metric
+from advbench.cli.main import main
+from advbench.quality.metrics.registry import build_metric
 
 
 @dataclass

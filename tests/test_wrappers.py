@@ -12,13 +12,21 @@ import torch
 from hydra.utils import instantiate
 from PIL import Image
 
-from advbench import engine
-from advbench.attacks.oracles import build_oracle
-from advbench.attacks.transfer import diverse_inputs
-from advbench.config import compose_config, describe, group_options
-from advbench.defenses.wrappers import JPEG, BitDepth, RandomResizePad, jpeg_roundtrip, row_keys, wrap
-from advbench.errors import AdvbenchError
-from advbench.records import read_records
+from advbench.cli.config import compose_config
+from advbench.core.catalog import describe, group_options
+from advbench.core.errors import AdvbenchError
+from advbench.core.records import read_records
+from advbench.robustness.attacks.oracles import build_oracle
+from advbench.robustness.attacks.transfer import diverse_inputs
+from advbench.robustness.defenses.wrappers import (
+    JPEG,
+    BitDepth,
+    RandomResizePad,
+    jpeg_roundtrip,
+    row_keys,
+    wrap,
+)
+from advbench.robustness.evaluation import cell
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -99,15 +107,15 @@ def test_eot_averages_n_passes_and_counts_each(tiny_model, digits_tensors, x) ->
 def test_a_randomized_cell_repeats_exactly_and_judges_the_deployed_model(tiny_model, digits_tensors) -> None:
     """Two runs of an R&P batch with fresh wrappers give the same records (EOT gradients, one
     random pass to judge), and the records say the gradients were EOT means."""
-    from advbench.attacks.gradient import BIM
-    from advbench.threat import ThreatModel
+    from advbench.robustness.attacks.gradient import BIM
+    from advbench.robustness.threat import ThreatModel
 
     x, y = digits_tensors[2][:24], digits_tensors[3][:24]
     threat = ThreatModel(norm="linf", goal="untargeted", knowledge="white", eps=0.2)
 
     def once() -> dict:
         model = wrap(tiny_model, {"type": "random_resize_pad", "rate": 0.5, "eot_samples": 2}, seed=0)
-        return engine.evaluate_batch(BIM(steps=3), model, x, y, None, threat, engine.SearchSettings(enabled=False))
+        return cell.evaluate_batch(BIM(steps=3), model, x, y, None, threat, cell.SearchSettings(enabled=False))
 
     a, b = once(), once()
     assert a["grad_mode"] == "eot"
@@ -127,8 +135,8 @@ def test_bad_wrapper_settings_are_one_line(tiny_model) -> None:
 
 def key_of(tmp_path: Path, *extra: str) -> str:
     cfg = compose_config("config", [f"out_dir={tmp_path}", *extra])
-    threat = engine.build_threat(cfg, dict(cfg.dataset.budgets))
-    return engine.cell_key(engine.cell_identity(cfg, threat, instantiate(cfg.attack.params)))
+    threat = cell.build_threat(cfg, dict(cfg.dataset.budgets))
+    return cell.cell_key(cell.cell_identity(cfg, threat, instantiate(cfg.attack.params)))
 
 
 def test_the_cell_key_covers_the_wrapper_but_not_the_labels(tmp_path) -> None:
@@ -150,7 +158,10 @@ def test_every_defense_has_metadata_and_instantiates(tmp_path, tiny_model) -> No
 
 
 def test_a_wrapper_trains_and_loads_its_bases_checkpoint(tmp_path) -> None:
-    from advbench.defenses.training import _cfg_checkpoint_path, train_command
+    from advbench.robustness.defenses.zoo import (
+        _cfg_checkpoint_path,
+        train_command,
+    )
 
     natural = compose_config("config", ["defense=natural", f"cache_dir={tmp_path}"])
     for name in ("jpeg", "bit_red", "rp", "randmix"):
@@ -163,7 +174,7 @@ def test_jpeg_cell_end_to_end_uses_bpda_and_lowers_accuracy(tmp_path, trained_di
     out = tmp_path / "out"
     common = ["attack=bim", "dataset.n_samples=48", "defense.recipe.epochs=4", f"cache_dir={trained_digits_cache}",
               f"out_dir={out}", "search.enabled=false", "threads=1"]
-    engine.run_main(compose_config("config", ["defense=jpeg", *common]))
+    cell.run_main(compose_config("config", ["defense=jpeg", *common]))
     frame = read_records([out / "records"])
     assert (frame["grad_mode"] == "bpda").all() and (frame["defense"] == "jpeg").all()
     assert frame["flag_zero_grad"].all() and not frame["flag_randomized"].any(), "JPEG without BPDA has no gradient"

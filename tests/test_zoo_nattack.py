@@ -9,16 +9,20 @@ from __future__ import annotations
 
 import pytest
 import torch
-from contract import assert_budgeted_contract, assert_minimizing_contract, assert_seeded_and_batch_independent
+from contract import (
+    assert_budgeted_contract,
+    assert_minimizing_contract,
+    assert_seeded_and_batch_independent,
+)
 from test_score import CountingModel
 from torch import nn
 
-from advbench.attacks.nattack import NATTACK
-from advbench.attacks.oracles import ScoreOracle, WhiteBoxOracle
-from advbench.attacks.steps import lp_norm
-from advbench.attacks.zoo import ZOO
-from advbench.data.targets import target_classes
-from advbench.errors import AdvbenchError
+from advbench.core.errors import AdvbenchError
+from advbench.robustness.attacks.nattack import NATTACK
+from advbench.robustness.attacks.oracles import ScoreOracle, WhiteBoxOracle
+from advbench.robustness.attacks.steps import lp_norm
+from advbench.robustness.attacks.zoo import ZOO
+from advbench.robustness.data.targets import target_classes
 
 BUDGETS = {"linf": 0.1, "l2": 0.8}
 

@@ -1,0 +1,258 @@
+"""Hydra glue: find the shipped `conf/`, check overrides early, run a task as a Hydra app.
+
+`advbench run` and `advbench uap ...` forward their arguments here so that `-m` sweeps,
+`--cfg job` and launcher plugins behave exactly as in any Hydra application, while a wrong
+option name or value still ends in one readable line instead of a Hydra stack trace.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import sys
+import tempfile
+from itertools import product
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from hydra import compose, initialize_config_dir
+from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+import advbench.core.paths  # noqa: F401  (registers the ${advbench:cache|data|weights} resolver the YAML uses)
+from advbench.cli.validate import _one_line, validate
+from advbench.core.catalog import conf_dir, group_options, groups
+from advbench.core.errors import AdvbenchError, user_error
+
+Task = Callable[[DictConfig], Any]
+
+
+# Flags that take a value in Hydra's own command line; everything else that does not start
+# with "-" is an override.
+_HYDRA_VALUE_FLAGS = {"--cfg", "-c", "--package", "-p", "--config-name", "-cn", "--config-dir", "-cd",
+                      "--experimental-rerun", "--info", "-i"}
+
+
+_HYDRA_MODES = (("-m", "--multirun"), ("--cfg", "-c"), ("--info", "-i"), ("--shell-completion", "-sc"))
+"""Hydra's mutually exclusive modes, each with its spellings."""
+
+
+def split_args(args: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Separate Hydra flags (kept in order, with their values) from overrides."""
+    flags: list[str] = []
+    overrides: list[str] = []
+    it = iter(args)
+    for arg in it:
+        if arg.startswith("-"):
+            flags.append(arg)
+            if arg in _HYDRA_VALUE_FLAGS and "=" not in arg:
+                value = next(it, None)
+                if value is not None:
+                    flags.append(value)
+        else:
+            overrides.append(arg)
+    return flags, overrides
+
+
+def _search_dirs(overrides: Sequence[str]) -> list[Path]:
+    """conf/ plus any user folders given with `hydra.searchpath=[file://...]`."""
+    dirs = [conf_dir()]
+    for ov in overrides:
+        key, _, value = ov.partition("=")
+        if key.lstrip("+") == "hydra.searchpath":
+            for item in value.strip("[]").split(","):
+                item = item.strip().strip("'\"")
+                if item.startswith("file://"):
+                    dirs.append(Path(item[len("file://"):]))
+    return dirs
+
+
+def check_overrides(overrides: Sequence[str]) -> None:
+    """Reject unknown group options before Hydra sees them, listing the valid ones."""
+    dirs = _search_dirs(overrides)
+    known = {g for d in dirs if d.is_dir() for g in groups(d)}
+    for ov in overrides:
+        key, sep, value = ov.partition("=")
+        key = key.lstrip("+~")
+        if not sep or key not in known:
+            continue
+        valid = sorted({o for d in dirs for o in group_options(key, d)})
+        for choice in _sweep_values(value):
+            if choice not in valid and choice != "null":
+                raise AdvbenchError(f"unknown {key} '{choice}'; valid: {', '.join(valid)}")
+
+
+def _sweep_values(value: str) -> list[str]:
+    """The choices in a plain comma sweep (`a,b,c`); Hydra's sweep functions are left to Hydra."""
+    if "(" in value:
+        return []
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def _first_choices(overrides: Sequence[str]) -> list[list[str]]:
+    """Every combination of the sweep, so each is composed once up front.
+
+    Hydra's own parser expands the values, so `range(0,8)`, `choice(...)` and `glob(...)`
+    sweeps are checked like comma lists; an override it cannot parse is left for `compose`
+    to report.
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    parser = OverridesParser.create()
+    options = []
+    for ov in overrides:
+        try:
+            (parsed,) = parser.parse_overrides([ov])
+        except (OverrideParseException, ValueError):
+            options.append([ov])
+            continue
+        if parsed.is_sweep_override():
+            key = parsed.get_key_element()
+            options.append([f"{key}={v}" for v in parsed.sweep_string_iterator()])
+        else:
+            options.append([ov])
+    return [list(c) for c in product(*options)]
+
+
+def compose_config(config_name: str, overrides: Sequence[str]) -> DictConfig:
+    """Compose like Hydra does and check every value; errors become one-line AdvbenchErrors."""
+    check_overrides(overrides)
+    try:
+        cfg = _compose(config_name, overrides)
+    except (HydraException, OmegaConfBaseException, ValueError) as exc:
+        raise (_unknown_key(config_name, overrides, exc) or AdvbenchError(_one_line(exc))) from None
+    missing = sorted(OmegaConf.missing_keys(cfg))
+    if missing:
+        raise AdvbenchError(f"missing required value(s): {', '.join(missing)}; set them on the command line, "
+                            f"e.g. {missing[0]}=...")
+    validate(cfg)
+    return cfg
+
+
+def _compose(config_name: str, overrides: Sequence[str]) -> DictConfig:
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        cfg = compose(config_name=config_name, overrides=list(overrides), return_hydra_config=False)
+    OmegaConf.resolve(cfg)
+    return cfg
+
+
+_NO_OVERRIDE = re.compile(r"Could not override '([^']+)'")
+
+
+def _unknown_key(config_name: str, overrides: Sequence[str], exc: BaseException) -> AdvbenchError | None:
+    """Hydra's "Could not override 'x'" as "unknown key 'x'; did you mean y?" (difflib).
+
+    The suggestion comes from the keys at the level of the first segment that does not
+    exist, in the config composed without the offending override.
+    """
+    found = _NO_OVERRIDE.search(str(exc))
+    if found is None:
+        return None
+    key = found.group(1)
+    if "." not in key and any((d / key).is_dir() for d in _search_dirs(overrides)):
+        given = next((o for o in overrides if o.partition("=")[0] == key), f"{key}=...")
+        return AdvbenchError(f"config group '{key}' is not in the defaults list; add it with +{given}")
+    base = None
+    for kept in ([o for o in overrides if o.partition("=")[0].lstrip("+~") != key],
+                 [o for o in overrides if o.startswith("hydra.")]):
+        try:
+            base = _compose(config_name, kept)
+            break
+        except (HydraException, OmegaConfBaseException, ValueError):
+            continue
+    if base is None:
+        return None
+    parts = key.split(".")
+    node: Any = base
+    depth = 0
+    while depth < len(parts) - 1 and isinstance(node, DictConfig) and parts[depth] in node:
+        node, depth = node[parts[depth]], depth + 1
+    parent, leaf = ".".join(parts[:depth]), parts[depth]
+    if not isinstance(node, DictConfig):
+        return AdvbenchError(f"unknown key '{key}': '{parent}' holds a value, not keys")
+    if leaf in node:
+        return None
+    names = sorted(str(k) for k in node.keys())
+    unknown = ".".join(parts[:depth + 1])
+    close = difflib.get_close_matches(leaf, names, n=1, cutoff=0.6)
+    if close:
+        return AdvbenchError(f"unknown key '{unknown}'; did you mean {parent + '.' if parent else ''}{close[0]}?")
+    where = f" under {parent}" if parent else ""
+    return AdvbenchError(f"unknown key '{unknown}'; valid keys{where}: {', '.join(names)}")
+
+
+# Flags after which the config Hydra runs is not the one composed here (another primary
+# config or folder), or nothing runs at all.
+_OWN_COMPOSITION_FLAGS = {"--config-name", "-cn", "--config-dir", "-cd", "--package", "-p", "--info", "-i",
+                          "--hydra-help", "--experimental-rerun"}
+
+
+_NO_WRITE_FLAGS = {"--cfg", "-c", "--help", "--hydra-help", "--info", "-i", "--shell-completion", "-sc"}
+
+
+def run_hydra(config_name: str, task: Task, args: Sequence[str], prog: str) -> None:
+    """Run `task(cfg)` as a Hydra app over `args` (overrides, `-m`, `--cfg job`, ...).
+
+    Every job's config is composed and checked first, and its output folder tried for
+    writing, so a bad value fails in one line before any job starts (and before Hydra
+    creates its own folders, whose failure would be a traceback).
+    """
+    import hydra
+
+    flags, overrides = split_args(args)
+    names = {f.partition("=")[0] for f in flags}
+    modes = [group[0] for group in _HYDRA_MODES if names & set(group)]
+    if len(modes) > 1:
+        raise AdvbenchError(f"{' and '.join(modes)} cannot be combined (Hydra runs one mode at a time); "
+                            f"to see a sweep's config, drop -m and give one value per swept key")
+    if names & _OWN_COMPOSITION_FLAGS:
+        check_overrides(overrides)
+    else:
+        combos = _first_choices(overrides) if names & {"-m", "--multirun"} else [list(overrides)]
+        for combo in combos:
+            cfg = compose_config(config_name, combo)
+            if not names & _NO_WRITE_FLAGS:
+                check_writable(cfg)
+
+    @hydra.main(config_path=str(conf_dir()), config_name=config_name, version_base="1.3")
+    def _app(cfg: DictConfig) -> Any:
+        return guarded(task, cfg)
+
+    saved = sys.argv
+    sys.argv = [prog, *args]
+    try:
+        _app()
+    finally:
+        sys.argv = saved
+
+
+def guarded(task: Task, cfg: DictConfig) -> Any:
+    """Inside a Hydra job: check the config, run; a user-facing error becomes one line and exit 1."""
+    try:
+        validate(cfg)
+        return task(cfg)
+    except Exception as exc:
+        cause = user_error(exc)
+        if cause is None:
+            raise
+        print(f"Error: {cause}", file=sys.stderr)
+        raise SystemExit(1) from None
+
+
+def check_writable(cfg: DictConfig) -> None:
+    """Create the job's output folder and write a scratch file there, or fail in one line.
+
+    `out_dir` and `records_dir` for the jobs that have them; the cache for `advbench train`,
+    which writes only there.
+    """
+    keys = [k for k in ("out_dir", "records_dir") if cfg.get(k)] or [k for k in ("cache_dir",) if cfg.get(k)]
+    for key in keys:
+        folder = Path(str(cfg[key])).expanduser()
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryFile(dir=folder):
+                pass
+        except OSError as exc:
+            raise AdvbenchError(f"{key} '{folder}' is not a writable folder: {exc.strerror or exc}") from None

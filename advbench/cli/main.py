@@ -1,0 +1,234 @@
+"""Command-line entry point: `advbench run | train | plot | check | list | uap`.
+
+`run`, `train` and the `uap` jobs hand their arguments to Hydra (sweeps with `-m`, launcher
+plugins, `--cfg job`); `plot`, `check` and `list` are plain commands. Library errors become a single
+`error: ...` line and exit status 1.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from advbench import __version__
+from advbench.cli.commands import HYDRA_ARGS, hydra_command, one_line_errors
+from advbench.cli.quality import uap
+from advbench.core.errors import AdvbenchError
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="advbench")
+def main() -> None:
+    """Measure how robust image models are, and how stable quality metrics are.
+
+    \b
+    advbench run attack=bim defense=trades            one benchmark cell
+    advbench run -m attack=fgsm,bim defense=natural,pgd_at   a sweep
+    advbench run -m experiment=benchmark              the default digits benchmark
+    advbench plot advbench-out/records --out results  curves and tables
+    advbench check advbench-out/records --min-accuracy 0.4   a CI gate
+    advbench list attack                              what can be chosen
+    advbench weights fetch nima                       a metric's published weights
+    """
+
+
+@main.command(context_settings=HYDRA_ARGS)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def run(args: tuple[str, ...]) -> None:
+    """Run benchmark cells: attack x defense x threat model, records to parquet.
+
+    ARGS are Hydra overrides (group=option, key=value) and Hydra flags: -m/--multirun for
+    sweeps (hydra/launcher=joblib runs them in parallel), --cfg job to print the config,
+    --force (as force=true) to redo cells whose records exist. Groups: dataset, model,
+    defense, attack, threat, experiment; see `advbench list`. gate.min_accuracy=0.4,
+    gate.max_asr=0.1 and/or gate.min_certified=0.25 judge each cell after it runs (as
+    `advbench check`): failing cells print one line each and the command exits 1 once every
+    cell of the sweep has run.
+    """
+    from advbench.robustness.report.gate import sweep_verdicts
+
+    args = tuple("force=true" if a == "--force" else a for a in args)
+    with sweep_verdicts():
+        hydra_command("config", "advbench.robustness.evaluation.cell.run_main", "advbench run")(args)
+
+
+@main.command(context_settings=HYDRA_ARGS)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def train(args: tuple[str, ...]) -> None:
+    """Train a defense checkpoint (dataset=, model=, defense=) and save it with metadata.
+
+    ARGS are Hydra overrides, e.g. `advbench train defense=pgd_at dataset=digits`.
+    """
+    hydra_command("train", "advbench.robustness.defenses.zoo.train_main", "advbench train")(args)
+
+
+@main.command()
+@click.argument("records", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("results"), show_default=True,
+              help="Folder for figures (PNG, SVG) and tables (Markdown, CSV).")
+@click.option("--group-by", type=click.Choice(["defense", "category"]), default="defense", show_default=True,
+              help="Colour benchmark curves per defense, or per defense category (the legend and the tables' "
+                   "defense columns then list defenses by category).")
+@one_line_errors
+def plot(records: tuple[Path, ...], out_dir: Path, group_by: str) -> None:
+    """Turn record files or folders into robustness curves, stability plots and tables.
+
+    Score- and decision-based attacks get accuracy-vs-queries figures (log axis) beside the
+    accuracy-vs-ε ones.
+    """
+    from rich.console import Console
+
+    from advbench.core.records import read_kind
+
+    kind, frame = read_kind(records or (Path("advbench-out/records"),), kinds=("benchmark", "rd"))
+    console = Console()
+    if kind.name == "rd":
+        from advbench.quality.report import render_stability
+
+        written = render_stability(frame, out_dir)
+    else:
+        from advbench.robustness.report.curves import summary_table
+        from advbench.robustness.report.plot import (
+            print_tables,
+            render_all,
+            with_categories,
+        )
+        from advbench.robustness.report.shards import missing_shards
+
+        for line in missing_shards(frame):
+            click.echo(f"warning: {line}", err=True)
+        written = render_all(frame, out_dir, group_by=group_by)
+        print_tables(summary_table(with_categories(frame)), console, by_category=group_by == "category")
+    for path in written:
+        console.print(f"wrote {path}")
+
+
+@main.command()
+@click.argument("records", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--min-accuracy", type=float, default=None, metavar="FRACTION",
+              help="Lowest robust accuracy at the budget an untargeted cell may have, e.g. 0.4.")
+@click.option("--max-asr", type=float, default=None, metavar="FRACTION",
+              help="Highest targeted attack success rate at the budget a targeted cell may have, e.g. 0.1.")
+@click.option("--min-certified", type=float, default=None, metavar="FRACTION",
+              help="Lowest certified accuracy (IBP, ℓ∞) at the budget a cell with a bound may have, e.g. 0.25.")
+@one_line_errors
+def check(records: tuple[Path, ...], min_accuracy: float | None, max_asr: float | None,
+          min_certified: float | None) -> None:
+    """Gate CI on benchmark records: exit 1 with one line per cell below the threshold.
+
+    RECORDS are record files or folders (`advbench run` writes them under
+    advbench-out/records). Untargeted cells are judged by accuracy at the budget, targeted
+    cells by targeted ASR, cells with an interval bound also by certified accuracy; a cell with
+    no threshold it can be judged by is not judged. All cells passing prints one summary line
+    and exits 0. See docs/ci.md.
+
+    \b
+    advbench check advbench-out/smoke/records --min-accuracy 0.4
+    """
+    from advbench.robustness.report.gate import (
+        Thresholds,
+        check_fraction,
+        check_records,
+    )
+
+    check_fraction("--min-accuracy", min_accuracy)
+    check_fraction("--max-asr", max_asr)
+    check_fraction("--min-certified", min_certified)
+    if min_accuracy is None and max_asr is None and min_certified is None:
+        raise AdvbenchError("give a threshold: --min-accuracy (untargeted cells), --max-asr (targeted cells) "
+                            "and/or --min-certified (cells with a certified bound)")
+    limits = Thresholds(min_accuracy, max_asr, min_certified)
+    verdict = check_records(records, limits)
+    for line in verdict.failures:
+        click.echo(line, err=True)
+    if not verdict.passed:
+        n = len(verdict.failures)
+        raise click.ClickException(f"gate failed: {n} of {verdict.judged} cell{'s' if verdict.judged != 1 else ''} "
+                                   f"below the threshold")
+    click.echo(verdict.summary(limits))
+
+
+@main.command(name="list")
+@click.argument("group", required=False)
+@one_line_errors
+def list_options(group: str | None) -> None:
+    """List config groups, or the options of GROUP with one-line descriptions."""
+    from rich.table import Table
+
+    from advbench.core.catalog import describe, group_options, groups
+    from advbench.core.terminal import print_table
+
+    names = groups()
+    if group is not None and group not in names:
+        raise AdvbenchError(f"unknown group '{group}'; valid: {', '.join(names)}")
+    table = Table(show_header=True, header_style="bold")
+    table.add_column("group")
+    table.add_column("option")
+    table.add_column("description")
+    for g in [group] if group else names:
+        for option in group_options(g):
+            table.add_row(g, option, describe(g, option))
+    print_table(table)
+
+
+@main.group()
+def weights() -> None:
+    """Published weights of the quality metrics and ImageNet models: list them, fetch them."""
+
+
+@weights.command(name="list")
+@one_line_errors
+def weights_list() -> None:
+    """Each file's name, where the config expects it, its published source and whether it is there."""
+    from rich.table import Table
+
+    from advbench.cli.weights import rows
+    from advbench.core.terminal import print_table
+
+    table = Table(show_header=True, header_style="bold")
+    for column in ("name", "present", "size", "file", "source"):
+        table.add_column(column, overflow="fold")
+    for entry, target, present in rows():
+        size = target.stat().st_size / 1e6 if present else entry.size_mb
+        how = entry.url if entry.direct else f"{entry.url} (web page: download by hand)"
+        table.add_row(entry.name, "yes" if present else "no", f"{size:.1f} MB" if size else "?",
+                      str(target), f"{entry.source}\n{how}")
+    print_table(table)
+
+
+@weights.command(name="fetch")
+@click.argument("names", nargs=-1, required=True)
+@click.option("--mirror", metavar="URL", default=None,
+              help="Fetch each file by its published name from this server instead (an internal mirror).")
+@click.option("--force", is_flag=True, help="Download again even when the file is present.")
+@one_line_errors
+def weights_fetch(names: tuple[str, ...], mirror: str | None, force: bool) -> None:
+    """Download NAMES into the weights folder, resuming partial files, and check each loads.
+
+    A file is checked by loading it into its architecture with every key and shape matching
+    (and torchvision's SHA-256 prefix); only then does it take its final name. An interrupted
+    download resumes when the command runs again. See `advbench weights list` for NAMES.
+    """
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TransferSpeedColumn,
+    )
+
+    from advbench.cli.weights import fetch, lookup
+
+    console = Console(stderr=True)
+    for entry in lookup(names):
+        columns = (TextColumn(entry.name), BarColumn(), DownloadColumn(), TransferSpeedColumn())
+        with Progress(*columns, console=console, transient=True) as bar:
+            task = bar.add_task(entry.name, total=None)
+            path = fetch(entry, mirror, force, lambda done, total: bar.update(task, completed=done, total=total))
+        use = f" (use it with model={entry.model} model.weights_path={path})" if entry.model else ""
+        click.echo(f"{entry.name}: {path}{use}")
+
+
+main.add_command(uap)

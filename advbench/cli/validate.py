@@ -1,0 +1,254 @@
+"""Value checks of a composed config that Hydra cannot do: types, ranges, lists, file-name safety.
+
+`CHECKS` maps dotted keys to checks and is applied to the keys a config holds, so one table
+serves `advbench run`, `train` and the `uap` jobs; the attack is built once so its own argument
+checks run before any work starts.
+"""
+
+from __future__ import annotations
+
+import math
+import types
+import typing
+from typing import Any, Callable
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+import advbench.core.paths  # noqa: F401  (registers the ${advbench:cache|data|weights} resolver the YAML uses)
+from advbench.core.errors import AdvbenchError, user_error
+from advbench.core.keys import plain_value
+from advbench.core.names import safe_name
+from advbench.core.runtime import PRECISIONS
+from advbench.quality.uap import check_amplitude, load_uap
+from advbench.robustness.evaluation.search import SEARCH_METHODS
+from advbench.robustness.report.gate import check_fraction
+from advbench.robustness.threat import GOALS, KNOWLEDGE, NORMS
+
+
+def _one_line(exc: BaseException) -> str:
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    return "; ".join(lines) if lines else type(exc).__name__
+
+
+Check = Callable[[str, Any], None]
+
+
+_MAX_BUDGET = 1e6  # no two images in [0, 1] with fewer than 1e12 values are further apart
+
+
+def _whole(low: int, nullable: bool = False) -> Check:
+    def check(key: str, value: Any) -> None:
+        if value is None and nullable:
+            return
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise AdvbenchError(f"{key} must be a whole number >= {low}{' or null' if nullable else ''}, "
+                                f"got {value!r}")
+    return check
+
+
+def _real(low: float, high: float, *, open_low: bool = True, nullable: bool = False, why: str = "") -> Check:
+    def check(key: str, value: Any) -> None:
+        if value is None and nullable:
+            return
+        number = value if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+        inside = (low < number if open_low else low <= number) and number <= high
+        if not (math.isfinite(number) and inside):
+            span = f"{'(' if open_low else '['}{low:g}, {high:g}]"
+            raise AdvbenchError(f"{key} must be a number in {span}{' or null' if nullable else ''}{why}, "
+                                f"got {value!r}")
+    return check
+
+
+def _flag(key: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise AdvbenchError(f"{key} must be true or false, got {value!r}")
+
+
+def _amplitudes(key: str, value: Any) -> None:
+    """A non-empty list of pixel amplitudes in (0, 1] (0, the unperturbed level, is allowed too)."""
+    levels = list(value) if isinstance(value, ListConfig) else []
+    if not levels:
+        raise AdvbenchError(f"{key} must be a non-empty list of amplitudes in (0, 1], e.g. {key}=[0.02,0.04]; "
+                            f"got {plain_value(value)!r}")
+    for level in levels:
+        check_amplitude(level, f"{key}: amplitude", baseline=True)
+    if max(levels) == 0:
+        raise AdvbenchError(f"{key} needs an amplitude above 0 (0 is the unperturbed level), got {plain_value(value)!r}")
+
+
+def _batch_size(key: str, value: Any) -> None:
+    """A whole number >= 1, or `auto` (`advbench.core.runtime.batch_size`)."""
+    if value != "auto" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise AdvbenchError(f"{key} must be a whole number >= 1 or auto, got {value!r}")
+
+
+
+def _perturbation(key: str, value: Any) -> None:
+    """A UAP file given on the command line must load (shape, range) before metrics are built."""
+    if value is not None:
+        load_uap(value)
+
+
+def _positive_list(key: str, value: Any) -> None:
+    items = list(value) if isinstance(value, ListConfig) else []
+    if not items or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+                            for v in items):
+        raise AdvbenchError(f"{key} must be a non-empty list of positive numbers, got {plain_value(value)!r}")
+
+
+def _gate_threshold(key: str, value: Any) -> None:
+    """The same check as `advbench check` applies to its options, so both say the same."""
+    check_fraction(key, value, nullable=True)
+
+
+DEFENSE_CATEGORIES = ("natural training", "robust training", "input transformation", "randomization", "ensemble",
+                      "certified")
+"""The seed's defense categories (Table 1); a defense YAML's `category:` lists one or more."""
+
+
+def _categories(key: str, value: Any) -> None:
+    values = list(value) if isinstance(value, ListConfig) else [value]
+    bad = [str(v) for v in values if v not in DEFENSE_CATEGORIES]
+    if bad or not values:
+        raise AdvbenchError(f"{key} must list categories of {', '.join(DEFENSE_CATEGORIES)}; got {plain_value(value)!r}")
+
+
+def _name(key: str, value: Any) -> None:
+    safe_name(value, key)
+
+
+def _one_of(*valid: str) -> Check:
+    def check(key: str, value: Any) -> None:
+        if value not in valid:
+            raise AdvbenchError(f"unknown {key} '{value}'; valid: {', '.join(valid)}")
+    return check
+
+
+def _search_method(key: str, value: Any) -> None:
+    _one_of(*SEARCH_METHODS)(key, value)
+
+
+_SIMPLE = {int: "a whole number", float: "a number", bool: "true or false", str: "text", type(None): "null"}
+
+
+def _accepts(kind: type, value: Any) -> bool:
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
+
+def _check_arguments(key: str, node: Any) -> None:
+    """Values handed to a `_target_` must have the simple types its signature annotates.
+
+    A wrong type would otherwise surface as a TypeError deep inside the constructor
+    ("'<' not supported between 'str' and 'int'"); annotations that are not plain
+    int/float/bool/str (or Optional of them) are left to the constructor.
+    """
+    if not isinstance(node, DictConfig) or not isinstance(node.get("_target_"), str):
+        return
+    from hydra.utils import get_object
+
+    try:
+        target = get_object(node._target_)
+        hints = typing.get_type_hints(target.__init__ if isinstance(target, type) else target)
+    except Exception:  # an unknown target or unresolvable annotation: Hydra and the constructor report it
+        return
+    for name, value in node.items():
+        hint = hints.get(str(name))
+        kinds = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+        if hint is None or not all(k in _SIMPLE for k in kinds) or isinstance(value, (DictConfig, ListConfig)):
+            continue
+        if not any(_accepts(k, value) for k in kinds):
+            expected = " or ".join(_SIMPLE[k] for k in kinds)
+            raise AdvbenchError(f"{key}.{name} must be {expected}, got {value!r}")
+
+
+CHECKS: dict[str, Check] = {
+    # names that become file or folder names
+    "dataset.name": _name, "model.name": _name, "defense.name": _name, "attack.name": _name, "metric.name": _name,
+    "defense.category": _categories,
+    "substitute.model.name": _name, "substitute.defense.name": _name,  # a substitute's cached checkpoint
+    "substitute.fallback.model.name": _name, "substitute.fallback.defense.name": _name,
+    "substitute.seed": _whole(0, nullable=True), "substitute.fallback.seed": _whole(0, nullable=True),
+    # advbench run / train
+    "seed": _whole(0),
+    "batch_size": _batch_size,
+    "precision": _one_of(*PRECISIONS),
+    "channels_last": _flag,
+    "chunk_size": _whole(1),
+    "threads": _whole(1, nullable=True),
+    "threat.norm": _one_of(*NORMS), "threat.goal": _one_of(*GOALS), "threat.knowledge": _one_of(*KNOWLEDGE),
+    "threat.steps": _whole(1, nullable=True),  # iterations of BIM/MIM/DIM/TI under transfer threats
+    "shard.index": _whole(0),
+    "shard.count": _whole(1),
+    "force": _flag,
+    "dataset.n_samples": _whole(1, nullable=True),
+    "threat.eps": _real(0, _MAX_BUDGET, nullable=True,
+                        why=" (null: the data set's budget)"),
+    "judge.draws": _whole(1),
+    "search.enabled": _flag,
+    "search.resolution": _real(0, 1, why=" (a fraction of the budget)"),
+    "search.max_factor": _real(1, _MAX_BUDGET, open_low=False, why=" (a multiple of the budget)"),
+    "search.max_probes": _whole(0),
+    "search.method": _search_method,
+    "gate.min_accuracy": _gate_threshold, "gate.max_asr": _gate_threshold, "gate.min_certified": _gate_threshold,
+    # advbench uap train | eval | stability
+    "subset": _whole(1, nullable=True),
+    "n_images": _whole(1, nullable=True),
+    "size": _whole(1),
+    "max_frames": _whole(1, nullable=True),
+    "progress": _flag,
+    "csf": _flag,
+    "amplitudes": _amplitudes,
+    "perturbation": _perturbation,
+    "bitrates_kbps": _positive_list,
+    "validate.amplitudes": _amplitudes,
+    "validate.n_images": _whole(1, nullable=True),
+    "uap.size": _whole(1),
+    "uap.epochs": _whole(1),
+    "uap.batch_size": _whole(1),
+    "uap.lr": _real(0, math.inf),
+    "uap.clamp": _real(0, 1),
+    "madc.steps": _whole(1),
+    "madc.lr": _real(0, math.inf),
+}
+"""Checks of the keys a composed config may hold, applied to those it does hold."""
+
+
+_ABSENT = object()
+
+
+def validate(cfg: DictConfig) -> None:
+    """Value checks Hydra cannot do (types, ranges, file-name safety), before any work starts."""
+    for key, check in CHECKS.items():
+        value = OmegaConf.select(cfg, key, default=_ABSENT)
+        if value is not _ABSENT:
+            check(key, value)
+    if cfg.get("batch_size") == "auto" and "attack" not in cfg:
+        raise AdvbenchError("batch_size=auto applies to advbench run only; give a whole number >= 1")
+    shard = cfg.get("shard")
+    if shard is not None and not shard.index < shard.count:
+        raise AdvbenchError(f"shard.index must be below shard.count (0..{shard.count - 1}), got {shard.index}")
+    for key in ("dataset", "attack.params", "metric"):
+        _check_arguments(key, OmegaConf.select(cfg, key))
+    params = OmegaConf.select(cfg, "attack.params")
+    if params is not None:
+        _check_attack(cfg.attack.get("name", "attack"), params)
+
+
+def _check_attack(name: str, params: DictConfig) -> None:
+    """Build the attack once (cheap, no model) so its own argument checks run up front."""
+    from hydra.utils import instantiate
+
+    try:
+        instantiate(params)
+    except Exception as exc:  # the constructor's ValueError/TypeError, wrapped by Hydra
+        cause = user_error(exc)
+        if cause is not None:
+            raise cause from None
+        root = exc
+        while root.__cause__ is not None:
+            root = root.__cause__
+        raise AdvbenchError(f"bad attack.params for '{name}': {_one_line(root)}") from None

@@ -1,0 +1,76 @@
+"""The shipped option catalogue: `conf/` and its groups, one YAML file per option.
+
+Every reader of option files goes through here, so the halves and the command line agree on
+what an option is and how it describes itself (`advbench list`, the generated doc tables).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from advbench.core.errors import AdvbenchError
+
+_HYDRA_GROUPS = {"hydra"}
+
+
+def conf_dir() -> Path:
+    """The folder holding the shipped YAML groups (source checkout or installed package)."""
+    import advbench.conf
+
+    return Path(advbench.conf.__file__).resolve().parent
+
+
+def group_options(group: str, root: Path | None = None) -> list[str]:
+    """Option names of a config group: one YAML file per option."""
+    folder = (root or conf_dir()) / group
+    return sorted(p.stem for p in folder.glob("*.yaml"))
+
+
+def groups(root: Path | None = None) -> list[str]:
+    base = root or conf_dir()
+    return sorted(p.name for p in base.iterdir() if p.is_dir() and not p.name.startswith(("_", ".")) and p.name not in _HYDRA_GROUPS)
+
+
+def load_option(group: str, option: str) -> DictConfig | None:
+    """One option's YAML as an unresolved config; None when the group has no such option.
+
+    The one reader of option files outside Hydra's composition, so every caller sees the
+    same node and a broken file is the same one-line error everywhere.
+    """
+    path = conf_dir() / group / f"{option}.yaml"
+    if not path.is_file():
+        return None
+    try:
+        return OmegaConf.load(path)
+    except (OmegaConfBaseException, yaml.YAMLError) as exc:
+        raise AdvbenchError(f"option file '{path}' is invalid: {str(exc).splitlines()[0]}") from None
+
+
+def describe(group: str, option: str) -> str:
+    """The option's `description:` key, else the first comment line of its YAML file.
+
+    A comment serves options whose keys all go to a `_target_` (datasets, models, metrics),
+    where an extra `description` key would be passed to the constructor.
+    """
+    text = (conf_dir() / group / f"{option}.yaml").read_text()
+    data = yaml.safe_load(text) or {}
+    if data.get("description"):
+        return str(data["description"]).strip() + _defense_metadata(data)
+    for line in text.splitlines():
+        if line.startswith("#") and not line.startswith("# @package"):
+            return line.lstrip("# ").strip()
+    return ""
+
+
+def _defense_metadata(data: dict[str, Any]) -> str:
+    """` (category; intended threat: ...)` of a defense YAML, empty for other options."""
+    if "category" not in data:
+        return ""
+    category = data["category"]
+    category = ", ".join(category) if isinstance(category, list) else str(category)
+    return f" ({category}; intended threat: {data.get('threat_model', 'unstated')})"

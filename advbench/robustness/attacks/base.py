@@ -1,0 +1,94 @@
+"""What every attack sees (an oracle) and returns (an AttackResult).
+
+The base class owns `__call__`: it checks inputs once, so subclasses implement `run` and
+never see a raw model, only an oracle (`advbench.robustness.attacks.oracles`) of the knowledge levels
+they declare; the oracle counts their cost per sample.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import torch
+
+from advbench.core.errors import AdvbenchError
+from advbench.robustness.attacks.oracles import Oracle
+from advbench.robustness.threat import GOALS, goal_met
+
+
+@dataclass
+class AttackResult:
+    """Per-sample outcome of one batched attack call.
+
+    `success` refers to the returned `x_adv`. `first_success` is the iteration after which the
+    sample first met the goal within the budget `eps` (0: already adversarial before any step,
+    -1: never). `info` holds extra per-sample record columns (name -> tensor (n,)). Cost is not
+    here: the oracle counts it.
+    """
+
+    x_adv: torch.Tensor
+    success: torch.Tensor
+    first_success: torch.Tensor
+    info: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+class Attack:
+    """Base class: hyperparameters in `__init__`, data at call time.
+
+    `kind` says how the engine gets a minimum ε: "budgeted" attacks stay inside `eps` and are
+    searched over ε; "minimizing" attacks return the smallest example they found, whatever
+    `eps` (which then only dates `first_success`), and its norm is the minimum ε.
+    """
+
+    kind: ClassVar[str] = "budgeted"
+    knowledge: ClassVar[tuple[str, ...]] = ("white",)
+    norms: ClassVar[tuple[str, ...]] = ("linf", "l2")
+    goals: ClassVar[tuple[str, ...]] = GOALS
+
+    def __call__(self, oracle: Oracle, x: torch.Tensor, y: torch.Tensor, *, eps: torch.Tensor,
+                 norm: str, target: torch.Tensor | None = None,
+                 sample_id: torch.Tensor | None = None) -> AttackResult:
+        why = self.unsupported(norm, oracle.knowledge, "targeted" if target is not None else "untargeted")
+        if why is not None:
+            raise AdvbenchError(why)
+        n = x.shape[0]
+        if len(oracle) != n:
+            raise ValueError(f"the oracle counts cost for {len(oracle)} samples, the batch has {n}")
+        if eps.shape != (n,):
+            raise ValueError(f"eps must have shape ({n},), got {tuple(eps.shape)}")
+        if bool((eps < 0).any()) or not bool(torch.isfinite(eps).all()):
+            raise AdvbenchError("eps must be finite and >= 0 for every sample")
+        if target is not None and target.shape != y.shape:
+            raise ValueError(f"target must have shape {tuple(y.shape)}, got {tuple(target.shape)}")
+        if sample_id is None:
+            sample_id = torch.arange(n, device=x.device)
+        elif sample_id.shape != (n,):
+            raise ValueError(f"sample_id must have shape ({n},), got {tuple(sample_id.shape)}")
+        return self.run(oracle, x, y, eps=eps.to(x), norm=norm, target=target, sample_id=sample_id.to(x.device))
+
+    def unsupported(self, norm: str, knowledge: str, goal: str) -> str | None:
+        """Why the attack cannot run under this norm, knowledge level and goal; None if it can.
+
+        A sweep skips such cells with this line; a single run stops with it.
+        """
+        name = type(self).__name__
+        if norm not in self.norms:
+            return f"{name} supports norms {', '.join(self.norms)}, got '{norm}'"
+        if knowledge not in self.knowledge:
+            return f"{name} needs {'/'.join(self.knowledge)} access, got a {knowledge} oracle"
+        if goal not in self.goals:
+            return f"{name} supports {'/'.join(self.goals)} attacks, not {goal}"
+        return None
+
+    def run(self, oracle: Oracle, x: torch.Tensor, y: torch.Tensor, *, eps: torch.Tensor, norm: str,
+            target: torch.Tensor | None, sample_id: torch.Tensor) -> AttackResult:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def params(self) -> dict[str, object]:
+        """Hyperparameters for the record's `attack_params` column."""
+        return {k: v for k, v in vars(self).items() if not k.startswith("_")}
+
+
+def success_of(logits: torch.Tensor, y: torch.Tensor, target: torch.Tensor | None) -> torch.Tensor:
+    return goal_met(logits.argmax(dim=1), y, target)

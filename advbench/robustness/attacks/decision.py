@@ -1,0 +1,240 @@
+"""Decision-based minimum-norm attacks on top-1 labels only: HopSkipJump (ℓ2, ℓ∞), Boundary (ℓ2).
+
+They see a `DecisionOracle` and nothing else. Every labelled image is a query counted per
+sample by the oracle; a sample leaves the active set when its query budget is spent, and no
+call ever asks more of a sample than it has left. All samples' candidates of a step travel in
+one oracle call, and random draws come per sample from (seed, sample_id, stream), so an
+untargeted sample's result does not depend on its batch.
+
+`QueryLog` is the bookkeeping decision attacks share: the smallest verified adversarial
+example, `first_success` in queries, and the best norm at query checkpoints (info columns
+`norm_at_<q>`: raw ℓp norms here, which the engine records in threat units like `min_eps`), so
+accuracy-vs-queries curves come from one run.
+`starting_points` gives the seed's starts: untargeted, uniform noise that is already
+misclassified; targeted, a correctly classified image of the target class. The attack only
+gets the batch, so the targeted start is the nearest such image in the batch (a targeted
+result depends on the batch's contents); where the batch has none the sample fails (inf).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+
+from advbench.robustness.attacks.base import AttackResult
+from advbench.robustness.attacks.oracles import DecisionOracle
+from advbench.robustness.attacks.queries import CHECKPOINTS, DecisionAttack, QueryLog, Window, bisect, starting_points
+from advbench.robustness.attacks.random import normal, uniform
+from advbench.robustness.attacks.steps import clip, lp_norm, per_sample
+
+
+class HopSkipJump(DecisionAttack):
+    """HopSkipJump (Chen, Jordan & Wainwright 2020), ℓ2 and ℓ∞, with the authors' defaults.
+
+    From an adversarial start, each iteration j: binary search to the boundary, estimate the
+    boundary's normal from min(init_evals·√j, max_evals) labels of random points δ around the
+    boundary point (δ = 0.1·range at j = 1, then √d·θ·dist for ℓ2, d·θ·dist for ℓ∞, θ = γ/d^{3/2}
+    resp. γ/d²), step along it (its sign for ℓ∞) by the geometric search from dist/√j, halving
+    until adversarial, and search back to the boundary. Iterations run until the sample's
+    `max_queries` are spent (the last gradient estimate uses what is left). Samples run the
+    iterations in lockstep, each with its own budget and its own random directions.
+
+    `first_success` and the checkpoints are in queries (`steps` = `max_queries` is the strength
+    budget). Untargeted starts: up to `init_tries` uniform noise images, then the authors'
+    blend search towards x (tolerance 0.001); targeted: see `starting_points`.
+    """
+
+    norms = ("l2", "linf")
+
+    def __init__(self, *, max_queries: int = 20000, init_evals: int = 100, max_evals: int = 10000,
+                 gamma: float = 1.0, init_tries: int = 100, checkpoints: Sequence[int] = CHECKPOINTS,
+                 seed: int = 0) -> None:
+        super().__init__(max_queries=max_queries, init_tries=init_tries, checkpoints=checkpoints, seed=seed,
+                         init_evals=init_evals, max_evals=max_evals)
+        if gamma <= 0:
+            raise ValueError(f"expected gamma > 0, got {gamma}")
+        self.init_evals = init_evals
+        self.max_evals = max_evals
+        self.gamma = gamma
+
+    def run(self, oracle: DecisionOracle, x: torch.Tensor, y: torch.Tensor, *, eps: torch.Tensor, norm: str,
+            target: torch.Tensor | None, sample_id: torch.Tensor) -> AttackResult:
+        log = QueryLog(oracle, x, y, target, eps, norm, self.max_queries, self.checkpoints)
+        start, ok = starting_points(log, x, y, target, norm=norm, bounds=oracle.bounds, seed=self.seed,
+                                    sample_id=sample_id, tries=self.init_tries)
+        active = torch.nonzero(ok).squeeze(1)
+        if target is None:  # the authors' blend search from the noise towards x
+            start[active], _ = bisect(log, x[active], start[active], active, "l2", 1e-3)
+        d = x[0].numel()
+        theta = self.gamma / (d * math.sqrt(d) if norm == "l2" else d * d)
+        cur = x.clone()
+        dist_post = torch.zeros(x.shape[0], dtype=x.dtype, device=x.device)
+        cur[active], dist_post[active] = bisect(log, x[active], start[active], active, norm, theta)
+        log.offer(active, cur[active], torch.ones_like(active, dtype=torch.bool))
+        j = 0
+        while True:
+            active = log.affordable(active)
+            if active.numel() == 0:
+                break
+            j += 1
+            delta = (0.1 * (oracle.bounds[1] - oracle.bounds[0]) * torch.ones_like(dist_post[active]) if j == 1
+                     else (math.sqrt(d) if norm == "l2" else d) * theta * dist_post[active])
+            evals = min(int(self.init_evals * math.sqrt(j)), self.max_evals)
+            grad = self._gradient(log, cur[active], active, delta, evals, norm, oracle.bounds, sample_id[active], j)
+            update = grad.sign() if norm == "linf" else grad
+            size, found = self._geometric(log, cur[active], update, active, j, lp_norm(cur[active] - x[active], norm),
+                                          oracle.bounds)
+            moved = active[found]
+            stepped = clip(cur[moved] + per_sample(size[found], update[found]) * update[found], oracle.bounds)
+            cur[moved], dist_post[moved] = bisect(log, x[moved], stepped, moved, norm, theta)
+            log.offer(moved, cur[moved], torch.ones_like(moved, dtype=torch.bool))
+        return log.result()
+
+    def _gradient(self, log: QueryLog, xb: torch.Tensor, idx: torch.Tensor, delta: torch.Tensor, evals: int,
+                  norm: str, bounds: tuple[float, float], sample_id: torch.Tensor, j: int) -> torch.Tensor:
+        """Unit estimate of the boundary normal at each row of `xb` from its own random probes.
+
+        A sample with fewer than `evals` queries left uses what it has. One oracle call per
+        chunk of samples (chunks bound the memory of the probes, not the result).
+        """
+        m, shape = xb.shape[0], tuple(xb.shape[1:])
+        chunk = max(1, (1 << 24) // max(1, evals * xb[0].numel()))
+        out = torch.empty_like(xb)
+        for s in range(0, m, chunk):
+            sl = slice(s, s + chunk)
+            k = torch.clamp(log.left(idx[sl]), max=evals)
+            if norm == "linf":
+                rv = uniform(self.seed, sample_id[sl], (evals, *shape), j, device=xb.device, dtype=xb.dtype) * 2 - 1
+            else:
+                rv = normal(self.seed, sample_id[sl], (evals, *shape), j, device=xb.device, dtype=xb.dtype)
+            rv = rv / lp_norm(rv.flatten(0, 1), "l2").clamp_min(1e-12).reshape(rv.shape[0], evals, *([1] * len(shape)))
+            base = xb[sl][:, None]
+            dl = delta[sl].reshape(-1, 1, *([1] * len(shape)))
+            probes = clip(base + dl * rv, bounds)
+            rv = (probes - base) / dl
+            use = torch.arange(evals, device=xb.device)[None, :] < k[:, None]
+            rows = idx[sl][:, None].expand(-1, evals)[use]
+            fval = torch.zeros(use.shape, dtype=xb.dtype, device=xb.device)
+            fval[use] = 2 * log.adversarial(probes[use], rows).to(xb.dtype) - 1
+            mean = fval.sum(1) / k.clamp_min(1)
+            same = mean.abs() == 1  # all probes agree: the authors average the directions
+            weight = torch.where(same[:, None], fval, (fval - mean[:, None]) * use)
+            g = (weight.reshape(*weight.shape, *([1] * len(shape))) * rv).sum(1) / per_sample(k.clamp_min(1), xb[sl])
+            out[sl] = g / per_sample(lp_norm(g, "l2").clamp_min(1e-12), g)
+        return out
+
+    def _geometric(self, log: QueryLog, xb: torch.Tensor, update: torch.Tensor, idx: torch.Tensor, j: int,
+                   dist: torch.Tensor, bounds: tuple[float, float]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The authors' geometric step search: from dist/√j, halve until the step is adversarial.
+
+        Returns the step sizes and which samples found one before their queries ran out.
+        """
+        size = dist / math.sqrt(j)
+        found = torch.zeros(xb.shape[0], dtype=torch.bool, device=xb.device)
+        rows = torch.arange(xb.shape[0], device=xb.device)
+        while True:
+            rows = rows[log.left(idx[rows]) > 0]
+            if rows.numel() == 0:
+                break
+            cand = clip(xb[rows] + per_sample(size[rows], xb[rows]) * update[rows], bounds)
+            hit = log.adversarial(cand, idx[rows])
+            found[rows[hit]] = True
+            size[rows[~hit]] /= 2
+            rows = rows[~hit]
+        return size, found
+
+
+class Boundary(DecisionAttack):
+    """Boundary attack (Brendel, Rauber & Bethge 2018), ℓ2, with the authors' defaults.
+
+    From an adversarial start (`starting_points`, then a blend search towards x), each step
+    draws one candidate per sample: an orthogonal step on the sphere around x (relative size
+    `spherical_step`), then a step of relative size `source_step` towards x; it replaces the
+    sample's point if adversarial and closer. Every `update_stats_every_k` steps the spherical
+    candidate alone is judged too (a second query), and the step sizes adapt per sample by
+    ×/÷ `step_adaptation` from the success rates of the last 100 spherical / 30 full
+    candidates (the reference implementation's thresholds). A sample stops when its source
+    step falls below `source_step_convergence` or its `max_queries` are spent.
+    """
+
+    norms = ("l2",)
+
+    def __init__(self, *, max_queries: int = 20000, spherical_step: float = 1e-2, source_step: float = 1e-2,
+                 source_step_convergence: float = 1e-7, step_adaptation: float = 1.5, update_stats_every_k: int = 10,
+                 init_tries: int = 100, checkpoints: Sequence[int] = CHECKPOINTS,
+                 seed: int = 0) -> None:
+        super().__init__(max_queries=max_queries, init_tries=init_tries, checkpoints=checkpoints, seed=seed,
+                         update_stats_every_k=update_stats_every_k)
+        if min(spherical_step, source_step, source_step_convergence) <= 0 or step_adaptation <= 1:
+            raise ValueError("expected positive step sizes and step_adaptation > 1")
+        self.spherical_step = spherical_step
+        self.source_step = source_step
+        self.source_step_convergence = source_step_convergence
+        self.step_adaptation = step_adaptation
+        self.update_stats_every_k = update_stats_every_k
+
+    def run(self, oracle: DecisionOracle, x: torch.Tensor, y: torch.Tensor, *, eps: torch.Tensor, norm: str,
+            target: torch.Tensor | None, sample_id: torch.Tensor) -> AttackResult:
+        n = x.shape[0]
+        log, cur, active = self.start_on_boundary(oracle, x, y, target, eps, norm, sample_id)
+        spherical = torch.full((n,), self.spherical_step, dtype=x.dtype, device=x.device)
+        source = torch.full((n,), self.source_step, dtype=x.dtype, device=x.device)
+        stats_sph, stats_step = Window(n, 100, x.device), Window(n, 30, x.device)
+        step = 0
+        while True:
+            active = log.affordable(active[source[active] >= self.source_step_convergence])
+            if active.numel() == 0:
+                break
+            step += 1
+            cand, sph = self._proposals(x[active], cur[active], spherical[active], source[active],
+                                        sample_id[active], step, oracle.bounds)
+            adv = log.adversarial(cand, active)
+            closer = lp_norm(cand - x[active], "l2") < lp_norm(cur[active] - x[active], "l2")
+            better = adv & closer
+            cur[active[better]] = cand[better]
+            log.offer(active, cand, better)
+            if step % self.update_stats_every_k == 0:
+                self._adapt(log, active, sph, adv, spherical, source, stats_sph, stats_step)
+        return log.result()
+
+    def _proposals(self, x: torch.Tensor, cur: torch.Tensor, spherical: torch.Tensor, source: torch.Tensor,
+                   sample_id: torch.Tensor, step: int,
+                   bounds: tuple[float, float]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(candidate, spherical candidate) per row, as the reference draws them (per-sample noise)."""
+        shape = x.shape
+        xf, cf = x.flatten(1), cur.flatten(1)
+        src = xf - cf
+        src_norm = src.norm(dim=1)
+        src_dir = src / src_norm[:, None]
+        eta = normal(self.seed, sample_id, (xf.shape[1],), step, device=x.device, dtype=x.dtype)
+        eta = eta - (eta * src_dir).sum(1, keepdim=True) * src_dir
+        eta = eta * (spherical * src_norm / eta.norm(dim=1).clamp_min(1e-12))[:, None]
+        sph = (xf + (eta - src) / torch.sqrt(spherical ** 2 + 1)[:, None]).clamp(*bounds)
+        new_src = xf - sph
+        new_norm = new_src.norm(dim=1)
+        length = (source * src_norm + new_norm - src_norm).clamp_min(0) / new_norm.clamp_min(1e-12)
+        cand = (sph + length[:, None] * new_src).clamp(*bounds)
+        return cand.reshape(shape), sph.reshape(shape)
+
+    def _adapt(self, log: QueryLog, active: torch.Tensor, sph: torch.Tensor, adv: torch.Tensor,
+               spherical: torch.Tensor, source: torch.Tensor, stats_sph: Window, stats_step: Window) -> None:
+        """Judge the spherical candidates of the samples with a query left and adapt their steps."""
+        can = log.left(active) > 0
+        idx = active[can]
+        stats_sph.push(idx, log.adversarial(sph[can], idx))
+        stats_step.push(idx, adv[can])
+        a = self.step_adaptation
+        full = stats_sph.full(idx)
+        p = stats_sph.mean(idx)
+        up, down = full & (p > 0.5), full & (p < 0.2)
+        factor = torch.where(up, a, torch.where(down, 1 / a, 1.0)).to(spherical.dtype)
+        spherical[idx] *= factor
+        source[idx] *= factor
+        stats_sph.clear(idx[up | down])
+        full = stats_step.full(idx)
+        p = stats_step.mean(idx)
+        up, down = full & (p > 0.25), full & (p < 0.1)
+        source[idx] *= torch.where(up, a, torch.where(down, 1 / a, 1.0)).to(source.dtype)
+        stats_step.clear(idx[up | down])

@@ -1,0 +1,118 @@
+"""Worst-case ensemble: several attacks in turn, each on the samples the earlier ones left robust.
+
+Per sample the ensemble succeeds if any member succeeds within the budget, so it is at least
+as strong as each member on every sample (members draw their randomness from (seed,
+sample_id), so a member meets a sample exactly as it would alone). The engine's minimum-ε
+search calls the ensemble once per probe, so a sample's `min_eps` is the smallest probed ε
+at which some member broke it.
+
+`first_success` adds up strengths: a sample broken by member k at its iteration t reports
+s_1 + … + s_{k−1} + t, where s_i is member i's strength budget (`steps`). That is the number
+of iterations spent on the sample, because a sample reaches member k only after every earlier
+member ran its full budget on it without success. The record column `broken_by` holds the
+index into `attack_params["members"]` of the member that broke the sample (the name is
+`Ensemble.members[i]`), -1 where none did.
+
+A minimum-norm member (DeepFool, C&W) counts as successful only where its smallest example
+lies inside the budget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from hydra.errors import InstantiationException
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+
+from advbench.core.catalog import group_options, load_option
+from advbench.core.errors import AdvbenchError
+from advbench.core.keys import plain_value
+from advbench.robustness.attacks.base import Attack, AttackResult
+from advbench.robustness.attacks.oracles import Oracle
+
+
+def load_attack(name: str, seed: int, overrides: Mapping[str, Any] | None = None) -> Attack:
+    """The attack of option `name` in conf/attack, with the ensemble's seed and any overrides."""
+    cfg = load_option("attack", name)
+    if cfg is None:
+        raise AdvbenchError(f"unknown ensemble member '{name}'; valid: {', '.join(group_options('attack'))}")
+    if "seed" in cfg.params:
+        cfg.params.seed = seed
+    for key, value in (overrides or {}).items():
+        OmegaConf.update(cfg, f"params.{key}", value, force_add=True)
+    try:
+        return instantiate(cfg.params)
+    except InstantiationException as exc:
+        reason = str(exc.__cause__ or exc).splitlines()[0]
+        raise AdvbenchError(f"cannot build ensemble member '{name}': {reason}") from None
+
+
+
+class Ensemble(Attack):
+    """Members in order; accepts what every member accepts (norms, goals, knowledge)."""
+
+    kind = "budgeted"
+
+    def __init__(self, *, members: Sequence[str], member_params: Mapping[str, Mapping[str, Any]] | None = None,
+                 seed: int = 0) -> None:
+        names = [str(m) for m in plain_value(members)]
+        overrides = dict(plain_value(member_params) or {})
+        if not names:
+            raise AdvbenchError("an ensemble needs at least one member (attack.members=[apgd_ce,...])")
+        if len(set(names)) != len(names):
+            raise AdvbenchError(f"ensemble members repeat: {', '.join(names)}")
+        unknown = sorted(set(overrides) - set(names))
+        if unknown:
+            raise AdvbenchError(f"member_params names {', '.join(unknown)}, not among the members {', '.join(names)}")
+        self.members = names
+        self.member_params = overrides
+        self.seed = seed
+        self._attacks = [load_attack(name, seed, overrides.get(name)) for name in names]
+        self.norms = self._shared("norms")
+        self.goals = self._shared("goals")
+        self.knowledge = self._shared("knowledge")
+
+    def _shared(self, attribute: str) -> tuple[str, ...]:
+        """What every member supports, in the first member's order; an error if that is nothing."""
+        first, *rest = (getattr(a, attribute) for a in self._attacks)
+        common = tuple(v for v in first if all(v in other for other in rest))
+        if not common:
+            raise AdvbenchError(f"ensemble members {', '.join(self.members)} share no supported {attribute}")
+        return common
+
+    @property
+    def steps(self) -> int:
+        """The strength budget: the members' budgets added up."""
+        return sum(int(getattr(a, "steps", 1)) for a in self._attacks)
+
+    def params(self) -> dict[str, object]:
+        """Member names, overrides and seed, plus each member's resolved hyperparameters."""
+        return {"members": self.members, "member_params": self.member_params, "seed": self.seed,
+                "resolved": {name: a.params() for name, a in zip(self.members, self._attacks)}}
+
+    def run(self, oracle: Oracle, x: torch.Tensor, y: torch.Tensor, *, eps: torch.Tensor, norm: str,
+            target: torch.Tensor | None, sample_id: torch.Tensor) -> AttackResult:
+        n = x.shape[0]
+        x_adv = x.clone()
+        first = torch.full((n,), -1, dtype=torch.long, device=x.device)
+        broken_by = torch.full((n,), -1, dtype=torch.long, device=x.device)
+        active = torch.arange(n, device=x.device)
+        offset = 0
+        for i, attack in enumerate(self._attacks):
+            if active.numel() == 0:
+                break
+            res = attack(oracle.subset(active), x[active], y[active], eps=eps[active], norm=norm,
+                         target=None if target is None else target[active], sample_id=sample_id[active])
+            # first_success >= 0: adversarial within eps, for minimum-norm members too (their
+            # first_success dates the first example inside eps; x_adv is then inside as well).
+            won = res.success & (res.first_success >= 0)
+            keep = won if attack.kind == "minimizing" else torch.ones_like(won)
+            x_adv[active[keep]] = res.x_adv[keep]
+            first[active[won]] = offset + res.first_success[won]
+            broken_by[active[won]] = i
+            active = active[~won]
+            offset += int(getattr(attack, "steps", 1))
+        return AttackResult(x_adv=x_adv, success=first >= 0, first_success=first, info={"broken_by": broken_by})

@@ -1,0 +1,354 @@
+"""Minimum-norm white-box attacks: DeepFool (ℓ2, ℓ∞) and Carlini–Wagner ℓ2.
+
+They do not take a budget: each returns, per sample, the smallest adversarial example it
+found (the input itself where it found none), so one run gives every sample's minimum ε and
+no ε search is needed. The benchmark budget `eps` only dates `first_success`: the first
+iteration at which the best example so far was within it.
+
+Both are batched over samples (and DeepFool over candidate classes), keep per-sample state
+in tensors, and drop a sample from the active set once nothing more is to be gained for it,
+so a sample's result never depends on its batch. Under transfer knowledge they optimise on
+the substitute and an example counts once the target's top-1 label (a counted query) meets
+the goal, as for the transfer versions of FGSM/BIM/MIM.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from advbench.robustness.attacks.base import Attack, AttackResult
+from advbench.robustness.attacks.oracles import Oracle, TransferOracle
+from advbench.robustness.attacks.steps import (
+    DUAL_NORM,
+    adam_step,
+    clip,
+    lp_norm,
+    per_sample,
+    unit_direction,
+)
+
+
+def max_other(logits: torch.Tensor, cls: torch.Tensor) -> torch.Tensor:
+    """Largest logit of any class but `cls`, per row.
+
+    Masks with −inf: multiplying by a zero mask (a known peer bug) returns 0 instead of the
+    true maximum whenever all other logits are negative.
+    """
+    mask = F.one_hot(cls, logits.shape[1]).bool()
+    return logits.masked_fill(mask, -math.inf).amax(dim=1)
+
+
+def goal_margin(logits: torch.Tensor, y: torch.Tensor, target: torch.Tensor | None) -> torch.Tensor:
+    """How far each row is from the goal in logits; negative once the goal is met.
+
+    Untargeted: Z_y − max_{j≠y} Z_j. Targeted: max_{j≠t} Z_j − Z_t.
+    """
+    if target is None:
+        return logits.gather(1, y[:, None]).squeeze(1) - max_other(logits, y)
+    return max_other(logits, target) - logits.gather(1, target[:, None]).squeeze(1)
+
+
+def _rows(v: torch.Tensor | None, idx: torch.Tensor) -> torch.Tensor | None:
+    return None if v is None else v[idx]
+
+
+class SmallestAdversarial:
+    """Per-sample record of the smallest adversarial example seen so far.
+
+    `first_success` is the strength (iteration) at which the best norm first fell within the
+    benchmark budget eps; since the best norm never grows, that is the first time any
+    adversarial example within eps was seen.
+    """
+
+    def __init__(self, x: torch.Tensor, eps: torch.Tensor, norm: str) -> None:
+        self.x, self.eps, self.norm = x, eps, norm
+        self.x_adv = x.clone()
+        self.best = torch.full((x.shape[0],), math.inf, device=x.device, dtype=x.dtype)
+        self.first = torch.full((x.shape[0],), -1, dtype=torch.long, device=x.device)
+
+    def offer(self, idx: torch.Tensor, x_cand: torch.Tensor, adversarial: torch.Tensor,
+              strength: torch.Tensor | int) -> None:
+        """Keep candidates (rows `idx` of the batch) that are adversarial and smaller than the best."""
+        d = lp_norm(x_cand - self.x[idx], self.norm)
+        better = adversarial & (d < self.best[idx])
+        rows = idx[better]
+        self.x_adv[rows] = x_cand[better]
+        self.best[rows] = d[better]
+        reached = better & (d <= self.eps[idx]) & (self.first[idx] < 0)
+        s = strength if isinstance(strength, int) else strength[reached]
+        self.first[idx[reached]] = s
+
+    def result(self) -> AttackResult:
+        return AttackResult(x_adv=self.x_adv, success=torch.isfinite(self.best), first_success=self.first)
+
+
+class DeepFool(Attack):
+    """DeepFool (Moosavi-Dezfooli et al.): step to the nearest linearised decision boundary.
+
+    Per iteration and sample, every candidate class k gets f_k = Z_k − Z_y and its gradient
+    w_k (one batched backward over the samples replicated once per candidate); the step goes
+    to the closest linearised boundary, |f_k|/‖w_k‖_dual away, along the norm's steepest
+    direction. Steps accumulate and are overshot by (1 + overshoot), as in the original.
+    Candidates are the `candidates` most likely classes at the clean input, label excluded.
+    Targeted: the one candidate is the target and f = Z_t − max_{j≠t} Z_j.
+
+    A sample leaves the active set at its first adversarial iterate, so the first t
+    iterations of a run are exactly a run with `steps=t`: the strength curve needs no reruns.
+    """
+
+    kind = "minimizing"
+    knowledge = ("white", "transfer")
+    norms = ("l2", "linf")
+
+    def __init__(self, *, steps: int = 100, overshoot: float = 0.02, candidates: int = 10) -> None:
+        if steps < 1:
+            raise ValueError(f"expected steps >= 1, got {steps}")
+        if overshoot < 0:
+            raise ValueError(f"expected overshoot >= 0, got {overshoot}")
+        if candidates < 2:
+            raise ValueError(f"expected candidates >= 2 (the label and one other class), got {candidates}")
+        self.steps = steps
+        self.overshoot = overshoot
+        self.candidates = candidates
+
+    def run(self, oracle: Oracle, x: torch.Tensor, y: torch.Tensor, *, eps: torch.Tensor, norm: str,
+            target: torch.Tensor | None, sample_id: torch.Tensor) -> AttackResult:
+        n = x.shape[0]
+        best = SmallestAdversarial(x, eps, norm)
+        x_t = x.clone()
+        r_total = torch.zeros_like(x)
+        active = torch.arange(n, device=x.device)
+        classes: torch.Tensor | None = None
+        for t in range(self.steps + 1):
+            xa = x_t[active]
+            logits = oracle.logits(xa, active)
+            if classes is None:
+                classes = self._classes(logits, y, target)
+            hit = oracle.verdict(xa, y[active], _rows(target, active), active, logits)
+            best.offer(active, xa, hit, t)
+            active = active[~hit]
+            if t == self.steps or active.numel() == 0:
+                break
+            r_total[active] += self._step(oracle, x_t[active], y[active], classes[active],
+                                          _rows(target, active), active, norm)
+            x_t[active] = clip(x[active] + (1 + self.overshoot) * r_total[active], oracle.bounds)
+        return best.result()
+
+    def _classes(self, logits: torch.Tensor, y: torch.Tensor, target: torch.Tensor | None) -> torch.Tensor:
+        """(n, k) candidate classes: the target, or the most likely classes other than y."""
+        if target is not None:
+            return target[:, None]
+        k = min(self.candidates, logits.shape[1]) - 1
+        others = logits.scatter(1, y[:, None], -math.inf)
+        return others.topk(k, dim=1).indices
+
+    def _step(self, oracle: Oracle, xa: torch.Tensor, y: torch.Tensor, classes: torch.Tensor,
+              target: torch.Tensor | None, active: torch.Tensor, norm: str) -> torch.Tensor:
+        """The step of each active sample to its nearest linearised boundary."""
+        m, k = classes.shape
+        cls = classes.reshape(-1)
+        ref = y.repeat_interleave(k)
+
+        def boundary(z: torch.Tensor) -> torch.Tensor:
+            """f < 0 on the sample's side of the boundary, 0 on it."""
+            if target is not None:
+                return -goal_margin(z, ref, cls)
+            return z.gather(1, cls[:, None]).squeeze(1) - z.gather(1, ref[:, None]).squeeze(1)
+
+        logits, grad = oracle.value_and_grad(xa.repeat_interleave(k, dim=0), boundary, active.repeat_interleave(k))
+        return nearest_boundary_step(boundary(logits).reshape(m, k), grad.reshape(m, k, *xa.shape[1:]), norm)
+
+
+def nearest_boundary_step(f: torch.Tensor, grad: torch.Tensor, norm: str) -> torch.Tensor:
+    """DeepFool's step: to the nearest of k linearised boundaries f_k + w_k·r = 0 per sample.
+
+    `f` is (m, k), `grad` (m, k, ...) their input gradients w_k. Differentiable in both, so
+    DeepDefense's training regulariser unrolls the same step with second-order gradients.
+    """
+    m, k = f.shape
+    dist = f.abs() / lp_norm(grad.flatten(0, 1), DUAL_NORM[norm]).reshape(m, k).clamp_min(1e-8)
+    nearest = dist.argmin(dim=1)
+    rows = torch.arange(m, device=f.device)
+    w = grad[rows, nearest]
+    return per_sample(dist[rows, nearest] + 1e-4, w) * unit_direction(w, norm)
+
+
+class TanhBox:
+    """C&W's change of variables x' = lo + (hi − lo)·(tanh(w) + 1)/2: in bounds by construction.
+
+    Pixels at a bound start at w = atanh(±(1 − 1e-6)) ≈ ±7.25, where the gradient is ~1e-6,
+    so Adam barely moves them: costly on images with many saturated pixels (digits).
+    """
+
+    @staticmethod
+    def start(x: torch.Tensor, bounds: tuple[float, float]) -> torch.Tensor:
+        lo, hi = bounds
+        return torch.atanh(((x - lo) / (hi - lo) * 2 - 1) * (1 - 1e-6))
+
+    @staticmethod
+    def to_model(w: torch.Tensor, x: torch.Tensor, bounds: tuple[float, float]) -> torch.Tensor:
+        lo, hi = bounds
+        return lo + (hi - lo) * (torch.tanh(w) + 1) / 2
+
+    @staticmethod
+    def chain(w: torch.Tensor, x: torch.Tensor, bounds: tuple[float, float], grad: torch.Tensor) -> torch.Tensor:
+        """d loss / dw from d loss / dx'."""
+        lo, hi = bounds
+        return grad * (hi - lo) / 2 * (1 - torch.tanh(w) ** 2)
+
+
+class ClipBox:
+    """C&W's clipped gradient descent: w = δ, x' = clip(x + δ) inside the objective.
+
+    The gradient passes where x + δ lies within the bounds, ends included, so a pixel at a
+    bound moves inwards at full speed; a coordinate pushed outside stays clipped (zero
+    gradient) and costs nothing, since the distance is measured on the clipped x'.
+    """
+
+    @staticmethod
+    def start(x: torch.Tensor, bounds: tuple[float, float]) -> torch.Tensor:
+        return torch.zeros_like(x)
+
+    @staticmethod
+    def to_model(w: torch.Tensor, x: torch.Tensor, bounds: tuple[float, float]) -> torch.Tensor:
+        return clip(x + w, bounds)
+
+    @staticmethod
+    def chain(w: torch.Tensor, x: torch.Tensor, bounds: tuple[float, float], grad: torch.Tensor) -> torch.Tensor:
+        """d loss / dδ from d loss / dx': zero where the clip is active."""
+        lo, hi = bounds
+        inside = (x + w >= lo) & (x + w <= hi)
+        return grad * inside
+
+
+BOXES: dict[str, type[TanhBox] | type[ClipBox]] = {"tanh": TanhBox, "clip": ClipBox}
+
+
+def next_const(const: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor,
+               found: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """C&W's per-sample search over c after one optimisation at `const`.
+
+    Success: c was large enough, so it becomes the upper bound and c decreases (bisection).
+    Failure: c becomes the lower bound and c increases, ×10 until a first success, then by
+    bisection. (ARES 2.0 has the two directions swapped.)
+    """
+    hi = torch.where(found, torch.minimum(hi, const), hi)
+    lo = torch.where(found, lo, torch.maximum(lo, const))
+    const = torch.where(torch.isinf(hi), const * 10, (lo + hi) / 2)
+    return const, lo, hi
+
+
+class CarliniWagnerL2(Attack):
+    """Carlini–Wagner ℓ2: min ‖x' − x‖₂² + c·max(margin(x') + κ, 0) with Adam on a variable w.
+
+    `box` keeps x' in bounds: "tanh" (the seed's, `TanhBox`) or "clip" (`ClipBox`, C&W's
+    clipped gradient descent, which moves saturated pixels). Each sample runs
+    `binary_search_steps` optimisations of at most `iterations` Adam steps, each from x with fresh
+    moments, and searches its own c (see `next_const`). With `abort_early`, a sample stops an
+    optimisation when its loss fell by less than 0.01% over a tenth of `iterations`. An example
+    counts only if the model's top-1 meets the goal with margin ≤ −κ.
+
+    Strength (`first_success`) is the number of Adam steps the sample had taken, summed over
+    the binary-search steps, when the example within eps was found. That equals this same run
+    stopped after that many steps, not a rerun with smaller `iterations` (which changes every
+    optimisation's length, the early-abort checks and the c schedule). `steps`, the strength
+    budget the engine and the ensemble read, is `iterations · binary_search_steps`.
+    """
+
+    kind = "minimizing"
+    knowledge = ("white", "transfer")
+    norms = ("l2",)
+
+    def __init__(self, *, iterations: int = 100, binary_search_steps: int = 10, initial_const: float = 1.0,
+                 stepsize: float = 0.01, confidence: float = 0.0, abort_early: bool = True,
+                 box: str = "tanh") -> None:
+        for name, value in (("iterations", iterations), ("binary_search_steps", binary_search_steps)):
+            if value < 1:
+                raise ValueError(f"expected {name} >= 1, got {value}")
+        if initial_const <= 0 or stepsize <= 0:
+            raise ValueError(f"expected initial_const > 0 and stepsize > 0, got {initial_const}, {stepsize}")
+        if confidence < 0:
+            raise ValueError(f"expected confidence >= 0, got {confidence}")
+        if box not in BOXES:
+            raise ValueError(f"unknown box '{box}'; valid: {', '.join(BOXES)}")
+        self.iterations = iterations
+        self.binary_search_steps = binary_search_steps
+        self.initial_const = initial_const
+        self.stepsize = stepsize
+        self.confidence = confidence
+        self.abort_early = abort_early
+        self.box = box
+
+    @property
+    def steps(self) -> int:
+        """Strength budget: Adam steps over all binary-search steps."""
+        return self.iterations * self.binary_search_steps
+
+    def run(self, oracle: Oracle, x: torch.Tensor, y: torch.Tensor, *, eps: torch.Tensor, norm: str,
+            target: torch.Tensor | None, sample_id: torch.Tensor) -> AttackResult:
+        n = x.shape[0]
+        best = SmallestAdversarial(x, eps, norm)
+        everyone = torch.arange(n, device=x.device)
+        clean = oracle.logits(x, everyone)
+        already = self._adversarial(oracle, x, clean, y, target, everyone)
+        best.offer(everyone, x, already, 0)
+        todo = everyone[~already]  # a clean adversarial has norm 0: nothing to improve
+        const = torch.full((n,), self.initial_const, dtype=torch.float64, device=x.device)
+        lo = torch.zeros_like(const)
+        hi = torch.full_like(const, math.inf)
+        spent = torch.zeros(n, dtype=torch.long, device=x.device)
+        w0 = BOXES[self.box].start(x, oracle.bounds)
+        for _ in range(self.binary_search_steps):
+            if todo.numel() == 0:
+                break
+            found = self._optimise(oracle, x, w0, y, target, const, todo, best, spent)
+            const[todo], lo[todo], hi[todo] = next_const(const[todo], lo[todo], hi[todo], found)
+        return best.result()
+
+    def _adversarial(self, oracle: Oracle, x: torch.Tensor, logits: torch.Tensor, y: torch.Tensor,
+                     target: torch.Tensor | None, idx: torch.Tensor) -> torch.Tensor:
+        """White: top-1 meets the goal with margin ≤ −κ. Transfer: the target's top-1 meets it
+        (κ then only shapes the optimisation on the substitute)."""
+        met = oracle.verdict(x, y, target, idx, logits)
+        if isinstance(oracle, TransferOracle):
+            return met
+        return met & (goal_margin(logits, y, target) <= -self.confidence)
+
+    def _optimise(self, oracle: Oracle, x: torch.Tensor, w0: torch.Tensor, y: torch.Tensor,
+                  target: torch.Tensor | None, const: torch.Tensor, todo: torch.Tensor,
+                  best: SmallestAdversarial, spent: torch.Tensor) -> torch.Tensor:
+        """One optimisation at each sample's c; whether each of `todo` found an adversarial."""
+        found = torch.zeros(todo.shape[0], dtype=torch.bool, device=x.device)
+        pos = torch.arange(todo.shape[0], device=x.device)  # rows of `todo` still optimising
+        w = w0[todo].clone()
+        m, v = torch.zeros_like(w), torch.zeros_like(w)
+        prev = torch.full((todo.shape[0],), math.inf, dtype=x.dtype, device=x.device)
+        check_every = math.ceil(self.iterations / 10)
+        box = BOXES[self.box]
+        for i in range(self.iterations):
+            act = todo[pos]
+            ya, ta, xo = y[act], _rows(target, act), x[act]
+            c = const[act].to(x.dtype)
+            xa = box.to_model(w, xo, oracle.bounds)
+
+            def penalty(z: torch.Tensor) -> torch.Tensor:
+                return c * (goal_margin(z, ya, ta) + self.confidence).clamp_min(0)
+
+            logits, g = oracle.value_and_grad(xa, penalty, act)
+            adv = self._adversarial(oracle, xa, logits, ya, ta, act)
+            best.offer(act, xa, adv, spent[act])
+            found[pos] |= adv
+            loss = lp_norm(xa - xo, "l2") ** 2 + penalty(logits)
+            g_w = box.chain(w, xo, oracle.bounds, g + 2 * (xa - xo))
+            w -= adam_step(g_w, m, v, i + 1, self.stepsize)
+            spent[act] += 1
+            if self.abort_early and i % check_every == 0:
+                keep = loss <= 0.9999 * prev
+                prev = loss[keep]
+                pos, w, m, v = pos[keep], w[keep], m[keep], v[keep]
+                if pos.numel() == 0:
+                    break
+        return found

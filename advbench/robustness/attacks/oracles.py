@@ -1,0 +1,393 @@
+"""What an attack may learn about the model under attack: one oracle per knowledge level.
+
+Attacks never see a model, only an oracle built by the engine from `threat.knowledge`:
+
+- white     logits and input gradients of the target;
+- transfer  logits and gradients of a substitute model, top-1 labels of the target;
+- score     logits of the target, with no autograd path back to it;
+- decision  top-1 labels of the target.
+
+Each oracle counts cost per sample of the batch it was built for (`grad_evals`: forward +
+backward passes; `queries`: forward-only evaluations of the target), so records carry what
+each sample cost whatever the attack does. Every method takes `idx`, the batch indices of the
+rows of `x` (an attack's active set; repeats are counted repeatedly). `subset(idx)` is a view
+over some samples whose counts land in the parent's counters: the minimum-ε search probes
+through it. `remember_clean(x)` lets a white-box oracle serve the loss gradient at a sample's
+clean input from memory after its first evaluation (every probe of the search starts there);
+`grad_reuses` counts the gradients so served, which `grad_evals` does not.
+
+A randomized model answers each pass with a fresh draw, so one pass cannot say whether an
+example is adversarial: `verdict` is the one judgement of success attacks date success by, and
+it is the engine's (`vote`): over `draws` fresh passes, an example meets the goal when at least
+half of them do. One pass screens first (the logits an attack already has), so only rows the
+screen calls adversarial pay for the vote; a deterministic model is judged by that one pass.
+On a randomized model attacks do not stop at their first passing verdict (`stops_on_hit`).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from advbench.core.errors import AdvbenchError
+from advbench.core.runtime import forward
+from advbench.robustness.threat import goal_met
+
+Objective = Callable[[torch.Tensor], torch.Tensor]
+
+
+def _device(model: nn.Module) -> torch.device:
+    p = next(model.parameters(), None)
+    return p.device if p is not None else torch.device("cpu")
+
+
+def _forward(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """Logits with no autograd graph: computed under inference mode in the model's deployed
+    precision and memory format (`advbench.core.runtime.forward`), returned as a plain tensor of the input's dtype."""
+    with torch.inference_mode():
+        out = forward(model, x)
+    return out.clone()
+
+
+@dataclass(frozen=True)
+class Vote:
+    """A model's verdict on each row of a batch, over `draws` passes (one for a deterministic model).
+
+    `fraction`: share of the passes whose top-1 label meets the goal; `met`: fraction >= 1/2.
+    `pred`: the most frequent label among the passes that agree with `met` (so an untargeted
+    `met` ⇔ pred != y, a targeted one ⇔ pred == target). `logits`: their mean over the passes.
+    """
+
+    pred: torch.Tensor
+    met: torch.Tensor
+    fraction: torch.Tensor
+    logits: torch.Tensor
+
+
+def vote(model: nn.Module, x: torch.Tensor, y: torch.Tensor, target: torch.Tensor | None, draws: int) -> Vote:
+    """The model's verdict on `x` over `draws` fresh passes, uncounted (the engine's judgement).
+
+    Success on a randomized model is a property of its output distribution, not of one draw:
+    stopping on one lucky pass over-credits the attack's iterate and, through early stopping,
+    under-credits the attack itself.
+    """
+    if draws < 1:
+        raise AdvbenchError(f"judge.draws must be a whole number >= 1, got {draws}")
+    passes = [_forward(model, x) for _ in range(draws)]
+    labels = torch.stack([z.argmax(dim=1) for z in passes])                       # (draws, n)
+    meets = goal_met(labels, y[None, :], None if target is None else target[None, :])
+    fraction = meets.double().mean(dim=0)
+    met = fraction >= 0.5
+    logits = torch.stack(passes).mean(dim=0)
+    agree = (meets == met[None, :]).to(logits.dtype)
+    counts = torch.zeros_like(logits).scatter_add_(1, labels.T, agree.T)
+    return Vote(pred=counts.argmax(dim=1), met=met, fraction=fraction, logits=logits)
+
+
+class Oracle:
+    """Per-sample cost counters, subset views, and what every oracle exposes: bounds, classes."""
+
+    knowledge: ClassVar[str]
+    grad_mode: str = "none"
+    """What the oracle's gradients are (records' `grad_mode`): none without gradients."""
+
+    def __init__(self, model: nn.Module, n: int, *, substitute: nn.Module | None = None,
+                 num_classes: int | None = None, draws: int = 1) -> None:
+        self._target = model
+        self.draws = int(draws) if getattr(model, "randomized", False) else 1
+        """Passes `verdict` votes over: `judge.draws` for a randomized target, else 1."""
+        self.bounds: tuple[float, float] = tuple(getattr(model, "bounds", (0.0, 1.0)))  # type: ignore[assignment]
+        self.num_classes = num_classes
+        device = _device(model)
+        self._grad_evals = torch.zeros(n, dtype=torch.long, device=device)
+        self._queries = torch.zeros(n, dtype=torch.long, device=device)
+        self._reuses = torch.zeros(n, dtype=torch.long, device=device)
+        self._rows: torch.Tensor | None = None  # a view's rows in the counters; None: all of them
+
+    def __len__(self) -> int:
+        return self._grad_evals.shape[0] if self._rows is None else self._rows.shape[0]
+
+    @property
+    def grad_evals(self) -> torch.Tensor:
+        """Gradient evaluations per sample (a copy for views, the live counter otherwise)."""
+        return self._grad_evals if self._rows is None else self._grad_evals[self._rows]
+
+    @property
+    def queries(self) -> torch.Tensor:
+        """Forward-only evaluations of the target per sample."""
+        return self._queries if self._rows is None else self._queries[self._rows]
+
+    @property
+    def grad_reuses(self) -> torch.Tensor:
+        """Gradients per sample served from memory (`remember_clean`) instead of evaluated again."""
+        return self._reuses if self._rows is None else self._reuses[self._rows]
+
+    def remember_clean(self, x: torch.Tensor) -> bool:
+        """Whether this oracle remembers gradients at the clean inputs; one without gradients has none."""
+        return False
+
+    @property
+    def stops_on_hit(self) -> bool:
+        """Whether an attack may stop a sample at the first iterate its verdict passes.
+
+        Not on a randomized model: the first iterate whose vote passes sits where its chance
+        of passing is about one half, so the engine's fresh vote on it fails about half the
+        time (regression to the mean). There the attack runs its full course, dating each
+        sample's first passing verdict for the strength curve, and returns its last iterate.
+        """
+        return self.draws == 1
+
+    def verdict(self, x: torch.Tensor, y: torch.Tensor, target: torch.Tensor | None, idx: torch.Tensor,
+                logits: torch.Tensor | None = None) -> torch.Tensor:
+        """Whether each row of `x` meets the goal, as the engine will judge it.
+
+        `logits`: the target's logits at `x` the attack already holds (screened for free),
+        else one counted query screens. On a randomized target the rows the screen passes are
+        confirmed by a vote over `draws` fresh passes, each counted as a query.
+        """
+        met = goal_met(self._top1(x, idx, logits), y, target)
+        if self.draws == 1:
+            return met
+        rows = met.nonzero().squeeze(1)
+        if rows.numel():
+            self._queries.index_add_(0, self._batch_rows(idx[rows]), torch.full_like(rows, self.draws))
+            y_t = None if target is None else target[rows]
+            met[rows] = vote(self._target, x[rows], y[rows], y_t, self.draws).met
+        return met
+
+    def _top1(self, x: torch.Tensor, idx: torch.Tensor, logits: torch.Tensor | None) -> torch.Tensor:
+        """The target's top-1 labels at `x`: from `logits` when given, else one counted query."""
+        raise NotImplementedError
+
+    def subset(self, idx: torch.Tensor) -> Oracle:
+        """A view over samples `idx` of this oracle; its costs are counted into this one's."""
+        view = copy.copy(self)
+        view._rows = self._batch_rows(idx)
+        return view
+
+    def _batch_rows(self, idx: torch.Tensor) -> torch.Tensor:
+        """Rows `idx` of this oracle (or view) as rows of the whole batch's counters."""
+        rows = idx.to(self._grad_evals.device)
+        return rows if self._rows is None else self._rows[rows]
+
+    def _count(self, counter: torch.Tensor, x: torch.Tensor, idx: torch.Tensor) -> None:
+        if idx.dim() != 1 or idx.shape[0] != x.shape[0]:
+            raise ValueError(f"idx must have shape ({x.shape[0]},) like the rows of x, got {tuple(idx.shape)}")
+        rows = self._batch_rows(idx)
+        counter.index_add_(0, rows, torch.ones_like(rows))
+
+
+class WhiteBoxOracle(Oracle):
+    """Logits and input gradients of the model."""
+
+    knowledge = "white"
+
+    def __init__(self, model: nn.Module, n: int, *, substitute: nn.Module | None = None,
+                 num_classes: int | None = None, draws: int = 1) -> None:
+        super().__init__(model, n, substitute=substitute, num_classes=num_classes, draws=draws)
+        self._memo: _CleanGradients | None = None
+
+    @property
+    def _white(self) -> nn.Module:
+        """The model the white-box methods act on (the substitute for transfer)."""
+        return self._target
+
+    @property
+    def grad_mode(self) -> str:  # type: ignore[override]
+        """exact, bpda (identity backward through a non-differentiable wrapper) or eot: the
+        model says which (`advbench.robustness.defenses.wrappers`), plain models are exact."""
+        return str(getattr(self._white, "grad_mode", "exact"))
+
+    def remember_clean(self, x: torch.Tensor) -> bool:
+        """Keep each sample's logits and loss gradient at its clean input `x` (this oracle's whole
+        batch) once evaluated, and serve them again to any later call at
+        exactly that input, labels and goal.
+
+        Only for deterministic models: a randomized one (`randomized`, EOT) draws anew on every
+        pass, so nothing is remembered and False is returned.
+        """
+        if self._rows is not None or len(self) != x.shape[0]:
+            raise ValueError("remember_clean takes the whole batch of the oracle, not a view's rows")
+        if getattr(self._white, "randomized", False) or int(getattr(self._white, "eot_samples", 1)) > 1:
+            return False
+        self._memo = _CleanGradients(x.detach())
+        return True
+
+    def logits(self, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        """Logits, forward only (+1 query per row)."""
+        self._count(self._queries, x, idx)
+        return _forward(self._white, x)
+
+    def _top1(self, x: torch.Tensor, idx: torch.Tensor, logits: torch.Tensor | None) -> torch.Tensor:
+        return (logits if logits is not None else self.logits(x, idx)).argmax(dim=1)
+
+    def value_and_grad(self, x: torch.Tensor, objective: Objective,
+                       idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits at x and d(Σ objective(logits))/dx (+1 grad_eval per row and pass).
+
+        `objective` maps logits (m, K) to per-sample losses (m,); summing keeps each sample's
+        gradient its own (models are in eval mode, so samples do not interact). A randomized
+        model's `eot_samples` > 1 makes this an EOT estimate: logits and gradient are means
+        over that many independent passes, each counted as one grad_eval.
+        """
+        passes = int(getattr(self._white, "eot_samples", 1))
+        x = x.detach().requires_grad_(True)
+        logits_sum = grad_sum = None
+        for _ in range(passes):
+            self._count(self._grad_evals, x, idx)
+            with torch.enable_grad():
+                logits = forward(self._white, x)
+                value = objective(logits)
+                if value.shape != (x.shape[0],):
+                    raise ValueError(f"objective must return one loss per sample, shape ({x.shape[0]},), "
+                                     f"got {tuple(value.shape)}")
+                grad, = torch.autograd.grad(value.sum(), x)
+            logits_sum = logits.detach() if logits_sum is None else logits_sum + logits.detach()
+            grad_sum = grad if grad_sum is None else grad_sum + grad
+        return logits_sum / passes, grad_sum / passes
+
+    def loss_grad(self, x: torch.Tensor, labels: torch.Tensor, targeted: bool,
+                  idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Gradient of the attacker's cross-entropy objective, to be ascended.
+
+        Untargeted: CE(logits, y). Targeted: −CE(logits, target), so ascending moves towards
+        the target class.
+        """
+        sign = -1.0 if targeted else 1.0
+
+        def loss(rows: torch.Tensor | slice) -> Objective:
+            return lambda z: sign * F.cross_entropy(z, labels[rows], reduction="none")
+
+        if self._memo is None:
+            return self.value_and_grad(x, loss(slice(None)), idx)
+        rows = self._batch_rows(idx)
+        hit, clean = self._memo.lookup(x, rows, labels, targeted)
+        # Two host syncs per call whatever hits (the misses, the clean ones among them): on a GPU a
+        # boolean-mask gather would wait for the device once per tensor gathered.
+        miss = (~hit).nonzero().squeeze(1)
+        if miss.numel() == x.shape[0]:
+            logits, grad = self.value_and_grad(x, loss(slice(None)), idx)
+        else:
+            logits, grad = self._memo.recall(rows)
+            if miss.numel():
+                logits[miss], grad[miss] = self.value_and_grad(x[miss], loss(miss), idx[miss])
+        new = miss[clean[miss]]
+        if new.numel():
+            self._memo.store(rows[new], labels[new], targeted, logits[new], grad[new])
+        self._reuses.index_add_(0, rows, hit.long())
+        return logits, grad
+
+
+class _CleanGradients:
+    """Logits and loss gradients at the clean inputs of an oracle's batch, per sample, once evaluated."""
+
+    def __init__(self, x: torch.Tensor) -> None:
+        n = x.shape[0]
+        self.x = x
+        self.logits: torch.Tensor | None = None  # (n, classes) once a row is stored
+        self.grad = torch.zeros_like(x)
+        self.labels = torch.zeros(n, dtype=torch.long, device=x.device)
+        self.targeted = torch.zeros(n, dtype=torch.bool, device=x.device)
+        self.filled = torch.zeros(n, dtype=torch.bool, device=x.device)
+
+    def lookup(self, x: torch.Tensor, rows: torch.Tensor, labels: torch.Tensor,
+               targeted: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """Which rows are remembered (same input bits, labels and goal), and which are at their clean input."""
+        clean = (x == self.x[rows]).flatten(1).all(dim=1)
+        hit = clean & self.filled[rows] & (self.labels[rows] == labels) & (self.targeted[rows] == targeted)
+        return hit, clean
+
+    def store(self, rows: torch.Tensor, labels: torch.Tensor, targeted: bool, logits: torch.Tensor,
+              grad: torch.Tensor) -> None:
+        if self.logits is None:
+            self.logits = logits.new_zeros((self.x.shape[0], logits.shape[1]))
+        self.logits[rows], self.grad[rows] = logits, grad
+        self.labels[rows], self.targeted[rows], self.filled[rows] = labels, targeted, True
+
+    def recall(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Copies of the stored rows (meaningful where filled)."""
+        if self.logits is None:
+            raise RuntimeError("nothing stored yet")
+        return self.logits[rows], self.grad[rows]
+
+
+class TransferOracle(WhiteBoxOracle):
+    """White-box access to a substitute model; only top-1 labels of the target."""
+
+    knowledge = "transfer"
+
+    def __init__(self, model: nn.Module, n: int, *, substitute: nn.Module | None = None,
+                 num_classes: int | None = None, draws: int = 1) -> None:
+        if substitute is None:
+            raise AdvbenchError("transfer knowledge needs a substitute model; set substitute=...")
+        super().__init__(model, n, num_classes=num_classes, draws=draws)
+        sub_bounds = tuple(getattr(substitute, "bounds", (0.0, 1.0)))
+        if sub_bounds != self.bounds:
+            raise AdvbenchError(f"substitute input bounds {sub_bounds} differ from the target's {self.bounds}")
+        self._substitute = substitute
+
+    @property
+    def _white(self) -> nn.Module:
+        return self._substitute
+
+    def logits(self, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        """The substitute's logits: the attacker's own model, so no target query is counted."""
+        return _forward(self._substitute, x)
+
+    def labels(self, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        """Top-1 labels of the target (+1 query per row)."""
+        self._count(self._queries, x, idx)
+        return _forward(self._target, x).argmax(dim=1)
+
+    def _top1(self, x: torch.Tensor, idx: torch.Tensor, logits: torch.Tensor | None) -> torch.Tensor:
+        """The target's labels (counted): the logits an attack holds are the substitute's."""
+        return self.labels(x, idx)
+
+
+class ScoreOracle(Oracle):
+    """Logits of the target and nothing else: no gradient can reach the model."""
+
+    knowledge = "score"
+
+    def logits(self, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        """Logits (+1 query per row); the result has no grad_fn even if x requires grad."""
+        self._count(self._queries, x, idx)
+        return _forward(self._target, x.detach())
+
+    def _top1(self, x: torch.Tensor, idx: torch.Tensor, logits: torch.Tensor | None) -> torch.Tensor:
+        return (logits if logits is not None else self.logits(x, idx)).argmax(dim=1)
+
+
+class DecisionOracle(Oracle):
+    """Top-1 labels of the target only."""
+
+    knowledge = "decision"
+
+    def labels(self, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        """Predicted classes (+1 query per row)."""
+        self._count(self._queries, x, idx)
+        return _forward(self._target, x.detach()).argmax(dim=1)
+
+    def _top1(self, x: torch.Tensor, idx: torch.Tensor, logits: torch.Tensor | None) -> torch.Tensor:
+        return self.labels(x, idx)
+
+
+ORACLES: dict[str, type[Oracle]] = {cls.knowledge: cls for cls in (WhiteBoxOracle, TransferOracle, ScoreOracle, DecisionOracle)}
+
+
+def build_oracle(knowledge: str, model: nn.Module, n: int, substitute: nn.Module | None = None, *,
+                 num_classes: int | None = None, draws: int = 1) -> Oracle:
+    """The oracle of a knowledge level over `model`, counting cost for a batch of `n` samples.
+
+    `substitute` is used by the transfer oracle only; `draws` is the vote of `verdict` on a
+    randomized model (`judge.draws`).
+    """
+    if knowledge not in ORACLES:
+        raise AdvbenchError(f"unknown knowledge level '{knowledge}'; valid: {', '.join(ORACLES)}")
+    return ORACLES[knowledge](model, n, substitute=substitute, num_classes=num_classes, draws=draws)

@@ -1,0 +1,16 @@
+"""Recipe `natural`: plain cross-entropy training, the undefended baseline every defense is compared with."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from advbench.robustness.defenses.recipes.base import Recipe, RecipeSpec, register
+
+
+def natural_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor, recipe: Recipe) -> torch.Tensor:
+    return F.cross_entropy(model(x), y)
+
+
+SPEC = register(RecipeSpec("natural", natural_loss))

@@ -1,0 +1,296 @@
+"""Input-transformation defenses: a transform in front of any classifier, set by `wrapper:`.
+
+A wrapped model is deployed as is: the transform runs on every forward pass, and the engine
+judges success on that. What a white-box oracle differentiates is decided here, at the model
+boundary, so attacks and the engine need no per-defense code (seed 4.2, adaptive attacks):
+
+- `grad_mode = "bpda"`: the transform has no useful gradient (JPEG's quantisation, rounding);
+  the forward value is the transformed input, the backward pass is the identity (BPDA with
+  the identity as the approximation, Athalye et al. 2018).
+- `grad_mode = "eot"`: the transform is random; `eot_samples` tells the white-box oracle how
+  many passes to average its gradient over (EOT).
+- `grad_mode = "bpda+eot"`: both (RandMix: random noise, then a rounding to centroids).
+
+`straight_through = False` on a BPDA module turns the approximation off (the plain autograd
+gradient, zero through a rounding): `advbench.robustness.defenses.masking` looks at that gradient.
+
+Random draws come from `advbench.robustness.attacks.random`, keyed per row by a hash of the row's own
+values and by the wrapper's pass counter, so a row's draw does not depend on its batch
+position or companions, and a run with the same settings is reproducible.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from advbench.core.errors import AdvbenchError
+from advbench.robustness.attacks import random
+from advbench.robustness.attacks.random import _GOLDEN, _mix
+from advbench.robustness.attacks.transfer import diverse_inputs
+from advbench.robustness.defenses.rse import conv_noise, inner_convolutions
+
+
+class _StraightThrough(torch.autograd.Function):
+    """Forward: the transformed input `t`; backward: the gradient passed to `x` unchanged."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:  # noqa: ARG004
+        return t.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # noqa: ARG004
+        return grad, None
+
+
+class InputTransform(nn.Module):
+    """`model(transform(x))`, with the wrapped model's bounds and the transform's grad mode."""
+
+    grad_mode: ClassVar[str] = "exact"
+    randomized: ClassVar[bool] = False
+    eot_samples: int = 1
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+        self.bounds: tuple[float, float] = tuple(getattr(model, "bounds", (0.0, 1.0)))  # type: ignore[assignment]
+
+    def transform(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model(self.transform(x))
+
+
+class _BPDA(InputTransform):
+    """A non-differentiable transform whose backward pass is the identity."""
+
+    grad_mode = "bpda"
+    straight_through = True
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.straight_through:
+            return self.model(self.transform(x))
+        with torch.no_grad():
+            t = self.transform(x.detach())
+        return self.model(_StraightThrough.apply(x, t))
+
+
+class JPEG(_BPDA):
+    """JPEG compression at `quality` (Dziugaite et al. 2016; Guo et al. 2018): libjpeg encode
+    and decode through torchvision.io, one batched call each (lists of images).
+
+    Inputs are quantised to uint8 first, as any JPEG file is; CUDA inputs round-trip through
+    the CPU codec so that results match on every device.
+    """
+
+    def __init__(self, model: nn.Module, quality: int = 75) -> None:
+        super().__init__(model)
+        if not 1 <= quality <= 100:
+            raise AdvbenchError(f"defense.wrapper.quality must be a whole number in 1..100, got {quality}")
+        self.quality = int(quality)
+
+    def transform(self, x: torch.Tensor) -> torch.Tensor:
+        return jpeg_roundtrip(x, self.quality)
+
+
+def jpeg_roundtrip(x: torch.Tensor, quality: int) -> torch.Tensor:
+    """x in [0, 1] (N, C, H, W), C ∈ {1, 3}, encoded and decoded as JPEG at `quality`."""
+    from torchvision.io import ImageReadMode, decode_jpeg, encode_jpeg
+
+    if x.shape[1] not in (1, 3):
+        raise AdvbenchError(f"JPEG needs 1 or 3 channels, got {x.shape[1]}")
+    images = (x.detach().clamp(0, 1) * 255).round().to(torch.uint8).cpu()
+    data = encode_jpeg(list(images), quality=quality)
+    decoded = decode_jpeg(data, mode=ImageReadMode.GRAY if x.shape[1] == 1 else ImageReadMode.RGB)
+    return (torch.stack(decoded).to(device=x.device, dtype=x.dtype) / 255)
+
+
+class BitDepth(_BPDA):
+    """Bit-depth reduction (Xu et al. 2018, feature squeezing): each value rounded to the
+    nearest of 2**bits evenly spaced levels in [0, 1]."""
+
+    def __init__(self, model: nn.Module, bits: int = 4) -> None:
+        super().__init__(model)
+        if not 1 <= bits <= 16:
+            raise AdvbenchError(f"defense.wrapper.bits must be a whole number in 1..16, got {bits}")
+        self.bits = int(bits)
+
+    def transform(self, x: torch.Tensor) -> torch.Tensor:
+        levels = 2 ** self.bits - 1
+        return torch.round(x.clamp(0, 1) * levels) / levels
+
+
+class RandomResizePad(InputTransform):
+    """Random resizing and padding (Xie et al. 2018), at the input's own size so that any
+    classifier takes it: shrink to rnd×rnd, rnd uniform in [⌊rate·s⌋, s], zero-pad at a
+    uniform offset back to s×s. Xie et al. enlarge 299 to [299, 331) and pad to 331; that
+    image resized back to 299 is this transform at rate 299/331 (the default).
+
+    Differentiable but random: white-box gradients are EOT means over `eot_samples` passes.
+    Each forward pass is a fresh draw (the pass counter is part of every draw's key).
+    """
+
+    grad_mode = "eot"
+    randomized = True
+
+    def __init__(self, model: nn.Module, rate: float = 299 / 331, eot_samples: int = 10, seed: int = 0) -> None:
+        super().__init__(model)
+        if not 0.0 < rate <= 1.0:
+            raise AdvbenchError(f"defense.wrapper.rate must be in (0, 1], got {rate}")
+        if eot_samples < 1:
+            raise AdvbenchError(f"defense.wrapper.eot_samples must be a whole number >= 1, got {eot_samples}")
+        self.rate = float(rate)
+        self.eot_samples = int(eot_samples)
+        self.seed = int(seed)
+        self.passes = 0
+
+    def transform(self, x: torch.Tensor) -> torch.Tensor:
+        stream, self.passes = self.passes, self.passes + 1
+        return diverse_inputs(x, prob=1.0, resize_rate=self.rate, seed=self.seed, sample_id=row_keys(x),
+                              stream=stream)
+
+
+def row_keys(x: torch.Tensor) -> torch.Tensor:
+    """(n,) int64 hash of each row's exact float32 bits: a per-sample key that needs no sample id."""
+    bits = x.detach().float().reshape(x.shape[0], -1).view(torch.int32).to(torch.int64)
+    weights = _mix(torch.arange(1, bits.shape[1] + 1, device=x.device, dtype=torch.int64) * _GOLDEN) | 1
+    return _mix((bits * weights).sum(dim=1))
+
+
+ENSEMBLE_ELEMENTS = 1 << 20
+"""Input elements (rows x members x pixels) one noisy-ensemble call of the model may carry."""
+
+
+class _Ensemble(InputTransform):
+    """A randomized defense deployed as the mean logits of `ensemble` noisy passes, batched as
+    one call of the model on every row repeated `ensemble` times. Each (row, member) draws with
+    its own key (`member_keys`) and each call of the module with new streams."""
+
+    grad_mode = "eot"
+    randomized = True
+    streams_per_pass: int = 1
+
+    def __init__(self, model: nn.Module, ensemble: int, eot_samples: int, seed: int) -> None:
+        super().__init__(model)
+        for key, value in (("ensemble", ensemble), ("eot_samples", eot_samples)):
+            if value < 1:
+                raise AdvbenchError(f"defense.wrapper.{key} must be a whole number >= 1, got {value}")
+        self.ensemble = int(ensemble)
+        self.eot_samples = int(eot_samples)
+        self.seed = int(seed)
+        self.passes = 0
+
+    def noisy_logits(self, x: torch.Tensor, keys: torch.Tensor, stream: int) -> torch.Tensor:
+        """Logits of one noisy pass of each row of `x` (rows already repeated per member)."""
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        stream = self.passes * self.streams_per_pass
+        self.passes += 1
+        keys = member_keys(x, self.ensemble).view(x.shape[0], self.ensemble)
+        # Rows go through in slices so that rows x members stays bounded (decision attacks send
+        # thousands of probes in one call); draws are keyed per row, so slicing changes nothing.
+        rows = max(1, ENSEMBLE_ELEMENTS // (self.ensemble * max(1, x[0].numel())))
+        logits = [self.noisy_logits(part.repeat_interleave(self.ensemble, dim=0), key.reshape(-1), stream)
+                  for part, key in zip(x.split(rows), keys.split(rows))]
+        return torch.cat(logits).view(x.shape[0], self.ensemble, -1).mean(dim=1)
+
+    def normal(self, keys: torch.Tensor, like: torch.Tensor, stream: int) -> torch.Tensor:
+        """N(0, 1) noise shaped like `like`, row i from (seed, keys[i], stream)."""
+        return random.normal(self.seed, keys, tuple(like.shape[1:]), stream, device=like.device, dtype=like.dtype)
+
+
+def member_keys(x: torch.Tensor, members: int) -> torch.Tensor:
+    """(n * members,) keys: row i's `row_keys` mixed with the member index, rows repeated in place."""
+    member = torch.arange(1, members + 1, device=x.device, dtype=torch.int64) * _GOLDEN
+    return _mix(row_keys(x)[:, None] ^ member[None, :]).reshape(-1)
+
+
+class RandomSelfEnsemble(_Ensemble):
+    """RSE at inference (Liu et al. 2018): a model trained with recipe `rse`, run with the same
+    noise (σ_init on the image, σ_inner before every later convolution: `defenses.rse`), logits
+    averaged over `ensemble` noisy passes. The noise is differentiable: white-box gradients are
+    EOT means over `eot_samples` calls, each itself an ensemble."""
+
+    def __init__(self, model: nn.Module, init_noise: float = 0.2, inner_noise: float = 0.1, ensemble: int = 10,
+                 eot_samples: int = 10, seed: int = 0) -> None:
+        super().__init__(model, ensemble, eot_samples, seed)
+        if init_noise < 0 or inner_noise < 0:
+            raise AdvbenchError(f"RSE noise levels must be >= 0, got init {init_noise}, inner {inner_noise}")
+        self.init_noise = float(init_noise)
+        self.inner_noise = float(inner_noise)
+        self.streams_per_pass = 1 + len(inner_convolutions(model))
+
+    def noisy_logits(self, x: torch.Tensor, keys: torch.Tensor, stream: int) -> torch.Tensor:
+        def draw(a: torch.Tensor, layer: int) -> torch.Tensor:
+            return self.inner_noise * self.normal(keys, a, stream + 1 + layer)
+
+        with conv_noise(self.model, draw):
+            return self.model(x + self.init_noise * self.normal(keys, x, stream))
+
+
+class RandomDiscretization(_Ensemble):
+    """RandMix (Zhang & Liang 2019, randomized discretization): Gaussian noise of std `noise`,
+    then every pixel replaced by the nearest (in colour) of `clusters` centroids, logits averaged
+    over `ensemble` noisy passes. Centroids are per image and pass: pixels of another noisy copy
+    at uniform positions, as the seed's code draws them (its k-means++ seeding keeps uniform
+    weights). The rounding has no useful gradient, the noise is random: BPDA (identity backward)
+    inside EOT means over `eot_samples` calls."""
+
+    grad_mode = "bpda+eot"
+    straight_through = True
+    streams_per_pass = 3
+
+    def __init__(self, model: nn.Module, noise: float = 16 / 255, clusters: int = 5, ensemble: int = 10,
+                 eot_samples: int = 10, seed: int = 0) -> None:
+        super().__init__(model, ensemble, eot_samples, seed)
+        if noise < 0 or clusters < 1:
+            raise AdvbenchError(f"RandMix needs noise >= 0 and clusters >= 1, got {noise}, {clusters}")
+        self.noise = float(noise)
+        self.clusters = int(clusters)
+
+    def discretize(self, x: torch.Tensor, keys: torch.Tensor, stream: int) -> torch.Tensor:
+        """Each pixel of x + noise set to its nearest centroid, clipped to the bounds."""
+        m, c = x.shape[:2]
+        seeds = (x + self.noise * self.normal(keys, x, stream)).flatten(2)            # (m, c, pixels)
+        where = (random.uniform(self.seed, keys, (self.clusters,), stream + 1, device=x.device)
+                 * seeds.shape[2]).long()
+        centroids = seeds.gather(2, where[:, None, :].expand(m, c, -1))               # (m, c, k)
+        noisy = (x + self.noise * self.normal(keys, x, stream + 2)).flatten(2)
+        nearest = ((noisy[:, :, :, None] - centroids[:, :, None, :]) ** 2).sum(dim=1).argmin(dim=2)
+        out = centroids.gather(2, nearest[:, None, :].expand(m, c, -1))
+        return out.view_as(x).clamp(*self.bounds)
+
+    def noisy_logits(self, x: torch.Tensor, keys: torch.Tensor, stream: int) -> torch.Tensor:
+        if not self.straight_through:
+            return self.model(self.discretize(x, keys, stream))
+        with torch.no_grad():
+            t = self.discretize(x.detach(), keys, stream)
+        return self.model(_StraightThrough.apply(x, t))
+
+
+WRAPPERS: dict[str, type[InputTransform]] = {"jpeg": JPEG, "bit_depth": BitDepth, "random_resize_pad": RandomResizePad,
+                                             "rse": RandomSelfEnsemble, "randmix": RandomDiscretization}
+"""`defense.wrapper.type` -> wrapper class; the other wrapper keys are its arguments."""
+
+
+def wrap(model: nn.Module, spec: dict[str, Any] | None, *, seed: int) -> nn.Module:
+    """`model` behind the wrapper `spec` (a plain `defense.wrapper` dict; None: unwrapped)."""
+    if not spec:
+        return model
+    spec = dict(spec)
+    kind = spec.pop("type", None)
+    if kind not in WRAPPERS:
+        raise AdvbenchError(f"defense.wrapper.type is '{kind}'; valid: {', '.join(WRAPPERS)}")
+    cls = WRAPPERS[kind]
+    if cls.randomized:
+        spec.setdefault("seed", seed)
+    try:
+        wrapped = cls(model, **spec)
+    except TypeError as exc:
+        raise AdvbenchError(f"bad defense.wrapper for '{kind}': {exc}") from None
+    return wrapped.eval()
+

@@ -1,0 +1,104 @@
+"""One batch under attack: the attack called at per-sample ε, its contract checked, its examples judged.
+
+ε values are float64 threat units throughout; only the attack is handed raw norms in the input's
+dtype. Judging is the deployed model's verdict, uncounted (a vote over draws on a randomized model).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from advbench.core.errors import AdvbenchError
+from advbench.robustness.attacks.base import Attack, AttackResult
+from advbench.robustness.attacks.optimized import goal_margin
+from advbench.robustness.attacks.oracles import Oracle, Vote, vote
+from advbench.robustness.attacks.steps import lp_norm
+from advbench.robustness.threat import ThreatModel
+
+# Budget and bounds checks allow float rounding of the projection, nothing more.
+_REL_TOL = 1e-5
+
+
+_ABS_TOL = 1e-6
+
+
+@dataclass
+class _Batch:
+    """One batch under attack, and the three things every measurement needs of it.
+
+    ε values are float64 in threat units throughout (the budget is `threat.eps` itself), so
+    a sample that succeeds at the budget records min_eps == eps_budget bit for bit; only the
+    attack is handed its ε as raw norms in the input's dtype.
+    """
+
+    attack: Attack
+    oracle: Oracle
+    model: torch.nn.Module
+    x: torch.Tensor
+    y: torch.Tensor
+    target: torch.Tensor | None
+    threat: ThreatModel
+    sample_id: torch.Tensor
+    clean: Vote
+    """The clean input's verdict under the cell's goal (the probe at ε = 0)."""
+    clean_pred: torch.Tensor
+    """The clean prediction: the label most draws give, when it is the true one the majority's."""
+
+    @property
+    def scale(self) -> float:
+        return self.threat.scale(self.x)
+
+    def raw(self, eps: torch.Tensor) -> torch.Tensor:
+        """Threat-unit ε (float64) as the raw per-sample norm bound an attack works with."""
+        return (eps * self.scale).to(self.x.dtype)
+
+    def attack_at(self, idx: torch.Tensor, eps: torch.Tensor) -> AttackResult:
+        """The attack on samples `idx` at per-sample ε (threat units), its cost counted per sample."""
+        budgeted = self.attack.kind == "budgeted"
+        t = None if self.target is None else self.target[idx]
+        res = self.attack(self.oracle.subset(idx), self.x[idx], self.y[idx], eps=self.raw(eps), norm=self.threat.norm,
+                          target=t, sample_id=self.sample_id[idx])
+        check_contract(res.x_adv, self.x[idx], self.raw(eps) if budgeted else None, self.threat.norm,
+                       self.oracle.bounds, type(self.attack).__name__)
+        return res
+
+    def judge(self, x_adv: torch.Tensor, idx: torch.Tensor) -> Vote:
+        """The deployed model's verdict on `x_adv` (a vote over `oracle.draws` passes), uncounted."""
+        target = None if self.target is None else self.target[idx]
+        verdict = vote(self.model, x_adv, self.y[idx], target, self.oracle.draws)
+        if not bool(torch.isfinite(verdict.logits).all()):
+            raise AdvbenchError(f"the model returned NaN or infinite logits on {type(self.attack).__name__}'s examples")
+        return verdict
+
+    def margin(self, verdict: Vote, idx: torch.Tensor) -> torch.Tensor:
+        """How far the verdict's mean logits are from the goal (float64, < 0 once met): the search's guide."""
+        target = None if self.target is None else self.target[idx]
+        return goal_margin(verdict.logits, self.y[idx], target).double()
+
+    def norm(self, x_adv: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        """‖x_adv − x‖ in threat units, float64."""
+        return lp_norm(x_adv.double() - self.x[idx].double(), self.threat.norm) / self.scale
+
+    def strength(self, first: torch.Tensor, success: torch.Tensor) -> torch.Tensor:
+        """first_success_strength: the attack's own where it has one, the full strength for a
+        success it did not date, -1 for failures (so the strength curve ends at Table 3)."""
+        full = torch.full_like(first, int(getattr(self.attack, "steps", 1)))
+        return torch.where(success, torch.where(first >= 0, first, full), torch.full_like(first, -1))
+
+
+def check_contract(x_adv: torch.Tensor, x: torch.Tensor, eps: torch.Tensor | None, norm: str,
+                   bounds: tuple[float, float], name: str) -> None:
+    """An attack may never leave the input bounds, nor its budget `eps` (None: a minimizing
+    attack, which has none); if one does, stop loudly."""
+    if not bool(torch.isfinite(x_adv).all()):
+        raise AdvbenchError(f"{name} returned non-finite values")
+    lo, hi = bounds
+    if bool((x_adv < lo - _ABS_TOL).any()) or bool((x_adv > hi + _ABS_TOL).any()):
+        raise AdvbenchError(f"{name} returned examples outside the input bounds {bounds}")
+    if eps is None:
+        return
+    over = lp_norm(x_adv - x, norm) > eps * (1 + _REL_TOL) + _ABS_TOL
+    if bool(over.any()):
+        raise AdvbenchError(f"{name} exceeded its {norm} budget on {int(over.sum())} samples")

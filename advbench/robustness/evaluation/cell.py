@@ -1,0 +1,285 @@
+"""Runs one benchmark cell: batches, the fixed-budget run, the minimum-ε search, records.
+
+A cell is dataset × defense × attack × threat model × seed (× shard). Its records are written
+in chunks under a hidden `.partial/` folder while it runs, then merged into one part file:
+a killed run loses at most the chunk in flight, and a rerun picks up where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from torch.utils.data import DataLoader, Subset
+
+from advbench import __version__
+from advbench.core.errors import AdvbenchError
+from advbench.core.keys import content_key, dataset_identity, defense_identity, model_identity, plain
+from advbench.core.records import write_part
+from advbench.core.resume import CellFiles, ChunkStore, sample_ids, sweep_orphans
+from advbench.core.runtime import (
+    as_input,
+    batch_size,
+    deploy,
+    execution_identity,
+    resolve_device,
+    set_threads,
+)
+from advbench.robustness.attacks.base import Attack
+from advbench.robustness.data.targets import target_classes
+from advbench.robustness.defenses.masking import cell_flags
+from advbench.robustness.defenses.wrappers import WRAPPERS
+from advbench.robustness.defenses.zoo import load_defended_model, weights_identity
+from advbench.robustness.evaluation.measure import JUDGE_DRAWS, evaluate_batch
+from advbench.robustness.evaluation.search import SearchSettings
+from advbench.robustness.evaluation.substitute import (
+    load_substitute,
+    substitute_identity,
+)
+from advbench.robustness.report.curves import category_label
+from advbench.robustness.report.gate import gate_cell
+from advbench.robustness.threat import ThreatModel
+
+console = Console(stderr=True)
+
+
+
+
+def cell_identity(cfg: DictConfig, threat: ThreatModel, attack: Attack) -> dict[str, Any]:
+    """Everything that changes a cell's numbers; its hash names the part file.
+
+    Names are labels for the file name; the numbers are fixed by the configs behind them
+    (data root, split, subset, model, recipe) and by the weights (see `weights_identity`).
+    """
+    return {
+        "dataset": cfg.dataset.name,
+        "dataset_config": dataset_identity(cfg.dataset, evaluation=True),
+        "model": cfg.model.name,
+        "model_config": model_identity(cfg.model),
+        "defense": cfg.defense.name,
+        "defense_config": defense_identity(cfg.defense),
+        "weights": weights_identity(cfg),
+        "attack": cfg.attack.name,
+        "attack_params": attack.params(),
+        "norm": threat.norm,
+        "goal": threat.goal,
+        "knowledge": threat.knowledge,
+        "eps": threat.eps,
+        "normalized_l2": threat.normalized_l2,
+        "seed": int(cfg.seed),
+        "shard": [int(cfg.shard.index), int(cfg.shard.count)],
+        "search": OmegaConf.to_container(cfg.search),
+        **judge_identity(cfg),
+        **execution_identity(str(cfg.get("precision", "fp32")), bool(cfg.get("channels_last", False))),
+        **substitute_identity(cfg, threat),
+    }
+
+
+def judge_draws(cfg: DictConfig) -> int:
+    """`judge.draws` of the run (JUDGE_DRAWS when a config predates the key)."""
+    return int(OmegaConf.select(cfg, "judge.draws", default=JUDGE_DRAWS))
+
+
+def judge_identity(cfg: DictConfig) -> dict[str, int]:
+    """The vote's size where it changes numbers: only behind a randomized wrapper, so the
+    cells of deterministic models keep their keys."""
+    wrapper = plain(cfg.defense.get("wrapper")) or {}
+    randomized = getattr(WRAPPERS.get(wrapper.get("type")), "randomized", False)
+    return {"judge_draws": judge_draws(cfg)} if randomized else {}
+
+
+def cell_key(identity: dict[str, Any]) -> str:
+    return content_key(identity)
+
+
+def part_path(records_dir: Path, identity: dict[str, Any]) -> Path:
+    i = identity
+    stem = f"{i['dataset']}_{i['defense']}_{i['attack']}_{i['norm']}_{i['goal']}_s{i['seed']}"
+    if i["shard"][1] > 1:
+        stem += f"_shard{i['shard'][0]}of{i['shard'][1]}"
+    return records_dir / f"{stem}_{cell_key(i)}.parquet"
+
+
+def build_threat(cfg: DictConfig, budgets: dict[str, Any]) -> ThreatModel:
+    """Threat from cfg.threat; eps defaults to the data set's budget for the norm."""
+    t = cfg.threat
+    norm = str(t.norm)
+    eps = t.get("eps")
+    if eps is None:
+        if norm not in budgets:
+            raise AdvbenchError(f"dataset '{cfg.dataset.name}' has no default {norm} budget; set threat.eps")
+        eps = budgets[norm]
+    normalized = bool(budgets.get("l2_normalized", False)) if norm == "l2" else False
+    return ThreatModel(norm=norm, goal=str(t.goal), knowledge=str(t.knowledge), eps=float(eps), normalized_l2=normalized)
+
+
+def _in_sweep() -> bool:
+    """Whether this cell is one job of a `-m` sweep (which skips cells its attack does not support)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def run_main(cfg: DictConfig) -> Path | None:
+    """Hydra task of `advbench run`: one cell, records to parquet (skipped if present).
+
+    None: a sweep's cell that the attack does not support (norm, knowledge or goal), skipped
+    with one line so that presets can sweep attacks × threats.
+    """
+    set_threads(cfg.get("threads"))
+    device = resolve_device(str(cfg.device))
+    dataset = instantiate(cfg.dataset)
+    threat = build_threat(cfg, dataset.budgets)
+    attack: Attack = instantiate(cfg.attack.params)
+    label = f"{cfg.dataset.name}/{cfg.defense.name}/{cfg.attack.name} {threat.norm} {threat.goal} ε={threat.eps:g}"
+    if threat.knowledge != "white":
+        label += f" ({threat.knowledge})"
+    why = attack.unsupported(threat.norm, threat.knowledge, threat.goal)
+    if why is not None:
+        if not _in_sweep():
+            raise AdvbenchError(why)
+        console.print(f"[dim]skip {label}: {why}[/dim]", soft_wrap=True)
+        return None
+    identity = cell_identity(cfg, threat, attack)
+    out = part_path(Path(cfg.records_dir), identity)
+    files = CellFiles(out)
+    if out.parent.is_dir():
+        sweep_orphans(out.parent)
+    # Under the cell's lock a concurrent run of the same cell waits here, then skips.
+    with files.lock():
+        files.remove_orphans()
+        if cfg.force:
+            files.clear_partial()
+        elif files.part_is_readable():
+            files.clear_partial()
+            console.print(f"[dim]skip {label}: records exist at {out} (force=true to redo)[/dim]", soft_wrap=True)
+            gate_cell(cfg.get("gate"), out, label, in_sweep=_in_sweep())
+            return out
+        execution = {"precision": str(cfg.get("precision", "fp32")), "channels_last": bool(cfg.get("channels_last", False))}
+        model = deploy(load_defended_model(cfg, dataset).to(device), **execution)
+        substitute = load_substitute(cfg, dataset, threat)
+        frame = evaluate_cell(cfg, dataset, model, attack, threat, identity, out, label, device,
+                              substitute=None if substitute is None else deploy(substitute.to(device), **execution))
+        write_part(frame, out)
+        files.clear_partial()
+    summarize(frame, label, out)
+    gate_cell(cfg.get("gate"), out, label, in_sweep=_in_sweep())
+    return out
+
+
+def evaluate_cell(cfg: DictConfig, dataset: Any, model: torch.nn.Module, attack: Attack, threat: ThreatModel,
+                  identity: dict[str, Any], out: Path, label: str, device: torch.device,
+                  substitute: torch.nn.Module | None = None) -> pd.DataFrame:
+    """Evaluate the cell chunk by chunk, reusing the verified chunks a killed run wrote.
+
+    `substitute` is the model transfer attacks craft on (None for other knowledge levels).
+    """
+    eval_set = dataset.eval_set()
+    positions = list(range(int(cfg.shard.index), len(eval_set), int(cfg.shard.count)))
+    chunk = int(cfg.chunk_size)
+    if chunk < 1:
+        raise AdvbenchError(f"chunk_size must be >= 1, got {chunk}")
+    ids = sample_ids(eval_set)
+    store = ChunkStore(CellFiles(out).partial, cell_key(identity), __version__, [ids[p] for p in positions])
+    store.load()
+    search = SearchSettings(**OmegaConf.to_container(cfg.search))  # type: ignore[arg-type]
+    static = _static_columns(cfg, identity, threat, attack, device, model)
+    batch = batch_size(cfg.batch_size, model, eval_set[positions[0]][0] if positions else torch.zeros(0),
+                       min(len(positions), chunk), device)
+    if cfg.batch_size == "auto":
+        console.print(f"[dim]{label}: batch_size=auto -> {batch} on {device}[/dim]", soft_wrap=True)
+    static.update(cell_flags(model, eval_set, positions[:batch], device, label=label,
+                             warn_user=threat.knowledge == "white"))
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TimeRemainingColumn(), console=console, transient=True) as progress:
+        task = progress.add_task(label, total=len(positions))
+        while todo := store.missing():
+            progress.update(task, completed=len(positions) - len(todo))
+            rows = []
+            loader = DataLoader(Subset(eval_set, [positions[i] for i in todo[:chunk]]),
+                                batch_size=batch, shuffle=False)
+            for x, y, sample_id in loader:
+                tic = time.perf_counter()
+                x, y = as_input(model, x.to(device)), y.to(device)
+                target = target_classes(sample_id, y.cpu(), dataset.num_classes, int(cfg.seed)).to(device) \
+                    if threat.targeted else None
+                measured = evaluate_batch(attack, model, x, y, target, threat, search, sample_id=sample_id,
+                                          substitute=substitute, draws=judge_draws(cfg))
+                seconds = (time.perf_counter() - tic) / len(y)
+                rows.append(_batch_frame(measured, y.cpu(), sample_id, target, seconds))
+                progress.advance(task, len(y))
+            store.add(pd.concat(rows, ignore_index=True).assign(**static))
+    frame = store.merged()
+    frame["created_at"] = pd.Timestamp.now(tz="UTC")
+    return frame
+
+
+
+def _static_columns(cfg: DictConfig, identity: dict[str, Any], threat: ThreatModel, attack: Attack,
+                    device: torch.device, model: torch.nn.Module) -> dict[str, Any]:
+    """The columns every record of the cell shares: provenance, the cell's names, its threat and settings."""
+    run_id = str(cfg.get("run_id") or datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S"))
+    return {
+        "run_id": run_id,
+        "cell_key": cell_key(identity),
+        "advbench_version": __version__,
+        "dataset": identity["dataset"],
+        "model": identity["model"],
+        "defense": identity["defense"],
+        "defense_category": category_label(plain(cfg.defense).get("category")),
+        "attack": identity["attack"],
+        "attack_params": json.dumps(identity["attack_params"], sort_keys=True),
+        "norm": threat.norm,
+        "goal": threat.goal,
+        "knowledge": threat.knowledge,
+        "eps_budget": threat.eps,
+        "strength_budget": int(getattr(attack, "steps", 1)),
+        "seed": int(cfg.seed),
+        "shard": int(cfg.shard.index),
+        "shard_count": int(cfg.shard.count),
+        "device": str(device),
+        "precision": str(getattr(model, "precision", "fp32")),
+        "channels_last": bool(getattr(model, "channels_last", False)),
+    }
+
+
+def _batch_frame(measured: dict[str, torch.Tensor | str], y: torch.Tensor, sample_id: torch.Tensor,
+                 target: torch.Tensor | None, seconds: float) -> pd.DataFrame:
+    """One batch's records; per-batch values (a str, `seconds`) are repeated on every row."""
+    cols: dict[str, Any] = {
+        "sample_id": sample_id.numpy(),
+        "label": y.numpy(),
+        "target": (target.cpu() if target is not None else torch.full_like(y, -1)).numpy(),
+    }
+    cols.update({k: v.numpy() if isinstance(v, torch.Tensor) else v for k, v in measured.items()})
+    frame = pd.DataFrame(cols)
+    frame["clean_correct"] = frame["clean_pred"] == frame["label"]
+    frame["seconds"] = seconds
+    return frame
+
+
+def summarize(frame: pd.DataFrame, label: str, out: Path) -> None:
+    """One line per cell: clean accuracy, accuracy/ASR at the budget, certified accuracy where IBP applies, median min-ε."""
+    clean = frame["clean_correct"].mean()
+    robust = (frame["adv_pred"] == frame["label"]).mean()
+    verified = frame["certified"].dropna() if "certified" in frame else pd.Series(dtype=float)
+    proven = f", certified {verified.mean():.1%}" if len(verified) else ""
+    console.print(f"{label}: clean {clean:.1%}, adversarial accuracy {robust:.1%}{proven}, "
+                  f"median min-ε {frame['min_eps'].median():.4g}, {len(frame)} samples -> {out}", soft_wrap=True)

@@ -1,0 +1,52 @@
+"""The model contract: [0, 1] NCHW in, logits out, normalisation inside."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from advbench.core.errors import AdvbenchError
+
+NORMALIZATIONS = ("outside", "inside")
+
+
+class Classifier(nn.Module):
+    """Wraps a network that expects normalised input.
+
+    Attacks clip to `bounds` and measure perturbations in pixel space, so normalisation must
+    be part of the model; the mean/std buffers travel with the checkpoint. `arch` is the
+    registry name, recorded in checkpoints to catch loading into the wrong network.
+    """
+
+    bounds: tuple[float, float] = (0.0, 1.0)
+    randomized: bool = False
+
+    def __init__(self, net: nn.Module, arch: str, in_channels: int, mean: Sequence[float], std: Sequence[float],
+                 normalization: str = "outside") -> None:
+        super().__init__()
+        if normalization not in NORMALIZATIONS:
+            raise AdvbenchError(f"model.normalization must be one of {', '.join(NORMALIZATIONS)}, got '{normalization}'")
+        self.arch = arch
+        # Where a foreign state dict keeps the input normalisation (`checkpoint.load_checkpoint`):
+        # `outside` (mean/std from the config), `inside` (the file's own `mu`/`sigma` buffers).
+        self.normalization = normalization
+        self.register_buffer("mean", _per_channel(mean, in_channels, "mean"))
+        self.register_buffer("std", _per_channel(std, in_channels, "std"))
+        if (self.std <= 0).any():
+            raise AdvbenchError(f"model std must be positive, got {list(std)}")
+        self.net = net
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net((x - self.mean) / self.std)
+
+
+def _per_channel(values: Sequence[float], channels: int, what: str) -> torch.Tensor:
+    """A (C, 1, 1) buffer; a single value is shared by every channel."""
+    values = [float(v) for v in values]
+    if len(values) == 1:
+        values = values * channels
+    if len(values) != channels:
+        raise AdvbenchError(f"model {what} has {len(values)} entries, expected 1 or {channels} (in_channels)")
+    return torch.tensor(values).view(channels, 1, 1)

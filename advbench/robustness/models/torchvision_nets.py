@@ -1,0 +1,42 @@
+"""ImageNet classifiers from torchvision, with weights from a local file (never downloaded)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from torch import nn
+from torchvision import models
+
+from advbench.core.errors import AdvbenchError
+from advbench.core.torchfile import read_torch_file
+from advbench.robustness.models.checkpoint import first_mismatch
+
+# Inception-v3's auxiliary head only feeds a training loss; the benchmark never uses it.
+_DROPPED_PREFIXES = {"inception_v3": ("AuxLogits.",)}
+
+
+def torchvision_net(name: str, num_classes: int, in_channels: int, weights_path: str | None = None) -> nn.Module:
+    """Build torchvision's `name`; load a torchvision state dict from `weights_path` if given."""
+    if in_channels != 3:
+        raise AdvbenchError(f"{name} takes 3-channel images, the data set has {in_channels}")
+    kwargs = {"aux_logits": False, "init_weights": False, "transform_input": False} if name == "inception_v3" else {}
+    net = models.get_model(name, weights=None, num_classes=num_classes, **kwargs)
+    if weights_path is not None:
+        _load_weights(net, name, Path(weights_path).expanduser())
+    return net
+
+
+def _load_weights(net: nn.Module, name: str, path: Path) -> None:
+    if not path.is_file():
+        url = models.get_model_weights(name).IMAGENET1K_V1.url
+        raise AdvbenchError(f"weights file '{path}' for {name} not found; `advbench weights fetch {name}` "
+                            f"(or download {url}) and set model.weights_path=<file>")
+    state = read_torch_file(path, f"{name} weights file")
+    if not isinstance(state, dict):
+        raise AdvbenchError(f"'{path}' is not a state dict for {name}")
+    dropped = _DROPPED_PREFIXES.get(name, ())
+    state = {k: v for k, v in state.items() if not k.startswith(dropped)}
+    mismatch = first_mismatch(state, net.state_dict())
+    if mismatch:
+        raise AdvbenchError(f"weights file '{path}' does not fit {name}: {mismatch}")
+    net.load_state_dict(state)

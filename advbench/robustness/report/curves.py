@@ -1,0 +1,346 @@
+"""Robustness curves and the Table-3 summary from record frames (pure pandas/numpy).
+
+The definitions are those of section 4.1 of *Benchmarking Adversarial Robustness*:
+
+* accuracy = share of ALL N samples that the model still classifies correctly;
+* untargeted attack success rate = successes among the M clean-correct samples / M;
+* targeted attack success rate = successes (prediction == target) / N.
+
+Every curve is built from per-sample thresholds (``min_eps`` for the budget curve,
+``first_success_strength`` for the strength and query curves, ``norm_at_<q>`` for the query
+checkpoints) by counting how many thresholds lie at or below each x value, so accuracy is
+non-increasing and ASR non-decreasing by construction.
+A ``min_eps`` of NaN is read like ``inf``: no successful budget was found. ``min_eps`` and
+the budgets are compared in float64, the dtype the engine records them in (a sample broken at
+the budget has ``min_eps == eps_budget`` exactly), so the budget curve at ε = budget equals
+:func:`summary_table`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Union
+
+import numpy as np
+import pandas as pd
+
+from advbench.core.errors import AdvbenchError
+
+CELL: list[str] = ["dataset", "defense", "attack", "norm", "goal", "knowledge"]
+"""Columns that identify one curve: records of several shards of a cell are pooled."""
+
+GOALS = ("untargeted", "targeted")
+KNOWLEDGE_ORDER = ("white", "transfer", "score", "decision")
+"""Row order of Table 3 (the seed groups attacks by the adversary's knowledge)."""
+
+STRENGTH_UNITS = {"white": "iterations", "transfer": "iterations", "score": "queries", "decision": "queries"}
+"""What `first_success_strength` counts, by the adversary's knowledge: score- and decision-based
+attacks count every query of the target (the query curve), the others iterations."""
+NORM_AT = "norm_at_"
+"""Prefix of the records' query checkpoints: `norm_at_<q>` = the smallest norm (threat units) an
+attack had found after at most q queries (decision-based attacks)."""
+CATEGORY = "defense_category"
+"""Record column with the defense's category (the defense YAML's `category:` list, joined)."""
+
+Grid = Union[np.ndarray, Mapping[tuple[str, str], np.ndarray]]
+
+_BUDGET_COLUMNS = [*CELL, "sample_id", "clean_correct", "min_eps", "eps_budget"]
+_STRENGTH_COLUMNS = [*CELL, "sample_id", "clean_correct", "first_success_strength", "strength_budget", "eps_budget"]
+_TABLE_COLUMNS = [*CELL, "sample_id", "label", "adv_pred", "clean_correct", "success_at_budget", "min_eps", "eps_budget"]
+
+
+def _validate(df: pd.DataFrame, needed: list[str], what: str) -> None:
+    """Fail early, naming every missing column, instead of a KeyError deep inside pandas."""
+    missing = sorted(set(needed) - set(df.columns))
+    if missing:
+        raise AdvbenchError(f"{what} needs record columns {', '.join(missing)}; they are missing")
+    if df.empty:
+        raise AdvbenchError(f"{what} needs at least one record; the frame is empty")
+    bad_goals = sorted(set(df["goal"].unique()) - set(GOALS))
+    if bad_goals:
+        raise AdvbenchError(f"goal must be one of {', '.join(GOALS)}; records have {', '.join(map(str, bad_goals))}")
+    repeated = df.duplicated([*CELL, "sample_id"])
+    if repeated.any():
+        first = df.loc[repeated, [*CELL, "sample_id"]].iloc[0]
+        raise AdvbenchError(
+            f"expected one record per cell and sample, got {int(repeated.sum())} repeats "
+            f"(first: {'/'.join(map(str, first))}); pass each run's records once"
+        )
+
+
+def _require_unique(df: pd.DataFrame, column: str) -> None:
+    """A cell's budget must be unique, else its curve would mix two different experiments."""
+    counts = df.groupby(CELL)[column].nunique()
+    if (counts > 1).any():
+        key = counts.index[counts > 1][0]
+        values = sorted(df.loc[(df[CELL] == key).all(axis=1), column].unique().tolist())
+        raise AdvbenchError(f"expected one {column} per cell, got {values} for {'/'.join(map(str, key))}")
+
+
+def _rates(goal: str, correct: np.ndarray, hits: Callable[[np.ndarray], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Accuracy and ASR at every x from ``hits(mask)`` = #samples in mask successful by x.
+
+    Targeted accuracy is NaN: a sample whose targeted attack failed may still be
+    misclassified, so the accuracy cannot be derived from the success thresholds.
+    """
+    n = correct.size
+    if goal == "untargeted":
+        m = int(correct.sum())
+        broken = hits(correct)
+        asr = broken / m if m else np.full(broken.shape, np.nan)
+        return (m - broken) / n, asr
+    reached = hits(np.ones(n, dtype=bool))
+    return np.full(reached.shape, np.nan), reached / n
+
+
+def _curves(df: pd.DataFrame, x_name: str, per_cell: Callable[[pd.DataFrame, tuple], tuple[np.ndarray, Callable]]) -> pd.DataFrame:
+    """Apply a per-cell (x, hits) builder to every cell and stack the tidy result."""
+    _require_unique(df, "eps_budget")
+    parts = []
+    for key, g in df.groupby(CELL, sort=True):
+        x, hits = per_cell(g, key)
+        goal = key[CELL.index("goal")]
+        accuracy, asr = _rates(goal, g["clean_correct"].to_numpy(bool), hits)
+        part = pd.DataFrame({x_name: x, "accuracy": accuracy, "asr": asr})
+        meta = dict(zip(CELL, key)) | {"eps_budget": g["eps_budget"].iloc[0], "n_samples": len(g)}
+        parts.append(part.assign(**meta))
+    out = pd.concat(parts, ignore_index=True)
+    return out[[*CELL, "eps_budget", "n_samples", x_name, "accuracy", "asr"]]
+
+
+def eps_grid(df: pd.DataFrame, n: int = 101) -> dict[tuple[str, str], np.ndarray]:
+    """Budget grid per (dataset, norm): 0 .. max(2 x budget, 99th pct of finite min_eps).
+
+    Keyed by dataset as well as norm because budgets differ by data set (the seed uses
+    8/255 on CIFAR-10 and 16/255 on ImageNet). The budgets themselves are added to the grid
+    so every curve has an exact point at its budget.
+    """
+    _validate(df, _BUDGET_COLUMNS, "eps grid")
+    if n < 2:
+        raise AdvbenchError(f"eps grid needs n >= 2 points, got {n}")
+    grids = {}
+    for key, g in df.groupby(["dataset", "norm"], sort=True):
+        eps = g["min_eps"].to_numpy(float)
+        finite = eps[np.isfinite(eps)]
+        top = max(2.0 * float(g["eps_budget"].max()), float(np.percentile(finite, 99)) if finite.size else 0.0)
+        grids[key] = np.union1d(np.linspace(0.0, top, n), g["eps_budget"].unique())
+    return grids
+
+
+def budget_curve(df: pd.DataFrame, grid: Grid | None = None) -> pd.DataFrame:
+    """Accuracy / ASR vs. perturbation budget from ``min_eps``, one curve per cell.
+
+    Untargeted: accuracy(ε) = mean over all N of (clean_correct & min_eps > ε);
+    ASR(ε) = #(clean_correct & min_eps <= ε) / #clean_correct.
+    Targeted: ASR(ε) = mean over all N of (min_eps <= ε); accuracy is NaN because a failed
+    targeted attack says nothing about whether the prediction is still the true label.
+
+    ``grid`` is one array for every cell, or a mapping (dataset, norm) -> array as returned
+    by :func:`eps_grid` (the default).
+    """
+    _validate(df, _BUDGET_COLUMNS, "budget curve")
+    grids = eps_grid(df) if grid is None else grid
+
+    def per_cell(g: pd.DataFrame, key: tuple) -> tuple[np.ndarray, Callable]:
+        if isinstance(grids, Mapping):
+            where = (key[CELL.index("dataset")], key[CELL.index("norm")])
+            if where not in grids:
+                raise AdvbenchError(f"eps grid has no entry for dataset/norm {'/'.join(where)}; it has {sorted(grids)}")
+            eps = np.unique(np.asarray(grids[where], dtype=np.float64))
+        else:
+            eps = np.unique(np.asarray(grids, dtype=np.float64))
+        thresholds = g["min_eps"].to_numpy(np.float64)
+        thresholds = np.where(np.isnan(thresholds), np.inf, thresholds)
+        return eps, lambda mask: np.searchsorted(np.sort(thresholds[mask]), eps, side="right")
+
+    return _curves(df, "eps", per_cell)
+
+
+def strength_curve(df: pd.DataFrame) -> pd.DataFrame:
+    """Accuracy / ASR vs. attack strength 0..strength_budget at the fixed budget.
+
+    A sample counts as broken at strength k when 0 <= first_success_strength <= k
+    (0: already adversarial, -1: never). Same accuracy/ASR definitions as
+    :func:`budget_curve`, including NaN accuracy for targeted cells.
+    """
+    _validate(df, _STRENGTH_COLUMNS, "strength curve")
+    _require_unique(df, "strength_budget")
+
+    def per_cell(g: pd.DataFrame, key: tuple) -> tuple[np.ndarray, Callable]:
+        budget = int(g["strength_budget"].iloc[0])
+        first = g["first_success_strength"].fillna(-1).to_numpy(np.int64)
+
+        def hits(mask: np.ndarray) -> np.ndarray:
+            found = first[mask & (first >= 0) & (first <= budget)]
+            return np.cumsum(np.bincount(found, minlength=budget + 1))
+
+        return np.arange(budget + 1), hits
+
+    out = _curves(df, "strength", per_cell)
+    budgets = df.groupby(CELL)["strength_budget"].first().rename("strength_budget")
+    return out.join(budgets, on=CELL)
+
+
+def category_label(category: object) -> str:
+    """One label for a defense's `category:` (a list of the seed's categories, or one name)."""
+    if category is None:
+        return ""
+    if isinstance(category, (list, tuple)):
+        return ", ".join(map(str, category))
+    return str(category)
+
+
+def query_unit(df: pd.DataFrame) -> pd.Series:
+    """Per record: whether its strength counts queries (score- and decision-based attacks)."""
+    return df["knowledge"].map(STRENGTH_UNITS).eq("queries")
+
+
+def query_curve(df: pd.DataFrame) -> pd.DataFrame:
+    """Accuracy / ASR at the budget vs. queries, exact, for score- and decision-based cells.
+
+    `first_success_strength` of these attacks is the number of queries a sample had spent when
+    an example within the budget was first found, so a sample counts as broken after q
+    queries when 0 <= first_success_strength <= q. The curve is evaluated at 1, every query
+    count at which some sample broke, and the budget: drawn as steps it is exact, and on a log
+    axis it needs no point at 0. Same accuracy/ASR definitions as :func:`strength_curve`.
+    """
+    _validate(df, _STRENGTH_COLUMNS, "query curve")
+    other = sorted(df.loc[~query_unit(df), "knowledge"].unique())
+    if other:
+        raise AdvbenchError(f"query curves take score- and decision-based records; got knowledge {', '.join(other)} "
+                            "(their strength counts iterations: use the strength curve)")
+    _require_unique(df, "strength_budget")
+
+    def per_cell(g: pd.DataFrame, key: tuple) -> tuple[np.ndarray, Callable]:
+        budget = int(g["strength_budget"].iloc[0])
+        first = g["first_success_strength"].fillna(-1).to_numpy(np.int64)
+        found = (first >= 0) & (first <= budget)
+        queries = np.union1d([1, max(budget, 1)], first[found & (first >= 1)])
+        return queries, lambda mask: np.searchsorted(np.sort(first[mask & found]), queries, side="right")
+
+    out = _curves(df, "queries", per_cell)
+    budgets = df.groupby(CELL)["strength_budget"].first().rename("strength_budget")
+    return out.join(budgets, on=CELL)
+
+
+def checkpoint_columns(df: pd.DataFrame) -> dict[int, str]:
+    """The records' `norm_at_<q>` columns by q, ascending."""
+    found = {}
+    for column in df.columns:
+        tail = str(column)[len(NORM_AT):]
+        if str(column).startswith(NORM_AT) and tail.isdigit():
+            found[int(tail)] = str(column)
+    return dict(sorted(found.items()))
+
+
+def checkpoint_curve(df: pd.DataFrame) -> pd.DataFrame:
+    """Accuracy / ASR at the budget after q queries, from the `norm_at_<q>` checkpoints.
+
+    A sample counts as broken after q queries when its best norm then (threat units) is within
+    `eps_budget`. Only cells whose records all hold a checkpoint use it; cells without any
+    (budgeted attacks) are left out, so the frame may be empty. Where both exist, these points
+    lie on :func:`query_curve`, which dates every success exactly.
+    """
+    _validate(df, [*_BUDGET_COLUMNS, "strength_budget"], "checkpoint curve")
+    columns = checkpoint_columns(df)
+    parts = []
+    for key, g in df.groupby(CELL, sort=True):
+        held = {q: c for q, c in columns.items() if g[c].notna().all()}
+        if not held:
+            continue
+        budget = float(g["eps_budget"].iloc[0])
+        norms = g[list(held.values())].to_numpy(np.float64)            # (samples, checkpoints)
+        broken = norms <= budget
+        goal = key[CELL.index("goal")]
+        accuracy, asr = _rates(goal, g["clean_correct"].to_numpy(bool), lambda mask: broken[mask].sum(axis=0))
+        parts.append(pd.DataFrame({"queries": list(held), "accuracy": accuracy, "asr": asr})
+                     .assign(**dict(zip(CELL, key)), eps_budget=budget, n_samples=len(g)))
+    if not parts:
+        return pd.DataFrame(columns=[*CELL, "eps_budget", "n_samples", "queries", "accuracy", "asr"])
+    return pd.concat(parts, ignore_index=True)[[*CELL, "eps_budget", "n_samples", "queries", "accuracy", "asr"]]
+
+
+def summary_table(df: pd.DataFrame) -> pd.DataFrame:
+    """The seed's Table 3 as a tidy frame, one row per cell.
+
+    ``median_min_eps``: median over all samples, clean-misclassified samples of untargeted
+    cells counting as 0 (they need no perturbation), unfound ones as inf.
+    ``accuracy``: mean(adv_pred == label) at the budget (valid for both goals).
+    ``asr``: success at the budget, over clean-correct samples (untargeted) or all (targeted).
+    ``certified_accuracy``: share of samples IBP verifies at the budget (records with a
+    ``certified`` column; NaN where IBP does not apply: l2, models it cannot bound).
+    ``defense_category`` follows the defense where the records carry it.
+    """
+    _validate(df, _TABLE_COLUMNS, "summary table")
+    untargeted = df["goal"].eq("untargeted").to_numpy()
+    correct = df["clean_correct"].to_numpy(bool)
+    thresholds = df["min_eps"].astype(float).fillna(np.inf).to_numpy()
+    counted = correct | ~untargeted
+    frame = df[CELL].assign(
+        eps_budget=df["eps_budget"],
+        min_eps=np.where(untargeted & ~correct, 0.0, thresholds),
+        correct_at_budget=(df["adv_pred"] == df["label"]).to_numpy(),
+        hit=df["success_at_budget"].to_numpy(bool) & counted,
+        counted=counted,
+    )
+    labels = {}
+    if CATEGORY in df.columns:
+        frame[CATEGORY] = df[CATEGORY].fillna("").astype(str).to_numpy()
+        labels[CATEGORY] = (CATEGORY, "first")
+    _require_unique(frame, "eps_budget")
+    tidy = frame.groupby(CELL, sort=True).agg(
+        **labels,
+        eps_budget=("eps_budget", "first"),
+        n_samples=("min_eps", "size"),
+        median_min_eps=("min_eps", "median"),
+        accuracy=("correct_at_budget", "mean"),
+        hits=("hit", "sum"),
+        counted=("counted", "sum"),
+    )
+    tidy["asr"] = tidy["hits"] / tidy["counted"].where(tidy["counted"] > 0)
+    if "certified" in df.columns:
+        tidy["certified_accuracy"] = df.groupby(CELL, sort=True)["certified"].mean()
+    return tidy.drop(columns=["hits", "counted"]).reset_index()
+
+
+def _knowledge_rank(knowledge: pd.Series) -> pd.Series:
+    """Seed order first (white, transfer, score, decision), unknown kinds after it."""
+    return knowledge.map({k: i for i, k in enumerate(KNOWLEDGE_ORDER)}).fillna(len(KNOWLEDGE_ORDER))
+
+
+def _format_cell(median: float, accuracy: float) -> str:
+    """'0.039 / 56.0%' as in the seed; an attack that never succeeded has median ∞."""
+    left = "∞" if np.isinf(median) else f"{median:.3f}"
+    return f"{left} / {100.0 * accuracy:.1f}%"
+
+
+def format_table3(tidy: pd.DataFrame, by_category: bool = False) -> dict[tuple[str, str], pd.DataFrame]:
+    """Lay :func:`summary_table` out like the seed: one string table per (norm, goal).
+
+    Rows are (dataset, knowledge, attack), columns are defenses, cells read
+    "median min_eps / accuracy at budget"; a pair that was not run shows "—". `by_category`
+    orders the defense columns by category and heads them "defense (category)".
+    """
+    _validate_tidy(tidy)
+    if by_category and CATEGORY not in tidy.columns:
+        raise AdvbenchError(f"grouping the table by category needs a {CATEGORY} column in the summary")
+    tables = {}
+    for key, g in tidy.groupby(["norm", "goal"], sort=True):
+        g = g.assign(cell=[_format_cell(m, a) for m, a in zip(g["median_min_eps"], g["accuracy"])])
+        g = g.sort_values(["dataset", "knowledge", "attack"], key=lambda s: _knowledge_rank(s) if s.name == "knowledge" else s)
+        wide = g.pivot_table(index=["dataset", "knowledge", "attack"], columns="defense", values="cell", aggfunc="first", sort=False)
+        wide.columns.name = None
+        if by_category:
+            category = g.groupby("defense")[CATEGORY].first()
+            order = sorted(wide.columns, key=lambda d: (category[d], d))
+            wide = wide[order].rename(columns=lambda d: f"{d} ({category[d]})" if category[d] else d)
+        tables[key] = wide.fillna("—")
+    return tables
+
+
+def _validate_tidy(tidy: pd.DataFrame) -> None:
+    """Table formatting takes the output of :func:`summary_table`, not raw records."""
+    needed = [*CELL, "eps_budget", "median_min_eps", "accuracy", "asr"]
+    missing = sorted(set(needed) - set(tidy.columns))
+    if missing:
+        raise AdvbenchError(f"table formatting needs summary_table columns {', '.join(missing)}; they are missing")

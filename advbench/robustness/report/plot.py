@@ -1,0 +1,384 @@
+"""Figures and tables from curve frames (matplotlib, no pyplot state).
+
+Figures are built with ``matplotlib.figure.Figure`` directly, which renders through Agg
+without touching the global pyplot backend or figure registry, so plotting from a library
+call or a test never leaks figures or needs a display.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from matplotlib import colormaps
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.ticker import FuncFormatter, MaxNLocator, PercentFormatter
+from rich.console import Console
+from rich.table import Table
+
+from advbench.core.catalog import load_option
+from advbench.core.errors import AdvbenchError
+from advbench.core.keys import plain_value
+from advbench.core.terminal import print_table
+from advbench.robustness.report.curves import (
+    CATEGORY,
+    STRENGTH_UNITS,
+    budget_curve,
+    category_label,
+    checkpoint_curve,
+    eps_grid,
+    format_table3,
+    query_curve,
+    query_unit,
+    strength_curve,
+    summary_table,
+)
+
+FIGURE_KEY = ["dataset", "norm", "goal", "knowledge"]
+"""One figure per threat model and data set; panels are attacks, lines are defenses."""
+
+NORM_LABELS = {"linf": "ℓ∞", "l2": "ℓ₂"}
+KNOWLEDGE_LABELS = {"white": "white-box", "transfer": "transfer-based", "score": "score-based", "decision": "decision-based"}
+GROUP_BY = ("defense", "category")
+"""What a line's colour stands for: each defense its own, or one per defense category (line
+styles then tell the defenses of a category apart, and the legend lists them by category)."""
+LINESTYLES = ("-", "--", "-.", ":")
+MAX_COLUMNS = 2
+"""Panels per row at most, so a figure stays legible at README width (four attacks: a 2 × 2
+grid, 1260 × 945 px at 150 dpi); rows are then filled evenly."""
+PANEL_SIZE = (3.4, 2.9)
+FEW_STEPS = 5
+"""Strength axes up to this many iterations/queries mark every step (FGSM is one step)."""
+
+
+def defense_styles(defenses: Iterable[str], categories: dict[str, str] | None = None) -> dict[str, dict[str, str | tuple | int]]:
+    """Colour and line style per defense, fixed by sorted name so every figure agrees.
+
+    tab10 up to ten defenses, tab20 beyond; past twenty the colours repeat with a new
+    line style so lines stay distinguishable. With `categories` (defense -> category) the
+    colour is the category's, and the defenses of one category take the line styles in turn.
+    """
+    if categories is not None:
+        return _category_styles(sorted(set(defenses)), categories)
+    names = sorted(set(defenses))
+    palette = colormaps["tab10" if len(names) <= 10 else "tab20"].colors
+    return {
+        name: {"color": palette[i % len(palette)], "linestyle": LINESTYLES[(i // len(palette)) % len(LINESTYLES)]}
+        for i, name in enumerate(names)
+    }
+
+
+def _category_styles(names: list[str], categories: dict[str, str]) -> dict[str, dict[str, str | tuple | int]]:
+    """Colour per category (sorted), line style (then marker) per defense within its category."""
+    missing = [d for d in names if d not in categories]
+    if missing:
+        raise AdvbenchError(f"no category for defense(s) {', '.join(missing)}")
+    groups = sorted({categories[d] for d in names})
+    palette = colormaps["tab10" if len(groups) <= 10 else "tab20"].colors
+    styles: dict[str, dict[str, str | tuple | int]] = {}
+    for g, group in enumerate(groups):
+        members = [d for d in names if categories[d] == group]
+        for i, name in enumerate(members):
+            style: dict[str, str | tuple | int] = {"color": palette[g % len(palette)], "linestyle": LINESTYLES[i % len(LINESTYLES)]}
+            if i >= len(LINESTYLES):  # every fifth point marked, so the line style still shows
+                style["marker"] = "osD^v"[(i - len(LINESTYLES)) % 5]
+                style["markevery"] = 5
+            styles[name] = style
+    return styles
+
+
+def defense_categories(df: pd.DataFrame) -> dict[str, str]:
+    """Category of every defense in the records: their `defense_category` column, else the
+    `category:` of conf/defense/<defense>.yaml ("uncategorised" for a defense without one)."""
+    known: dict[str, str] = {}
+    if CATEGORY in df.columns:
+        held = df[["defense", CATEGORY]].dropna().astype({CATEGORY: str})
+        held = held[held[CATEGORY] != ""].drop_duplicates("defense", keep="last")  # one row per defense
+        known = dict(zip(held["defense"], held[CATEGORY]))
+    out = {}
+    for defense in sorted(df["defense"].unique()):
+        if defense not in known:
+            data = load_option("defense", defense)
+            category = None if data is None else plain_value(data.get("category"))
+            known[defense] = category_label(category) or "uncategorised"
+        out[defense] = known[defense]
+    return out
+
+
+def with_categories(df: pd.DataFrame) -> pd.DataFrame:
+    """The records with `defense_category` filled for every row (see :func:`defense_categories`)."""
+    return df.assign(**{CATEGORY: df["defense"].map(defense_categories(df))})
+
+
+def _title(key: Sequence[str]) -> str:
+    """'digits · ℓ∞ · untargeted · white-box'."""
+    dataset, norm, goal, knowledge = key
+    return " · ".join([dataset, NORM_LABELS.get(norm, norm), goal, KNOWLEDGE_LABELS.get(knowledge, knowledge)])
+
+
+def _single_key(curves: pd.DataFrame) -> tuple[str, ...]:
+    """Figures take one (dataset, norm, goal, knowledge) group; say which came otherwise."""
+    keys = curves[FIGURE_KEY].drop_duplicates()
+    if len(keys) != 1:
+        raise AdvbenchError(f"a figure takes curves of one {'/'.join(FIGURE_KEY)}, got {len(keys)} combinations")
+    return tuple(keys.iloc[0])
+
+
+def _legend(fig: Figure, present: list[str], styles: dict, categories: dict[str, str] | None,
+            extra: list[tuple[Line2D, str]]) -> None:
+    """One entry per defense (under a bold heading per category when grouped), then `extra`."""
+    handles, labels, headings = [], [], []
+    if categories is None:
+        handles = [Line2D([], [], linewidth=2, **styles[d]) for d in present]
+        labels = list(present)
+    else:
+        for group in sorted({categories[d] for d in present}):
+            headings.append(len(labels))
+            handles.append(Line2D([], [], linestyle="none", color="none"))
+            labels.append(group)
+            for d in sorted(d for d in present if categories[d] == group):
+                handles.append(Line2D([], [], linewidth=2, **styles[d]))
+                labels.append(d)
+    for handle, label in extra:
+        handles.append(handle)
+        labels.append(label)
+    legend = fig.legend(handles, labels, loc="outside right upper", frameon=False,
+                        title="defense" if categories is None else "category / defense")
+    for i in headings:
+        legend.get_texts()[i].set_fontweight("bold")
+
+
+def _queries(value: float, _: int) -> str:
+    """'1', '100', '20,000': whole query counts on a log axis."""
+    return f"{value:,.0f}" if value >= 1 else ""
+
+
+def _figure(curves: pd.DataFrame, x: str, xlabel: str, styles: dict, show_budget: bool,
+            points: pd.DataFrame | None = None, categories: dict[str, str] | None = None) -> Figure:
+    """Grid of panels, one per attack, one line per defense, shared 0-100% y axis.
+
+    x = "queries" is drawn on a log axis from 1 to the budget; `points` (same x and metric)
+    are drawn as open markers on the lines of their defense (the decision attacks' checkpoints).
+    """
+    key = _single_key(curves)
+    goal = key[FIGURE_KEY.index("goal")]
+    metric, ylabel = ("accuracy", "accuracy") if goal == "untargeted" else ("asr", "attack success rate")
+    attacks = sorted(curves["attack"].unique())
+    present = sorted(curves["defense"].unique())
+    fig, axes, ncols = _canvas(len(attacks), present, categories, points is not None)
+    drawstyle = "default" if show_budget else "steps-post"
+    log_x = x == "queries"
+    marked = False
+    for ax, attack in zip(axes, attacks):
+        panel = curves[curves["attack"] == attack]
+        top = panel[x].max()
+        few = not show_budget and not log_x and top <= FEW_STEPS
+        for defense, line in panel.groupby("defense", sort=True):
+            style = {"marker": "o" if few else None, **styles[defense]}
+            ax.plot(line[x], line[metric], drawstyle=drawstyle, linewidth=1.6, markersize=4, **style)
+        if points is not None and not points.empty:
+            for defense, dots in points[points["attack"] == attack].groupby("defense", sort=True):
+                ax.plot(dots[x], dots[metric], linestyle="none", marker="o", markersize=5, markerfacecolor="white",
+                        markeredgewidth=1.3, color=styles[defense]["color"])
+                marked = True
+        _x_axis(ax, panel, top, log_x=log_x, show_budget=show_budget, few=few)
+        _frame(ax, attack, xlabel)
+    for ax in axes[: len(attacks) : ncols]:
+        ax.set_ylabel(ylabel)
+    extra = []
+    if show_budget:
+        extra.append((Line2D([], [], color="0.35", linestyle=":", linewidth=1.2), "budget"))
+    if marked:
+        extra.append((Line2D([], [], linestyle="none", marker="o", markerfacecolor="white", color="0.35"),
+                      "query checkpoint"))
+    _legend(fig, present, styles, categories, extra)
+    fig.suptitle(_title(key), fontsize=13)
+    return fig
+
+
+def _canvas(panels: int, present: list[str], categories: dict[str, str] | None,
+            with_points: bool) -> tuple[Figure, Any, int]:
+    """The figure, its panel axes (spares removed) and the number of columns.
+
+    The legend beside the panels sets the figure's size when it is longer or wider than they are
+    (a one-panel figure of many defenses under category headings): about 0.25 in a line, 0.075 a character.
+    """
+    nrows = -(-panels // MAX_COLUMNS)
+    ncols = -(-panels // nrows)
+    texts = [*present, *({categories[d] for d in present} if categories else ()),
+             "category / defense" if categories else "defense", "query checkpoint" if with_points else "budget"]
+    lines = len(present) + (len({categories[d] for d in present}) if categories else 0) + 3
+    fig = Figure(figsize=(PANEL_SIZE[0] * ncols + max(1.6, 0.075 * max(map(len, texts)) + 0.8),
+                          max(PANEL_SIZE[1] * nrows + 0.5, 0.25 * lines + 0.6)), layout="constrained")
+    fig.get_layout_engine().set(w_pad=0.06, wspace=0.06)
+    axes = fig.subplots(nrows, ncols, sharey=True, squeeze=False).ravel()
+    for ax in axes[panels:]:
+        fig.delaxes(ax)
+    return fig, axes, ncols
+
+
+def _x_axis(ax: Any, panel: pd.DataFrame, top: float, *, log_x: bool, show_budget: bool, few: bool) -> None:
+    """Queries on a log axis, budgets with their dotted line, a few steps as ticks, or whole iterations."""
+    if log_x:  # queries span orders of magnitude: 1 .. budget on a log axis
+        ax.set_xscale("log")
+        ax.set_xlim(1, max(top, 10))
+        ax.xaxis.set_major_formatter(FuncFormatter(_queries))
+    elif show_budget:
+        for budget in panel["eps_budget"].unique():
+            ax.axvline(budget, color="0.35", linestyle=":", linewidth=1.2)
+        ax.set_xlim(0, top or 1)
+    elif few:  # a handful of whole steps: every step a tick, the end points inside the frame
+        ax.set_xticks(range(int(top) + 1))
+        ax.set_xlim(-0.3, top + 0.3)
+    else:  # iterations are whole numbers
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=6, integer=True))
+        ax.set_xlim(0, top or 1)
+
+
+def _frame(ax: Any, attack: str, xlabel: str) -> None:
+    """The panel's title, 0-100 % y axis, light grid and open frame."""
+    ax.set_title(attack, fontsize=11)
+    ax.set_ylim(-0.02, 1.02)
+    ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
+    ax.grid(True, color="0.88", linewidth=0.8)
+    ax.set_axisbelow(True)
+    ax.spines[["top", "right"]].set_visible(False)
+    ax.set_xlabel(xlabel)
+
+
+def budget_figure(curves: pd.DataFrame, styles: dict | None = None, categories: dict[str, str] | None = None) -> Figure:
+    """Accuracy (untargeted) / ASR (targeted) vs. ε for one (dataset, norm, goal, knowledge)."""
+    norm = _single_key(curves)[FIGURE_KEY.index("norm")]
+    styles = styles or defense_styles(curves["defense"], categories)
+    return _figure(curves, "eps", f"{NORM_LABELS.get(norm, norm)} budget ε", styles, show_budget=True,
+                   categories=categories)
+
+
+def strength_figure(curves: pd.DataFrame, styles: dict | None = None, points: pd.DataFrame | None = None,
+                    categories: dict[str, str] | None = None) -> Figure:
+    """Accuracy / ASR vs. iterations (a strength curve) or queries (a query curve, log axis,
+    with the checkpoint `points` if given) at the fixed budget, same layout as budget."""
+    knowledge = _single_key(curves)[FIGURE_KEY.index("knowledge")]
+    styles = styles or defense_styles(curves["defense"], categories)
+    x = "queries" if "queries" in curves.columns else "strength"
+    unit = "queries, log scale" if x == "queries" else STRENGTH_UNITS.get(knowledge, "steps")
+    return _figure(curves, x, f"attack strength ({unit})", styles, show_budget=False, points=points,
+                   categories=categories)
+
+
+def _slug(parts: Iterable[str]) -> str:
+    """File-name-safe join of option names."""
+    return "_".join(re.sub(r"[^A-Za-z0-9.-]+", "-", str(p)) for p in parts)
+
+
+def _save_all(curves: pd.DataFrame, kind: str, build, out_dir: Path, formats: Sequence[str], styles: dict | None,
+              categories: dict[str, str] | None = None) -> list[Path]:
+    """One file per figure key and format, named '<kind>_<dataset>_<norm>_<goal>_<knowledge>'.
+
+    `build(group, styles, key)` draws the figure of one key's curves.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    styles = styles or defense_styles(curves["defense"], categories)
+    paths = []
+    for key, group in curves.groupby(FIGURE_KEY, sort=True):
+        fig = build(group, styles, key)
+        for fmt in formats:
+            path = out_dir / f"{_slug([kind, *key])}.{fmt}"
+            fig.savefig(path, dpi=150)
+            paths.append(path)
+    return paths
+
+
+def plot_budget_curves(curves: pd.DataFrame, out_dir: Path | str, formats: Sequence[str] = ("png", "svg"), styles: dict | None = None,
+                       categories: dict[str, str] | None = None) -> list[Path]:
+    """Write every budget-curve figure of a :func:`advbench.robustness.report.curves.budget_curve` frame."""
+    def build(group: pd.DataFrame, styles: dict, key: tuple) -> Figure:
+        return budget_figure(group, styles, categories)
+
+    return _save_all(curves, "budget", build, Path(out_dir), formats, styles, categories)
+
+
+def plot_strength_curves(curves: pd.DataFrame, out_dir: Path | str, formats: Sequence[str] = ("png", "svg"), styles: dict | None = None,
+                         points: pd.DataFrame | None = None, categories: dict[str, str] | None = None) -> list[Path]:
+    """Write every figure of a :func:`advbench.robustness.report.curves.strength_curve` or
+    :func:`advbench.robustness.report.curves.query_curve` frame (with its :func:`advbench.robustness.report.curves.checkpoint_curve`
+    points)."""
+    def build(group: pd.DataFrame, styles: dict, key: tuple) -> Figure:
+        mine = None if points is None or points.empty else points[(points[FIGURE_KEY] == key).all(axis=1)]
+        return strength_figure(group, styles, mine, categories)
+
+    return _save_all(curves, "strength", build, Path(out_dir), formats, styles, categories)
+
+
+def _caption(tidy: pd.DataFrame, norm: str, goal: str) -> str:
+    """Says what the two numbers are and at which budget, as the seed's caption does."""
+    budgets = ", ".join(f"{b:.4g}" for b in np.sort(tidy["eps_budget"].unique()))
+    label = NORM_LABELS.get(norm, norm)
+    return f"Table 3 · {label} · {goal}: median minimal {label} perturbation / accuracy at ε = {budgets}"
+
+
+def _markdown(table: pd.DataFrame) -> str:
+    """Pipe table with the row index spelled out as leading columns."""
+    flat = table.reset_index()
+    lines = ["| " + " | ".join(map(str, flat.columns)) + " |", "|" + "---|" * len(flat.columns)]
+    lines += ["| " + " | ".join(map(str, row)) + " |" for row in flat.itertuples(index=False)]
+    return "\n".join(lines) + "\n"
+
+
+def write_tables(tidy: pd.DataFrame, out_dir: Path | str, by_category: bool = False) -> list[Path]:
+    """Per (norm, goal): 'table3_<norm>_<goal>.md' (seed layout) and '.csv' (the numbers)."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for (norm, goal), table in format_table3(tidy, by_category).items():
+        rows = tidy[(tidy["norm"] == norm) & (tidy["goal"] == goal)]
+        stem = out_dir / f"table3_{_slug([norm, goal])}"
+        md, csv = stem.with_suffix(".md"), stem.with_suffix(".csv")
+        md.write_text(f"{_caption(rows, norm, goal)}\n\n{_markdown(table)}", encoding="utf-8")
+        rows.to_csv(csv, index=False)
+        paths += [md, csv]
+    return paths
+
+
+def print_tables(tidy: pd.DataFrame, console: Console | None = None, by_category: bool = False) -> None:
+    """Show every Table 3 with rich, whole at any width (see :func:`advbench.core.terminal.print_table`)."""
+    console = console or Console()
+    for (norm, goal), table in format_table3(tidy, by_category).items():
+        rows = tidy[(tidy["norm"] == norm) & (tidy["goal"] == goal)]
+        flat = table.reset_index()
+        out = Table(title=_caption(rows, norm, goal), show_lines=False)
+        for i, column in enumerate(flat.columns):
+            out.add_column(str(column), justify="left" if i < table.index.nlevels else "right")
+        for row in flat.itertuples(index=False):
+            out.add_row(*map(str, row))
+        print_table(out, console)
+
+
+def render_all(df: pd.DataFrame, out_dir: Path | str, formats: Sequence[str] = ("png", "svg"), grid_points: int = 101,
+               group_by: str = "defense") -> list[Path]:
+    """Budget and strength figures plus Table 3 files from one record frame.
+
+    Strength figures of score- and decision-based cells are query curves (log axis, with the
+    decision attacks' checkpoints). `group_by="category"` colours lines by defense category
+    and heads the tables' defense columns with it; the CSV tables carry it either way.
+    """
+    if group_by not in GROUP_BY:
+        raise AdvbenchError(f"unknown grouping '{group_by}'; valid: {', '.join(GROUP_BY)}")
+    df = with_categories(df)
+    categories = defense_categories(df) if group_by == "category" else None
+    budget = budget_curve(df, eps_grid(df, grid_points))
+    styles = defense_styles(budget["defense"], categories)
+    queries = query_unit(df)
+    written = plot_budget_curves(budget, out_dir, formats, styles, categories)
+    if (~queries).any():
+        written += plot_strength_curves(strength_curve(df[~queries]), out_dir, formats, styles, categories=categories)
+    if queries.any():
+        written += plot_strength_curves(query_curve(df[queries]), out_dir, formats, styles,
+                                        checkpoint_curve(df[queries]), categories)
+    return [*written, *write_tables(summary_table(df), out_dir, by_category=categories is not None)]

@@ -1,0 +1,109 @@
+"""The shape of the package: layers without cycles, modules with one job, functions that fit on a screen.
+
+import-linter (`lint-imports`, run by `.ci/run`) enforces the layers; these tests hold what it
+does not: no import cycle anywhere, no import deferred into a function below the command line
+(where one would hide a cycle), and the size limits of the contributor guide.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import grimp
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "advbench"
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 60
+SOURCES = sorted(PACKAGE.rglob("*.py"))
+
+
+def _cycles(graph: grimp.ImportGraph) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    modules = sorted(graph.modules)
+    edges = {m: sorted(graph.find_modules_directly_imported_by(m)) for m in modules}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in modules:
+        if root in index:
+            continue
+        work = [(root, iter(edges[root]))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(edges[child])))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_no_import_cycles() -> None:
+    assert _cycles(grimp.build_graph("advbench")) == []
+
+
+def test_the_cycle_finder_finds_a_cycle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pkg = tmp_path / "knot"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from knot import b\n")
+    (pkg / "b.py").write_text("from knot import a\n")
+    (pkg / "c.py").write_text("from knot import a\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert _cycles(grimp.build_graph("knot")) == [["knot.a", "knot.b"]]
+
+
+def _deferred_imports(path: Path) -> list[str]:
+    """advbench imports inside functions, except under `if TYPE_CHECKING` (never run)."""
+    tree = ast.parse(path.read_text())
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for inner in ast.walk(node):
+                if isinstance(inner, ast.ImportFrom) and (inner.module or "").startswith("advbench"):
+                    found.append(f"{path.relative_to(PACKAGE.parent)}:{inner.lineno} {inner.module}")
+    return found
+
+
+def test_no_deferred_imports_below_the_command_line() -> None:
+    """The command line imports lazily so that `advbench --help` starts at once; nothing else may."""
+    below = [p for p in SOURCES if "cli" not in p.relative_to(PACKAGE).parts]
+    assert [d for p in below for d in _deferred_imports(p)] == []
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_modules_and_functions_stay_small(path: Path) -> None:
+    lines = path.read_text().splitlines()
+    assert len(lines) <= MAX_MODULE_LINES, f"{len(lines)} lines"
+    long = []
+    for node in ast.walk(ast.parse("\n".join(lines))):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            start = min([d.lineno for d in node.decorator_list] + [node.lineno])
+            if node.end_lineno - start + 1 > MAX_FUNCTION_LINES:
+                long.append(f"{node.name} ({node.end_lineno - start + 1} lines)")
+    assert long == []
