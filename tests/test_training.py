@@ -235,3 +235,27 @@ def test_pretrained_natural_model_needs_no_checkpoint(tmp_path: Path, fake_cifar
         torch.testing.assert_close(model(x), reference((x - model.mean) / model.std))
     with pytest.raises(AdvbenchError, match="defense=pgd_at"):
         load_trained_model(compose_config("train", [*overrides, "defense=pgd_at", f"model.weights_path={tmp_path / 'w.pth'}"]), dataset)
+
+
+def test_the_weights_do_not_depend_on_the_thread_count_of_the_command(tmp_path: Path) -> None:
+    """`advbench train` (threads: null, one per core) and a benchmark preset (threads=1) train the same weights."""
+    from advbench.core.torchfile import read_torch_file
+    from advbench.robustness.defenses.zoo import train_main
+
+    states = []
+    for threads in (1, 2):
+        cfg = compose_config("train", ["defense=natural", "defense.recipe.epochs=1", f"threads={threads}",
+                                       f"cache_dir={tmp_path / str(threads)}"])
+        checkpoint = read_torch_file(train_main(cfg), "checkpoint")
+        assert checkpoint["meta"]["training_threads"] == 1
+        states.append(checkpoint["state_dict"])
+    assert states[0].keys() == states[1].keys()
+    assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])
+    assert torch.get_num_threads() == 2, "the command's own thread count is back after training"
+
+
+def test_the_training_thread_count_is_in_the_checkpoint_key() -> None:
+    from advbench.robustness.defenses.zoo import checkpoint_key
+
+    one, two = (checkpoint_key(compose_config("train", [f"training_threads={n}"])) for n in (1, 2))
+    assert one != two

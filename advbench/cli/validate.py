@@ -179,6 +179,7 @@ CHECKS: dict[str, Check] = {
     "channels_last": _flag,
     "chunk_size": _whole(1),
     "threads": _whole(1, nullable=True),
+    "training_threads": _whole(1),
     "threat.norm": _one_of(*NORMS), "threat.goal": _one_of(*GOALS), "threat.knowledge": _one_of(*KNOWLEDGE),
     "threat.steps": _whole(1, nullable=True),  # iterations of BIM/MIM/DIM/TI under transfer threats
     "shard.index": _whole(0),

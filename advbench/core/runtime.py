@@ -4,7 +4,7 @@ format and batch size on the device."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -32,6 +32,17 @@ def set_threads(threads: int | None) -> None:
     if threads < 1:
         raise AdvbenchError(f"threads must be >= 1 or null, got {threads}")
     torch.set_num_threads(int(threads))
+
+
+@contextlib.contextmanager
+def threads_for(threads: int) -> Iterator[None]:
+    """torch's CPU threads set to `threads` inside the block, restored after it."""
+    before = torch.get_num_threads()
+    set_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 # ---- the GPU fast path: precision, memory format, batch size ------------------------------

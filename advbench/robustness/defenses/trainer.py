@@ -158,13 +158,15 @@ def train_defense(
     reason: str = "",
     static_models: Sequence[nn.Module] = (),
     init_state: Mapping[str, torch.Tensor] | None = None,
+    extra_meta: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Train `arch_cfg` on `dataset` with a recipe, save a checkpoint at `out`, return its meta.
 
     With `progress`, stderr says what trains and why (`reason`) before the first batch, then
     shows a live bar on a terminal or one line per epoch elsewhere (logs, pipes, CI), so a
     run that trains a defense on first use is never silent. `static_models` are Ens-AT's
-    frozen sources of adversarial examples; `init_state` the weights fine-tuning starts from.
+    frozen sources of adversarial examples; `init_state` the weights fine-tuning starts from;
+    `extra_meta` goes into the checkpoint's meta as given.
     """
     recipe = Recipe.from_config(recipe_cfg)
     device = resolve_device(device)
@@ -185,6 +187,6 @@ def train_defense(
     _say(console, f"training {recipe.type} {model.arch} on {dataset.name}{why}: {recipe.epochs} epochs "
                   f"of {len(loader)} batches on {device}")
     seconds = _run_epochs(model, loader, recipe, loss_of, console, f"{recipe.type} {model.arch} on {dataset.name}", device)
-    meta = _meta(dataset, model, recipe, arch_cfg, recipe_cfg, seed, device, seconds)
+    meta = {**_meta(dataset, model, recipe, arch_cfg, recipe_cfg, seed, device, seconds), **(extra_meta or {})}
     save_checkpoint(out, model, meta)
     return meta

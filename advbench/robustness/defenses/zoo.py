@@ -31,7 +31,7 @@ from advbench.core.keys import (
     plain,
 )
 from advbench.core.resume import file_lock
-from advbench.core.runtime import set_threads
+from advbench.core.runtime import set_threads, threads_for
 from advbench.robustness.data.base import ImageDataset
 from advbench.robustness.data.digits import Digits
 from advbench.robustness.defenses.recipes import LOSSES
@@ -58,10 +58,21 @@ def checkpoint_key(cfg: DictConfig) -> str:
         "model": model_identity(cfg.model),
         "recipe": plain(cfg.defense.get("recipe")),
         "seed": int(cfg.seed),
+        "training_threads": training_threads(cfg),
     }
     # A checkpoint trained from other checkpoints (its init, Ens-AT's static models) changes with them.
     depends = [checkpoint_key(other) for other in _trained_from(cfg)]
     return content_key({**parts, "depends_on": depends} if depends else parts)
+
+
+TRAINING_THREADS = 1
+"""CPU threads a model trains on unless `training_threads` says otherwise: fixed, because the
+thread count changes the order of float sums and so the weights; with it fixed (and in the key)
+one machine gives one set of weights whichever command trained a model first."""
+
+
+def training_threads(cfg: DictConfig) -> int:
+    return int(cfg.get("training_threads") or TRAINING_THREADS)
 
 
 def trained_defense(cfg: DictConfig) -> str:
@@ -95,8 +106,10 @@ def train_main(cfg: DictConfig, reason: str = "") -> Path:
     path = _cfg_checkpoint_path(cfg)
     init = _init_config(cfg)
     init_state = None if init is None else load_trained_model(init, dataset).state_dict()
-    meta = train_defense(dataset, cfg.model, recipe, path, device=cfg.device, seed=cfg.seed, reason=reason,
-                         static_models=load_static_models(cfg, dataset), init_state=init_state)
+    with threads_for(training_threads(cfg)):
+        meta = train_defense(dataset, cfg.model, recipe, path, device=cfg.device, seed=cfg.seed, reason=reason,
+                             static_models=load_static_models(cfg, dataset), init_state=init_state,
+                             extra_meta={"training_threads": training_threads(cfg)})
     print(
         f"trained {cfg.model.name}/{trained_defense(cfg)} on {dataset.name}: clean accuracy "
         f"{meta['clean_accuracy']:.2%} in {meta['train_seconds']:.1f} s -> {path}"

@@ -1,0 +1,260 @@
+"""Models users bring: any torchvision classifier by name, or their own `nn.Module` from Python.
+
+Why a module of its own: the registry (`models/__init__.py`) lists advbench's architectures
+with their builders and data-set statistics; a user's model has neither, only a name to
+resolve (torchvision's model list, an import path) and a contract to meet. Both end as a plain
+`Classifier` (bounds (0, 1), `randomized`, normalisation in front of the network), so that
+`checkpoint=` loads a state dict into the network by `checkpoint.load_checkpoint`'s rules and
+the oracles, the engine, the masking flags and the cache treat them like any other model.
+
+`model=torchvision model.arch=<name>` (`conf/model/torchvision.yaml`) builds
+`torchvision.models.get_model(name, weights=None, num_classes=<the data set's>)` with ImageNet
+normalisation; `model=python model.target=<module>:<attr>` (or `<file.py>:<attr>`,
+`conf/model/python.yaml`) calls the user's class or factory with `model.kwargs`. Everything a
+user can get wrong is a one-line `AdvbenchError`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import importlib.util
+import inspect
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, ListConfig
+from torch import nn
+from torchvision import models as tv_models
+
+from advbench.core.errors import AdvbenchError
+from advbench.core.keys import content_key, file_digest, plain_value
+from advbench.robustness.models.base import Classifier
+from advbench.robustness.models.torchvision_nets import torchvision_net
+
+TORCHVISION_TARGET = "advbench.robustness.models.user_models.torchvision_model"
+PYTHON_TARGET = "advbench.robustness.models.user_models.python_model"
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+# torchvision's Inception-v3 and GoogLeNet weights expect (x - 0.5) / 0.5 (their `transform_input`).
+_HALF_NORMALISED = ("inception_v3", "googlenet")
+
+
+# ---------------------------------------------------------------- model=torchvision
+
+
+def torchvision_archs() -> list[str]:
+    """torchvision's classification architectures (detection, video, ... models live in submodules)."""
+    return list(tv_models.list_models(module=tv_models))
+
+
+def check_torchvision_arch(arch: Any) -> str:
+    """`arch` when torchvision has it, else an error listing close names."""
+    names = torchvision_archs()
+    if arch is None:
+        raise AdvbenchError("model=torchvision needs model.arch: one of torchvision's classification models, "
+                            "e.g. model.arch=resnet18")
+    if not isinstance(arch, str) or arch not in names:
+        close = difflib.get_close_matches(str(arch), names, n=5, cutoff=0.5)
+        listed = f"close matches: {', '.join(close)}" if close else f"valid: {', '.join(names)}"
+        raise AdvbenchError(f"unknown torchvision architecture '{arch}'; {listed}")
+    return arch
+
+
+def torchvision_model(num_classes: int, in_channels: int, arch: str | None = None, weights_path: str | None = None,
+                      normalization: str = "outside", mean: Sequence[float] | None = None,
+                      std: Sequence[float] | None = None, **meta: Any) -> Classifier:
+    """torchvision's `arch` for the data set's classes, normalised with ImageNet's statistics by default.
+
+    Weights come from `checkpoint=` (loaded by the caller) or a local `weights_path`, never
+    downloaded. `meta` are the option's labels (`name`, `input_size`), which the builder ignores.
+    """
+    arch = check_torchvision_arch(arch)
+    half = arch in _HALF_NORMALISED
+    net = torchvision_net(arch, num_classes, in_channels, weights_path=weights_path)
+    return Classifier(net, arch, in_channels, (0.5,) if half and mean is None else (mean or IMAGENET_MEAN),
+                      (0.5,) if half and std is None else (std or IMAGENET_STD), normalization)
+
+
+# ---------------------------------------------------------------- model=python
+
+
+def split_target(target: Any) -> tuple[str, str]:
+    """`(<module or file.py>, <attribute path>)` of a `model.target`, or an error saying the form."""
+    where, sep, attr = str(target).rpartition(":") if isinstance(target, str) else ("", "", "")
+    if not sep or not where or not attr:
+        raise AdvbenchError(f"model.target must be <module>:<attr> or <path/to/file.py>:<attr> (a class or factory "
+                            f"returning an nn.Module), got {target!r}")
+    return where, attr
+
+
+def _import_file(path: Path, target: str) -> ModuleType:
+    """Execute `path` as a module (its folder importable, so it may import its neighbours)."""
+    if not path.is_file():
+        raise AdvbenchError(f"model.target '{target}': file '{path}' not found")
+    name = f"advbench_user_{path.stem}_{content_key(str(path), 8)}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise AdvbenchError(f"model.target '{target}': '{path}' cannot be imported as Python")
+    module = importlib.util.module_from_spec(spec)
+    _importable(str(path.parent))
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except (ImportError, SyntaxError) as exc:
+        sys.modules.pop(name, None)
+        raise AdvbenchError(f"model.target '{target}': importing '{path}' failed: {type(exc).__name__}: {exc}") from None
+    return module
+
+
+def _importable(folder: str) -> None:
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+
+
+def _import(where: str, target: str) -> ModuleType:
+    """The module part of a target: a `.py` file, else a module importable from the working folder."""
+    if where.endswith(".py"):
+        return _import_file(Path(where).expanduser().resolve(), target)
+    _importable(os.getcwd())
+    try:
+        return importlib.import_module(where)
+    except ModuleNotFoundError as exc:
+        hint = f" (from the working folder {os.getcwd()})" if exc.name == where.split(".")[0] else ""
+        raise AdvbenchError(f"model.target '{target}': no module named '{exc.name}'{hint}") from None
+    except (ImportError, SyntaxError) as exc:
+        raise AdvbenchError(f"model.target '{target}': importing '{where}' failed: {type(exc).__name__}: {exc}") from None
+
+
+def resolve_target(target: Any) -> Any:
+    """The object a `model.target` names (dotted attributes allowed after the colon)."""
+    where, attr = split_target(target)
+    obj: Any = _import(where, target)
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            names = [n for n in dir(obj) if not n.startswith("_")]
+            close = difflib.get_close_matches(part, names, n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise AdvbenchError(f"model.target '{target}': '{where}' has no attribute '{attr}'{hint}")
+        obj = getattr(obj, part)
+    return obj
+
+
+def _build_user_net(target: str, kwargs: Mapping[str, Any]) -> nn.Module:
+    """Call the target with `kwargs`; its result must be an `nn.Module`."""
+    factory = resolve_target(target)
+    if isinstance(factory, nn.Module):
+        if kwargs:
+            raise AdvbenchError(f"model.target '{target}' is a module instance; it takes no model.kwargs")
+        return factory
+    if not callable(factory):
+        raise AdvbenchError(f"model.target '{target}' is a {type(factory).__name__}, not an nn.Module class or factory")
+    try:
+        inspect.signature(factory).bind(**kwargs)
+    except TypeError as exc:
+        raise AdvbenchError(f"model.target '{target}' does not take model.kwargs {dict(kwargs)}: {exc}") from None
+    except ValueError:  # no signature to check (a builtin): the call itself says
+        pass
+    net = factory(**kwargs)
+    if not isinstance(net, nn.Module):
+        raise AdvbenchError(f"model.target '{target}' returned a {type(net).__name__}, not a torch.nn.Module")
+    return net
+
+
+def python_model(num_classes: int, in_channels: int, target: str | None = None, kwargs: Mapping[str, Any] | None = None,
+                 mean: Sequence[float] | None = None, std: Sequence[float] | None = None, randomized: bool = False,
+                 **meta: Any) -> Classifier:
+    """The user's network (NCHW floats in [0, 1] to logits) in advbench's model contract.
+
+    `mean`/`std` (null: none) normalise in front of it; `randomized` marks a stochastic
+    model, judged by a vote over `judge.draws` passes. The network's own weights are used
+    unless `checkpoint=` loads a state dict into it. `num_classes` is checked against the
+    network's output by `check_forward`; `meta` are the option's labels (`name`, `input_size`).
+    """
+    if target is None:
+        raise AdvbenchError("model=python needs model.target=<module>:<attr> or <path/to/file.py>:<attr>")
+    options = plain_value(kwargs) or {}
+    if not isinstance(options, dict):
+        raise AdvbenchError(f"model.kwargs must be a mapping of keyword arguments, got {options!r}")
+    net = _build_user_net(target, options)
+    model = Classifier(net, str(target), in_channels, (0.0,) if mean is None else mean, (1.0,) if std is None else std)
+    model.randomized = bool(randomized)
+    return model
+
+
+# ---------------------------------------------------------------- what the rest of advbench asks
+
+
+def user_kind(model_cfg: Mapping[str, Any]) -> str | None:
+    """`torchvision` or `python` for the models of this module, None for advbench's own."""
+    return {TORCHVISION_TARGET: "torchvision", PYTHON_TARGET: "python"}.get(str(model_cfg.get("_target_")))
+
+
+def own_weights(model_cfg: Mapping[str, Any]) -> bool:
+    """A Python model comes with its weights (its factory's); it needs no cache entry."""
+    return user_kind(model_cfg) == "python"
+
+
+def default_label(model_cfg: Mapping[str, Any], defense: str) -> str:
+    """The records' `model_label` when `label=` is null: `model.arch` / `model.target` for
+    users' models, else the defense's name."""
+    kind = user_kind(model_cfg)
+    if kind == "torchvision" and model_cfg.get("arch"):
+        return str(model_cfg["arch"])
+    if kind == "python" and model_cfg.get("target"):
+        return str(model_cfg["target"])
+    return defense
+
+
+def source_identity(model_cfg: Mapping[str, Any]) -> dict[str, str]:
+    """sha256 of the file a Python model's code is in, where it can be found without running
+    it, so that editing the network keys its cells anew (a factory's other files are not seen)."""
+    if user_kind(model_cfg) != "python" or not isinstance(model_cfg.get("target"), str):
+        return {}
+    where, _, _ = str(model_cfg["target"]).rpartition(":")
+    if where.endswith(".py"):
+        path: Path | None = Path(where).expanduser().resolve()
+    else:
+        _importable(os.getcwd())
+        try:
+            spec = importlib.util.find_spec(where)
+        except (ImportError, ValueError):
+            spec = None
+        path = Path(spec.origin) if spec is not None and spec.origin and spec.has_location else None
+    return {"source_sha256": file_digest(path)} if path is not None and path.is_file() else {}
+
+
+def check_forward(model: nn.Module, input_shape: Sequence[int], num_classes: int, what: str) -> None:
+    """One pass on two mid-grey images of the data set's shape: logits (2, num_classes) or an error."""
+    shape = "x".join(str(int(s)) for s in input_shape)
+    try:
+        with torch.no_grad():
+            out = model(torch.full((2, *input_shape), 0.5))
+    except Exception as exc:  # the user's network on this input: its message is the diagnosis
+        first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
+        raise AdvbenchError(f"model {what} fails on the data set's {shape} input: {type(exc).__name__}: {first}") from None
+    got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+    if got != (2, num_classes):
+        raise AdvbenchError(f"model {what} must return logits (N, {num_classes}) for the data set's {num_classes} "
+                            f"classes; on a batch of 2 {shape} images it returned {got}")
+
+
+def check_config(model_cfg: DictConfig) -> None:
+    """The user-model keys of a composed config (`cli.validate`), before any work starts."""
+    kind = user_kind(model_cfg)
+    if kind == "torchvision" and model_cfg.get("arch") is not None:
+        check_torchvision_arch(model_cfg.get("arch"))
+    if kind == "python":
+        if model_cfg.get("target") is not None:
+            split_target(model_cfg.get("target"))
+        if not isinstance(model_cfg.get("kwargs"), (DictConfig, type(None))):
+            raise AdvbenchError(f"model.kwargs must be a mapping, e.g. model.kwargs={{width:32}}; "
+                                f"got {plain_value(model_cfg.get('kwargs'))!r}")
+        for key in ("mean", "std"):
+            if not isinstance(model_cfg.get(key), (ListConfig, type(None))):
+                raise AdvbenchError(f"model.{key} must be a list of numbers or null, got {model_cfg.get(key)!r}")
