@@ -5,7 +5,9 @@ from __future__ import annotations
 import hashlib
 import http.server
 import io
+import json
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,11 +27,16 @@ class Served:
     files: dict[str, bytes] = field(default_factory=dict)
     cut_after: int | None = None  # close the first response after this many bytes
     ranges: list[str | None] = field(default_factory=list)
+    endless: bool = False  # no Content-Length, bytes for ever
+    trickle_s: float | None = None  # one byte every trickle_s seconds
+    redirect: str | None = None  # answer every request with a 302 to this URL
 
 
 def _handler(state: Served) -> type[http.server.BaseHTTPRequestHandler]:
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            if self._hostile():
+                return
             body = state.files.get(self.path.lstrip("/"))
             if body is None:
                 self.send_error(404)
@@ -47,6 +54,27 @@ def _handler(state: Served) -> type[http.server.BaseHTTPRequestHandler]:
                 self.close_connection = True
                 return
             self.wfile.write(body[start:])
+
+        def _hostile(self) -> bool:
+            """The abuses of a hostile server; True when one answered the request."""
+            if state.redirect is not None:
+                self.send_response(302)
+                self.send_header("Location", state.redirect)
+                self.end_headers()
+                return True
+            if not (state.endless or state.trickle_s):
+                return False
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.end_headers()
+            try:
+                while True:
+                    self.wfile.write(b"\0" * (1 if state.trickle_s else 1 << 16))
+                    self.wfile.flush()
+                    if state.trickle_s:
+                        time.sleep(state.trickle_s)
+            except (BrokenPipeError, ConnectionResetError):
+                return True
 
         def log_message(self, *args: object) -> None:
             pass
@@ -167,3 +195,97 @@ def test_a_present_file_is_kept_unless_forced(server, weights_dir):
     assert state.ranges == [None]
     assert _fetch("nima", "--mirror", url, "--force").exit_code == 0
     assert state.ranges == [None, None]
+
+
+# ---- a server that does not play fair --------------------------------------------------------
+
+
+def _one_line(result: object, *needles: str) -> None:
+    assert result.exit_code == 1, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.output, result.output
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+def test_an_endless_stream_stops_at_the_size_cap_and_leaves_nothing(server, weights_dir, monkeypatch):
+    from advbench.core import download
+
+    url, state = server
+    state.endless = True
+    monkeypatch.setattr(download, "MAX_DOWNLOAD_BYTES", 3 << 20)
+    _one_line(_fetch("nima", "--mirror", url), "sent more than the 3.1 MB this file may have", "partial file deleted")
+    assert not any(weights_dir.iterdir())
+
+
+def test_an_announced_oversize_is_refused_before_reading(server, weights_dir, monkeypatch):
+    from advbench.core import download
+
+    url, state = server
+    state.files["pretrain-model.pth"] = b"x" * (2 << 20)
+    monkeypatch.setattr(download, "MAX_DOWNLOAD_BYTES", 1 << 20)
+    _one_line(_fetch("nima", "--mirror", url), "announces 2.1 MB, more than the 1.0 MB")
+
+
+def test_a_trickle_stops_at_the_stall_rule(server, weights_dir, monkeypatch):
+    from advbench.core import download
+
+    url, state = server
+    state.trickle_s = 0.05
+    monkeypatch.setattr(download, "STALL_SECONDS", 0.6)
+    tic = time.monotonic()
+    _one_line(_fetch("nima", "--mirror", url), "stalled", "partial file deleted")
+    assert time.monotonic() - tic < 10
+    assert not (weights_dir / "nima.pth.part").exists()
+
+
+def test_a_redirect_to_another_host_is_refused(server, weights_dir):
+    url, state = server
+    state.redirect = "http://elsewhere.invalid/pretrain-model.pth"
+    _one_line(_fetch("nima", "--mirror", url), "redirected to elsewhere.invalid", "not among the publisher's hosts")
+    assert not (weights_dir / "nima.pth").exists()
+
+
+def test_a_redirect_loop_ends_in_one_line_at_once(server, weights_dir):
+    url, state = server
+    state.redirect = f"{url}/pretrain-model.pth"
+    tic = time.monotonic()
+    _one_line(_fetch("nima", "--mirror", url), "redirect")
+    assert time.monotonic() - tic < 10
+
+
+def test_a_symlinked_partial_file_is_refused_and_its_target_untouched(server, weights_dir, tmp_path):
+    url, state = server
+    body, _ = _nima_checkpoint()
+    state.files["pretrain-model.pth"] = body
+    outside = tmp_path / "outside.bin"
+    outside.write_bytes(b"123456789")
+    weights_dir.mkdir(parents=True)
+    (weights_dir / "nima.pth.part").symlink_to(outside)
+    _one_line(_fetch("nima", "--mirror", url), "is a symbolic link")
+    assert outside.read_bytes() == b"123456789"
+
+
+def test_a_mirror_that_is_not_a_url_is_one_line(weights_dir):
+    _one_line(_fetch("nima", "--mirror", "not a url"), "--mirror must be an http:// or https:// URL")
+
+
+def test_the_lock_file_says_how_each_file_was_checked(server, weights_dir):
+    """A fetched file is locked with its SHA-256; `weights list` shows what was verified and flags a changed file."""
+    from advbench.cli.weights import LOCK_FILE
+
+    url, state = server
+    body, _ = _nima_checkpoint()
+    state.files["pretrain-model.pth"] = body
+    assert _fetch("nima", "--mirror", url).exit_code == 0
+    lock = json.loads((weights_dir / LOCK_FILE).read_text())
+    assert lock["nima"]["sha256"] == hashlib.sha256(body).hexdigest()
+    assert lock["nima"]["checked"] == "keys and shapes only", "NIMA's authors publish no checksum"
+
+    def nima_row() -> str:
+        listed = CliRunner().invoke(main, ["weights", "list"], env={"COLUMNS": "250"})
+        return next(line for line in listed.output.splitlines() if line.strip("│ ").startswith("nima"))
+
+    assert "keys and shapes only" in nima_row()
+    (weights_dir / "nima.pth").write_bytes(body + b"\0")
+    assert "not checked" in nima_row()

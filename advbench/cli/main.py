@@ -180,19 +180,24 @@ def weights() -> None:
 @weights.command(name="list")
 @one_line_errors
 def weights_list() -> None:
-    """Each file's name, where the config expects it, its published source and whether it is there."""
+    """Each file's name, where the config expects it, its published source, whether it is there and how it was checked.
+
+    "checked" says what `advbench weights fetch` verified of the file now present (a published
+    SHA-256, or only that every key and shape fits the architecture); "not checked" marks a file
+    put there by hand or changed since it was fetched.
+    """
     from rich.table import Table
 
     from advbench.cli.weights import rows
     from advbench.core.terminal import print_table
 
     table = Table(show_header=True, header_style="bold")
-    for column in ("name", "present", "size", "file", "source"):
+    for column in ("name", "present", "checked", "size", "file", "source"):
         table.add_column(column, overflow="fold")
-    for entry, target, present in rows():
+    for entry, target, present, checked in rows():
         size = target.stat().st_size / 1e6 if present else entry.size_mb
         how = entry.url if entry.direct else f"{entry.url} (web page: download by hand)"
-        table.add_row(entry.name, "yes" if present else "no", f"{size:.1f} MB" if size else "?",
+        table.add_row(entry.name, "yes" if present else "no", checked, f"{size:.1f} MB" if size else "?",
                       str(target), f"{entry.source}\n{how}")
     print_table(table)
 

@@ -21,6 +21,7 @@ from advbench.core.names import safe_name
 from advbench.core.runtime import PRECISIONS
 from advbench.quality.uap import check_amplitude, load_uap
 from advbench.robustness.evaluation.search import SEARCH_METHODS
+from advbench.robustness.models.user_models import check_config as check_model_config
 from advbench.robustness.report.gate import check_fraction
 from advbench.robustness.threat import GOALS, KNOWLEDGE, NORMS
 
@@ -124,6 +125,12 @@ def _one_of(*valid: str) -> Check:
     return check
 
 
+def _label(key: str, value: Any) -> None:
+    """Text (a number is taken as its text), or null."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (str, int, float))):
+        raise AdvbenchError(f"{key} must be text or null, got {plain_value(value)!r}")
+
+
 def _search_method(key: str, value: Any) -> None:
     _one_of(*SEARCH_METHODS)(key, value)
 
@@ -185,6 +192,8 @@ CHECKS: dict[str, Check] = {
     "shard.index": _whole(0),
     "shard.count": _whole(1),
     "force": _flag,
+    "label": _label,
+    "model.randomized": _flag,
     "dataset.n_samples": _whole(1, nullable=True),
     "threat.eps": _real(0, _MAX_BUDGET, nullable=True,
                         why=" (null: the data set's budget)"),
@@ -232,6 +241,9 @@ def validate(cfg: DictConfig) -> None:
     shard = cfg.get("shard")
     if shard is not None and not shard.index < shard.count:
         raise AdvbenchError(f"shard.index must be below shard.count (0..{shard.count - 1}), got {shard.index}")
+    model = OmegaConf.select(cfg, "model")
+    if isinstance(model, DictConfig):
+        check_model_config(model)
     for key in ("dataset", "attack.params", "metric"):
         _check_arguments(key, OmegaConf.select(cfg, key))
     params = OmegaConf.select(cfg, "attack.params")

@@ -9,16 +9,16 @@ fetched by a program; `fetch` says where to get them and where to put them inste
 
 Downloads go to `<file>.part` first and resume with an HTTP Range request, so an interrupted
 fetch continues where it stopped; the file takes its final name only after it is verified.
+`advbench.core.download` bounds what a server can do (size, pace, redirects, links). Every
+installed file's SHA-256 and how it was checked go into a lock file in the weights folder
+(`LOCK_FILE`), which `advbench weights list` reads.
 """
 
 from __future__ import annotations
 
 import hashlib
-import http.client
+import json
 import os
-import socket
-import urllib.error
-import urllib.request
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -27,11 +27,15 @@ from urllib.parse import urlsplit
 
 from omegaconf import OmegaConf
 
+from advbench.core.download import CHUNK, Limits, check_url, download, open_no_follow
 from advbench.core.errors import AdvbenchError
 from advbench.core.paths import location
 
-CHUNK = 1 << 20
-TIMEOUT_S = 30.0
+GITHUB_HOSTS = ("github.com", "raw.githubusercontent.com", "objects.githubusercontent.com",
+                "release-assets.githubusercontent.com")
+"""Where GitHub sends a release asset or a raw file (its CDN)."""
+LOCK_FILE = "advbench-weights.lock.json"
+""""name -> {file, sha256, checked}" of every file `fetch` installed, in the weights folder."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,10 @@ class Published:
     metric: str | None = None
     option: str = "weights"
     model: str | None = None
+    hosts: tuple[str, ...] = ()
+    """Hosts the publisher's server may redirect to (its own host is always allowed)."""
+    sha256: str | None = None
+    """The full SHA-256 where the publisher gives one."""
 
     @property
     def published_name(self) -> str:
@@ -67,10 +75,17 @@ class Published:
         return Path(os.path.expanduser(str(OmegaConf.select(metric_config(self.metric), self.option))))
 
     def sha256_prefix(self) -> str | None:
-        """torchvision names files `<arch>-<first 8 hex of SHA-256>.pth`; others publish no sum."""
+        """The published checksum: a full SHA-256, or torchvision's `<arch>-<first 8 hex>.pth` name."""
+        if self.sha256 is not None:
+            return self.sha256
         if self.model is None:
             return None
         return Path(self.published_name).stem.rsplit("-", 1)[-1]
+
+    def limits(self, mirror: str | None) -> Limits:
+        """Size cap from the catalogue; redirects within the publisher's hosts, or the mirror's only."""
+        hosts = {urlsplit(mirror).hostname} if mirror else {urlsplit(self.url).hostname, *self.hosts}
+        return Limits.for_size(frozenset(h for h in hosts if h), None if self.size_mb is None else self.size_mb * 1e6)
 
     def verify(self, path: Path) -> None:
         """Load `path` into the architecture with strict keys; AdvbenchError on any mismatch."""
@@ -98,17 +113,20 @@ def _torchvision(arch: str) -> Published:
     return Published(arch, weights.url, f"torchvision's ImageNet {arch}", weights.meta.get("_file_size"), model=arch)
 
 
+_GITHUB = {"hosts": GITHUB_HOSTS}
+
+
 def catalogue() -> dict[str, Published]:
     """Every published file advbench knows, by the name `advbench weights fetch` takes."""
     entries = [
         Published("paq2piq", "https://github.com/baidut/FBIQA/releases/download/1.0/RoIPoolModel-fit.10.bs.120.pth",
-                  "RoIPoolModel-fit.10.bs.120.pth of baidut/paq2piq", metric="paq2piq"),
+                  "RoIPoolModel-fit.10.bs.120.pth of baidut/paq2piq", metric="paq2piq", **_GITHUB),
         Published("linearity", "https://github.com/lidq92/LinearityIQA#test-demo",
                   "p1q2.pth of lidq92/LinearityIQA", direct=False, filename="p1q2.pth", metric="linearity"),
         Published("vsfa", "https://github.com/lidq92/VSFA/raw/master/models/VSFA.pt",
-                  "models/VSFA.pt of lidq92/VSFA", metric="vsfa"),
+                  "models/VSFA.pt of lidq92/VSFA", metric="vsfa", **_GITHUB),
         Published("mdtvsfa", "https://github.com/lidq92/MDTVSFA/raw/master/models/MDTVSFA.pt",
-                  "models/MDTVSFA.pt of lidq92/MDTVSFA", metric="mdtvsfa"),
+                  "models/MDTVSFA.pt of lidq92/MDTVSFA", metric="mdtvsfa", **_GITHUB),
         Published("koncept", "https://github.com/ZhengyuZhao/koniq-PyTorch",
                   "the KonCept512 state dict of ZhengyuZhao/koniq-PyTorch", direct=False, filename="KonCept512.pth",
                   metric="koncept"),
@@ -133,62 +151,7 @@ def source_url(entry: Published, mirror: str | None) -> str:
     """The published URL, or the same file name under a mirror (an internal server, a test)."""
     if mirror is None:
         return entry.url
-    return mirror.rstrip("/") + "/" + entry.published_name
-
-
-def _offline(url: str, exc: BaseException) -> AdvbenchError:
-    reason = getattr(exc, "reason", None) or exc
-    return AdvbenchError(f"cannot reach {urlsplit(url).netloc}: {reason}; "
-                         f"fetch it where there is a network and copy the file, or pass --mirror URL")
-
-
-def _open(url: str, offset: int) -> http.client.HTTPResponse:
-    request = urllib.request.Request(url, headers={"User-Agent": "advbench"})
-    if offset:
-        request.add_header("Range", f"bytes={offset}-")
-    try:
-        return urllib.request.urlopen(request, timeout=TIMEOUT_S)
-    except urllib.error.HTTPError as exc:
-        if exc.code == 416 and offset:  # the partial file is already complete
-            raise
-        raise AdvbenchError(f"{url}: the server answered {exc.code} {exc.reason}") from None
-    except (urllib.error.URLError, socket.timeout, ConnectionError) as exc:
-        raise _offline(url, exc) from None
-
-
-def download(url: str, part: Path, progress: Callable[[int, int | None], None]) -> None:
-    """Fill `part` with the file at `url`, continuing an earlier partial download.
-
-    `progress(done, total)` is called as bytes arrive. A server that ignores Range restarts
-    the file from zero; a connection that drops leaves `part` for the next call to resume.
-    """
-    offset = part.stat().st_size if part.is_file() else 0
-    try:
-        response = _open(url, offset)
-    except urllib.error.HTTPError:
-        return  # 416: nothing left to fetch
-    with response:
-        if "text/html" in (response.headers.get("Content-Type") or ""):
-            raise AdvbenchError(f"{url} sent a web page, not the file: download it in a browser")
-        resumed = offset > 0 and response.status == 206
-        if not resumed:
-            offset = 0
-        length = response.headers.get("Content-Length")
-        total = offset + int(length) if length is not None else None
-        done = offset
-        progress(done, total)
-        try:
-            with open(part, "ab" if resumed else "wb") as out:
-                for block in iter(lambda: response.read(CHUNK), b""):
-                    out.write(block)
-                    done += len(block)
-                    progress(done, total)
-        except (http.client.IncompleteRead, ConnectionError, socket.timeout, urllib.error.URLError) as exc:
-            raise AdvbenchError(f"download of {url} stopped after {done / 1e6:.1f} MB ({type(exc).__name__}); "
-                                f"run the same command again to resume") from None
-    if total is not None and done < total:
-        raise AdvbenchError(f"download of {url} stopped after {done / 1e6:.1f} of {total / 1e6:.1f} MB; "
-                            f"run the same command again to resume")
+    return check_url(mirror, "--mirror").rstrip("/") + "/" + entry.published_name
 
 
 def sha256_of(path: Path) -> str:
@@ -200,9 +163,10 @@ def sha256_of(path: Path) -> str:
 
 
 def check_and_install(entry: Published, part: Path, target: Path) -> None:
-    """Checksum (where published) and strict-key load, then give the file its final name."""
+    """Checksum (where published) and strict-key load, then give the file its final name and lock it."""
     prefix = entry.sha256_prefix()
-    if prefix is not None and not sha256_of(part).startswith(prefix):
+    digest = sha256_of(part)
+    if prefix is not None and not digest.startswith(prefix):
         part.unlink()
         raise AdvbenchError(f"{entry.name}: the downloaded file's SHA-256 does not start with {prefix} "
                             f"as its published name says; it was deleted, run the command again")
@@ -211,7 +175,34 @@ def check_and_install(entry: Published, part: Path, target: Path) -> None:
     except AdvbenchError as exc:
         part.unlink()
         raise AdvbenchError(f"{entry.name}: the downloaded file does not fit the architecture ({exc}); it was deleted") from None
+    if target.is_symlink():
+        raise AdvbenchError(f"'{target}' is a symbolic link; advbench installs only regular files there: remove it")
     os.replace(part, target)
+    checked = "sha256 (published)" if prefix is not None and len(prefix) == 64 else \
+        "sha256 prefix (published) + keys and shapes" if prefix is not None else "keys and shapes only"
+    _lock(entry.name, {"file": str(target), "sha256": digest, "checked": checked})
+
+
+def _lock_path() -> Path:
+    return Path(location("weights")) / LOCK_FILE
+
+
+def locked() -> dict[str, dict[str, str]]:
+    """The lock file's entries (empty when nothing was fetched)."""
+    try:
+        return json.loads(_lock_path().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def _lock(name: str, record: dict[str, str]) -> None:
+    entries = {**locked(), name: record}
+    path = _lock_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with os.fdopen(open_no_follow(tmp, append=False), "w", encoding="utf-8") as out:
+        json.dump(entries, out, indent=1, sort_keys=True)
+    os.replace(tmp, path)
 
 
 def fetch(entry: Published, mirror: str | None, force: bool,
@@ -227,13 +218,21 @@ def fetch(entry: Published, mirror: str | None, force: bool,
     part = target.with_name(target.name + ".part")
     if force:
         part.unlink(missing_ok=True)
-    download(source_url(entry, mirror), part, progress)
+    download(source_url(entry, mirror), part, progress, entry.limits(mirror))
     check_and_install(entry, part, target)
     return target
 
 
-def rows() -> Iterator[tuple[Published, Path, bool]]:
-    """(entry, target, present) for `advbench weights list`."""
+def rows() -> Iterator[tuple[Published, Path, bool, str]]:
+    """(entry, target, present, how it was checked) for `advbench weights list`.
+
+    A present file is "verified" only if the lock file holds its current SHA-256; a file put
+    there by hand, or changed since, shows as not checked.
+    """
+    lock = locked()
     for entry in catalogue().values():
         target = entry.target()
-        yield entry, target, target.is_file()
+        present = target.is_file()
+        record = lock.get(entry.name, {})
+        current = present and record.get("file") == str(target) and record.get("sha256") == sha256_of(target)
+        yield entry, target, present, record.get("checked", "") if current else ("not checked" if present else "")

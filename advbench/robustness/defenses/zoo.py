@@ -38,6 +38,7 @@ from advbench.robustness.defenses.recipes import LOSSES
 from advbench.robustness.defenses.trainer import build_defended_model, train_defense
 from advbench.robustness.defenses.wrappers import wrap
 from advbench.robustness.models.checkpoint import load_checkpoint
+from advbench.robustness.models.user_models import check_forward, own_weights, source_identity, user_kind
 
 # ---------------------------------------------------------------- the checkpoint cache
 
@@ -84,7 +85,9 @@ def trained_defense(cfg: DictConfig) -> str:
 def train_command(cfg: DictConfig) -> str:
     """The `advbench train` line that creates the checkpoint `cfg` asks for."""
     seed = f" seed={cfg.seed}" if int(cfg.seed) != 0 else ""
-    return f"advbench train dataset={cfg.dataset.name} model={cfg.model.name} defense={trained_defense(cfg)}{seed}"
+    key = {"torchvision": "arch", "python": "target"}.get(user_kind(cfg.model) or "")
+    model = f"{cfg.model.name} model.{key}={cfg.model.get(key)}" if key else cfg.model.name
+    return f"advbench train dataset={cfg.dataset.name} model={model} defense={trained_defense(cfg)}{seed}"
 
 
 def _cfg_checkpoint_path(cfg: DictConfig) -> Path:
@@ -176,13 +179,16 @@ def ensure_checkpoint(cfg: DictConfig) -> Path:
         # Parallel jobs needing the same model: one trains, the others wait and load it.
         with file_lock(path.with_name(f".{path.name}.lock"), f"the training of {path.name}"):
             return path if path.is_file() else train_main(cfg, reason=f"first use: no cached checkpoint at {path}")
-    raise AdvbenchError(f"no trained model at '{path}'; create it with: {train_command(cfg)}")
+    other = "; or give checkpoint=<file> (a state dict of the network)" if user_kind(cfg.model) else ""
+    raise AdvbenchError(f"no trained model at '{path}'; create it with: {train_command(cfg)}{other}")
 
 
 def _uses_pretrained_weights(cfg: DictConfig) -> bool:
-    """A natural model with a `weights_path` (torchvision ImageNet nets) needs no checkpoint."""
+    """A natural model with a `weights_path` (torchvision ImageNet nets) or its own weights (a
+    user's Python model) needs no checkpoint."""
     recipe = cfg.defense.get("recipe")
-    return cfg.model.get("weights_path") is not None and recipe is not None and recipe.get("type") == "natural"
+    natural = recipe is not None and recipe.get("type") == "natural"
+    return natural and (cfg.model.get("weights_path") is not None or own_weights(cfg.model))
 
 
 def load_trained_model(cfg: DictConfig, dataset: ImageDataset) -> nn.Module:
@@ -201,22 +207,35 @@ def load_trained_model(cfg: DictConfig, dataset: ImageDataset) -> nn.Module:
 
 
 def weights_identity(cfg: DictConfig) -> dict[str, str]:
-    """The bytes of an explicit `checkpoint=`, else the content key of the cache entry."""
+    """The bytes of an explicit `checkpoint=`, else the content key of the cache entry (with a
+    Python model's source file, whose code may hold its weights)."""
     if cfg.get("checkpoint"):
         path = Path(cfg.checkpoint)
         if not path.is_file():
             raise AdvbenchError(f"checkpoint '{path}' not found")
         return {"checkpoint_sha256": file_digest(path)}
-    return {"cache_key": checkpoint_key(cfg)}
+    return {"cache_key": checkpoint_key(cfg), **source_identity(cfg.model)}
 
 
 def load_defended_model(cfg: DictConfig, dataset: Any) -> torch.nn.Module:
     """The defense's model: an explicit `checkpoint=` path, else the cache (trained on demand),
-    behind the defense's `wrapper:` if it has one (the cache entry is then its `base:`'s)."""
-    if cfg.get("checkpoint"):
-        model = build_defended_model(cfg.model, cfg.defense.get("recipe"), dataset.num_classes, dataset.input_shape[0])
-        load_checkpoint(Path(cfg.checkpoint), model)
-        model = model.eval().requires_grad_(False)
-    else:
-        model = load_trained_model(cfg, dataset)
+    behind the defense's `wrapper:` if it has one (the cache entry is then its `base:`'s).
+
+    A user's network (`models.user_models`) is built under torch's RNG seeded with `seed`
+    (and the global RNG left as it was), so a factory that initialises at random builds the
+    same net on every run, and its output is checked once on the data set's input shape.
+    """
+    kind = user_kind(cfg.model)
+    with torch.random.fork_rng(devices=[], enabled=kind is not None):
+        if kind is not None:
+            torch.manual_seed(int(cfg.seed))
+        if cfg.get("checkpoint"):
+            model = build_defended_model(cfg.model, cfg.defense.get("recipe"), dataset.num_classes,
+                                         dataset.input_shape[0])
+            load_checkpoint(Path(cfg.checkpoint), model)
+            model = model.eval().requires_grad_(False)
+        else:
+            model = load_trained_model(cfg, dataset)
+        if kind is not None:
+            check_forward(model, dataset.input_shape, dataset.num_classes, f"{kind} '{getattr(model, 'arch', kind)}'")
     return wrap(model, plain(cfg.defense.get("wrapper")), seed=int(cfg.seed))

@@ -52,6 +52,7 @@ from advbench.robustness.evaluation.substitute import (
     load_substitute,
     substitute_identity,
 )
+from advbench.robustness.models.user_models import default_label
 from advbench.robustness.report.curves import category_label
 from advbench.robustness.report.gate import gate_cell
 from advbench.robustness.threat import ThreatModel
@@ -97,10 +98,10 @@ def judge_draws(cfg: DictConfig) -> int:
 
 
 def judge_identity(cfg: DictConfig) -> dict[str, int]:
-    """The vote's size where it changes numbers: only behind a randomized wrapper, so the
-    cells of deterministic models keep their keys."""
+    """The vote's size where it changes numbers: only behind a randomized wrapper or for a model
+    marked `model.randomized`, so the cells of deterministic models keep their keys."""
     wrapper = plain(cfg.defense.get("wrapper")) or {}
-    randomized = getattr(WRAPPERS.get(wrapper.get("type")), "randomized", False)
+    randomized = getattr(WRAPPERS.get(wrapper.get("type")), "randomized", False) or bool(cfg.model.get("randomized"))
     return {"judge_draws": judge_draws(cfg)} if randomized else {}
 
 
@@ -242,6 +243,7 @@ def _static_columns(cfg: DictConfig, identity: dict[str, Any], threat: ThreatMod
         "advbench_version": __version__,
         "dataset": identity["dataset"],
         "model": identity["model"],
+        "model_label": model_label(cfg),
         "defense": identity["defense"],
         "defense_category": category_label(plain(cfg.defense).get("category")),
         "attack": identity["attack"],
@@ -258,6 +260,13 @@ def _static_columns(cfg: DictConfig, identity: dict[str, Any], threat: ThreatMod
         "precision": str(getattr(model, "precision", "fp32")),
         "channels_last": bool(getattr(model, "channels_last", False)),
     }
+
+
+def model_label(cfg: DictConfig) -> str:
+    """The records' `model_label`: `label=`, else the defense for advbench's models and
+    `model.arch` / `model.target` for users' (a label: in no key)."""
+    given = cfg.get("label")
+    return str(given) if given is not None else default_label(cfg.model, str(cfg.defense.name))
 
 
 def _batch_frame(measured: dict[str, torch.Tensor | str], y: torch.Tensor, sample_id: torch.Tensor,

@@ -11,15 +11,18 @@ from advbench.core.errors import AdvbenchError
 from advbench.core.torchfile import read_torch_file
 from advbench.robustness.models.checkpoint import first_mismatch
 
-# Inception-v3's auxiliary head only feeds a training loss; the benchmark never uses it.
-_DROPPED_PREFIXES = {"inception_v3": ("AuxLogits.",)}
+# Inception-v3's and GoogLeNet's auxiliary heads only feed a training loss; the benchmark never uses them.
+_DROPPED_PREFIXES = {"inception_v3": ("AuxLogits.",), "googlenet": ("aux1.", "aux2.")}
+_NO_AUX = {"aux_logits": False, "init_weights": False, "transform_input": False}
+# The architectures `advbench weights fetch` knows.
+_FETCHABLE = ("resnet50", "resnet152", "inception_v3")
 
 
 def torchvision_net(name: str, num_classes: int, in_channels: int, weights_path: str | None = None) -> nn.Module:
     """Build torchvision's `name`; load a torchvision state dict from `weights_path` if given."""
     if in_channels != 3:
         raise AdvbenchError(f"{name} takes 3-channel images, the data set has {in_channels}")
-    kwargs = {"aux_logits": False, "init_weights": False, "transform_input": False} if name == "inception_v3" else {}
+    kwargs = _NO_AUX if name in _DROPPED_PREFIXES else {}
     net = models.get_model(name, weights=None, num_classes=num_classes, **kwargs)
     if weights_path is not None:
         _load_weights(net, name, Path(weights_path).expanduser())
@@ -28,9 +31,10 @@ def torchvision_net(name: str, num_classes: int, in_channels: int, weights_path:
 
 def _load_weights(net: nn.Module, name: str, path: Path) -> None:
     if not path.is_file():
-        url = models.get_model_weights(name).IMAGENET1K_V1.url
-        raise AdvbenchError(f"weights file '{path}' for {name} not found; `advbench weights fetch {name}` "
-                            f"(or download {url}) and set model.weights_path=<file>")
+        published = list(models.get_model_weights(name))
+        url = f"download {published[0].url}" if published else "save its state dict"
+        fetch = f"`advbench weights fetch {name}` (or {url})" if name in _FETCHABLE else url
+        raise AdvbenchError(f"weights file '{path}' for {name} not found; {fetch} and set model.weights_path=<file>")
     state = read_torch_file(path, f"{name} weights file")
     if not isinstance(state, dict):
         raise AdvbenchError(f"'{path}' is not a state dict for {name}")

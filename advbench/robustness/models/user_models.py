@@ -153,7 +153,8 @@ def _build_user_net(target: str, kwargs: Mapping[str, Any]) -> nn.Module:
             raise AdvbenchError(f"model.target '{target}' is a module instance; it takes no model.kwargs")
         return factory
     if not callable(factory):
-        raise AdvbenchError(f"model.target '{target}' is a {type(factory).__name__}, not an nn.Module class or factory")
+        raise AdvbenchError(f"model.target '{target}' is an object of type {type(factory).__name__}, "
+                            "not an nn.Module class or factory")
     try:
         inspect.signature(factory).bind(**kwargs)
     except TypeError as exc:
@@ -162,7 +163,8 @@ def _build_user_net(target: str, kwargs: Mapping[str, Any]) -> nn.Module:
         pass
     net = factory(**kwargs)
     if not isinstance(net, nn.Module):
-        raise AdvbenchError(f"model.target '{target}' returned a {type(net).__name__}, not a torch.nn.Module")
+        raise AdvbenchError(f"model.target '{target}' returned an object of type {type(net).__name__}, "
+                            "not a torch.nn.Module")
     return net
 
 
