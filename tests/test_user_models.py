@@ -18,6 +18,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 from hydra.utils import instantiate
+from omegaconf import OmegaConf
 from torchvision import models as tv
 
 from advbench.cli.config import compose_config
@@ -25,6 +26,7 @@ from advbench.cli.main import main
 from advbench.core.errors import AdvbenchError
 from advbench.robustness.defenses.zoo import load_defended_model
 from advbench.robustness.evaluation.cell import build_threat, cell_identity, cell_key, model_label
+from advbench.robustness.models import Classifier, instantiate_model
 from advbench.robustness.models.torchvision_nets import torchvision_net
 from advbench.robustness.models.user_models import resolve_target, torchvision_archs
 
@@ -139,6 +141,16 @@ def test_every_torchvision_classifier_builds_for_the_data_set_s_classes() -> Non
         assert torchvision_net("regnet_x_400mf", 7, 3).fc.out_features == 7
 
 
+def test_user_model_yamls_instantiate_with_their_required_key(user_folder: Path) -> None:
+    conf = Path(__file__).resolve().parents[1] / "conf" / "model"
+    for name, key, value, arch in (("torchvision", "arch", "resnet18", "resnet18"), ("python", "target", "my_net:Net", "my_net:Net")):
+        cfg = OmegaConf.load(conf / f"{name}.yaml")
+        assert cfg.name == name and cfg[key] is None and cfg.input_size == 224
+        cfg[key] = value
+        model = instantiate_model(cfg, num_classes=10, in_channels=3 if name == "torchvision" else 1)
+        assert isinstance(model, Classifier) and model.arch == arch and model.randomized is False
+
+
 # ---------------------------------------------------------------- model=python
 
 NET_SOURCE = '''
@@ -207,6 +219,7 @@ def test_python_cells_end_to_end(user_folder: Path) -> None:
         assert code == 0, lines
     frame = _records(user_folder / "out")
     _check_records(frame, 3)
+    assert any(ln.startswith("digits/mine+natural/hsj l2 untargeted ε=0.8 (decision): clean") for ln in lines), lines
     labels = frame.groupby("knowledge")["model_label"].first().to_dict()
     assert labels == {"white": "my_net:Net", "score": "my_net.py:make", "decision": "mine"}
     assert set(frame["model"]) == {"python"} and set(frame["judge_draws"]) == {1}
@@ -291,3 +304,7 @@ def test_model_label_defaults_and_override() -> None:
     assert model_label(compose_config("config", ["model=torchvision", "model.arch=vgg11"])) == "vgg11"
     with pytest.raises(AdvbenchError, match=r"label must be text or null, got \[1, 2\]"):
         compose_config("config", ["label=[1,2]"])
+    with pytest.raises(AdvbenchError, match=r"model.kwargs must be a mapping, e.g. model.kwargs=\{width:32\}; got 3"):
+        compose_config("config", ["model=python", "model.kwargs=3"])
+    with pytest.raises(AdvbenchError, match="unknown torchvision architecture 'resnet_18'; close matches: resnet18"):
+        compose_config("config", ["model=torchvision", "model.arch=resnet_18"])

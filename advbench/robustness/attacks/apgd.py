@@ -187,7 +187,8 @@ class APGD(Attack):
             with torch.no_grad():
                 loss = objective(logits)
             state = rows.start(cur, grad, loss) if state is None else state.track(cur, grad, loss)
-            hit = oracle.verdict(cur, state.labels, state.goal_target, state.oracle_rows, logits)
+            hit = oracle.verdict(cur, state.labels, state.goal_target, state.oracle_rows, logits,
+                                 undated=first[state.rows] < 0)
             if k == steps:
                 first[state.rows] = torch.where(hit & (first[state.rows] < 0), k, first[state.rows])
                 out[state.rows] = torch.where(per_sample(hit, cur), cur, state.best)

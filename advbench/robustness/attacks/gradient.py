@@ -69,7 +69,8 @@ class IterativeGradientAttack(Attack):
             if t < self.steps and not isinstance(oracle, TransferOracle):  # one pass: verdict and step
                 logits, grad = self._gradient(oracle, xa, la, targeted, active, sample_id[active], t)
             if self.early_stop or t == self.steps:
-                hit = oracle.verdict(xa, y[active], target[active] if targeted else None, active, logits)
+                hit = oracle.verdict(xa, y[active], target[active] if targeted else None, active, logits,
+                                     undated=first[active] < 0)
             else:
                 hit = torch.zeros_like(active, dtype=torch.bool)
             first[active] = torch.where(hit & (first[active] < 0), t, first[active])

@@ -79,7 +79,8 @@ class NATTACK(ScoreAttack):
             images = clip(project(box.to_model(z.flatten(0, 1), xa, oracle.bounds), xa, ea, norm), oracle.bounds)
             logits = oracle.logits(images, active.repeat_interleave(cost))
             yr, tr = ya.repeat_interleave(cost), None if ta is None else ta.repeat_interleave(cost)
-            hit = oracle.verdict(images, yr, tr, active.repeat_interleave(cost), logits).view(k, cost)
+            hit = oracle.verdict(images, yr, tr, active.repeat_interleave(cost), logits,
+                                 undated=(first[active] < 0).repeat_interleave(cost)).view(k, cost)
             images = images.view(k, cost, *shape)
             won = hit.any(dim=1)
             pick = hit.long().argmax(dim=1)  # 0, the mean itself, where nothing hit

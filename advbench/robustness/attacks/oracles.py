@@ -144,13 +144,22 @@ class Oracle:
         return self.draws == 1
 
     def verdict(self, x: torch.Tensor, y: torch.Tensor, target: torch.Tensor | None, idx: torch.Tensor,
-                logits: torch.Tensor | None = None) -> torch.Tensor:
+                logits: torch.Tensor | None = None, undated: torch.Tensor | None = None) -> torch.Tensor:
         """Whether each row of `x` meets the goal, as the engine will judge it.
 
         `logits`: the target's logits at `x` the attack already holds (screened for free),
         else one counted query screens. On a randomized target the rows the screen passes are
-        confirmed by a vote over `draws` fresh passes, each counted as a query.
+        confirmed by a vote over `draws` fresh passes, each counted as a query, and only the
+        rows in `undated` (a mask: those whose first success is not yet dated) are judged at
+        all; the others count as not met. A deterministic target judges every row.
         """
+        if undated is not None and self.draws > 1:
+            met = torch.zeros(x.shape[0], dtype=torch.bool, device=x.device)
+            rows = undated.nonzero().squeeze(1)
+            if rows.numel():
+                met[rows] = self.verdict(x[rows], y[rows], None if target is None else target[rows], idx[rows],
+                                         None if logits is None else logits[rows])
+            return met
         met = goal_met(self._top1(x, idx, logits), y, target)
         if self.draws == 1:
             return met
@@ -163,7 +172,7 @@ class Oracle:
 
     def _top1(self, x: torch.Tensor, idx: torch.Tensor, logits: torch.Tensor | None) -> torch.Tensor:
         """The target's top-1 labels at `x`: from `logits` when given, else one counted query."""
-        raise NotImplementedError
+        return (logits if logits is not None else self.logits(x, idx)).argmax(dim=1)  # type: ignore[attr-defined]
 
     def subset(self, idx: torch.Tensor) -> Oracle:
         """A view over samples `idx` of this oracle; its costs are counted into this one's."""
@@ -223,9 +232,6 @@ class WhiteBoxOracle(Oracle):
         """Logits, forward only (+1 query per row)."""
         self._count(self._queries, x, idx)
         return _forward(self._white, x)
-
-    def _top1(self, x: torch.Tensor, idx: torch.Tensor, logits: torch.Tensor | None) -> torch.Tensor:
-        return (logits if logits is not None else self.logits(x, idx)).argmax(dim=1)
 
     def value_and_grad(self, x: torch.Tensor, objective: Objective,
                        idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -359,9 +365,6 @@ class ScoreOracle(Oracle):
         """Logits (+1 query per row); the result has no grad_fn even if x requires grad."""
         self._count(self._queries, x, idx)
         return _forward(self._target, x.detach())
-
-    def _top1(self, x: torch.Tensor, idx: torch.Tensor, logits: torch.Tensor | None) -> torch.Tensor:
-        return (logits if logits is not None else self.logits(x, idx)).argmax(dim=1)
 
 
 class DecisionOracle(Oracle):

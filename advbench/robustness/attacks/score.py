@@ -141,7 +141,7 @@ class Square(ScoreAttack):
             logits = oracle.logits(cand, active)
             t_active = None if target is None else target[active]
             new = goal_margin(logits, y[active], t_active)
-            hit = oracle.verdict(cand, y[active], t_active, active, logits)
+            hit = oracle.verdict(cand, y[active], t_active, active, logits, undated=first[active] < 0)
             better = (new < loss[active]) | hit
             x_best[active[better]] = cand[better]
             loss[active[better]] = new[better]
@@ -284,7 +284,7 @@ class GradientEstimateAttack(ScoreAttack):
             grad = (slope.view(m, q, *([1] * (x.dim() - 1))) * u).mean(dim=1)
             xa = ascend(xa, x[active], unit_direction(-grad, norm), alpha[active], eps[active], norm, oracle.bounds)
             x_adv[active] = xa
-            hit = oracle.verdict(xa, ya, ta, active)
+            hit = oracle.verdict(xa, ya, ta, active, undated=first[active] < 0)
             first[active[hit & (first[active] < 0)]] = 1 + (t + 1) * cost
             if oracle.stops_on_hit:
                 active = active[~hit]

@@ -149,7 +149,9 @@ def run_main(cfg: DictConfig) -> Path | None:
     dataset = instantiate(cfg.dataset)
     threat = build_threat(cfg, dataset.budgets)
     attack: Attack = instantiate(cfg.attack.params)
-    label = f"{cfg.dataset.name}/{cfg.defense.name}/{cfg.attack.name} {threat.norm} {threat.goal} ε={threat.eps:g}"
+    named = model_label(cfg)  # a user's model or a `label=` shows in the lines, before its defense
+    row = cfg.defense.name if named == cfg.defense.name else f"{named}+{cfg.defense.name}"
+    label = f"{cfg.dataset.name}/{row}/{cfg.attack.name} {threat.norm} {threat.goal} ε={threat.eps:g}"
     if threat.knowledge != "white":
         label += f" ({threat.knowledge})"
     why = attack.unsupported(threat.norm, threat.knowledge, threat.goal)

@@ -34,13 +34,12 @@ from torchvision import models as tv_models
 
 from advbench.core.errors import AdvbenchError
 from advbench.core.keys import content_key, file_digest, plain_value
+from advbench.robustness.models import IMAGENET_MEAN, IMAGENET_STD
 from advbench.robustness.models.base import Classifier
 from advbench.robustness.models.torchvision_nets import torchvision_net
 
 TORCHVISION_TARGET = "advbench.robustness.models.user_models.torchvision_model"
 PYTHON_TARGET = "advbench.robustness.models.user_models.python_model"
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 # torchvision's Inception-v3 and GoogLeNet weights expect (x - 0.5) / 0.5 (their `transform_input`).
 _HALF_NORMALISED = ("inception_v3", "googlenet")
 
