@@ -1,3 +1,24 @@
-"""advbench: adversarial-robustness benchmark and NR quality-metric stability tool."""
+"""advbench: adversarial-robustness benchmark and NR quality-metric stability tool.
 
-__version__ = "0.1.0"
+The Python API (`advbench.evaluate`, `advbench.plot`, `advbench.summary`, `advbench.options`)
+loads on first use, so that `import advbench` and the command line's help stay light.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from advbench.core.version import __version__
+
+_API = ("evaluate", "plot", "summary", "options")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _API:
+        from advbench import api  # torch, the engine and the catalogue: only when the API is used
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'advbench' has no attribute '{name}'")
+
+
+__all__ = ["__version__", *_API]

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import click
 
-from advbench import __version__
 from advbench.cli.commands import HYDRA_ARGS, hydra_command, one_line_errors
 from advbench.cli.quality import uap
 from advbench.core.errors import AdvbenchError
+from advbench.core.version import __version__
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -207,13 +207,17 @@ def weights_list() -> None:
 @click.option("--mirror", metavar="URL", default=None,
               help="Fetch each file by its published name from this server instead (an internal mirror).")
 @click.option("--force", is_flag=True, help="Download again even when the file is present.")
+@click.option("--dataset", default="cifar10", show_default=True, help="robustbench:<name>: RobustBench's data set.")
+@click.option("--threat", default="Linf", show_default=True, help="robustbench:<name>: Linf, L2 or corruptions.")
 @one_line_errors
-def weights_fetch(names: tuple[str, ...], mirror: str | None, force: bool) -> None:
+def weights_fetch(names: tuple[str, ...], mirror: str | None, force: bool, dataset: str, threat: str) -> None:
     """Download NAMES into the weights folder, resuming partial files, and check each loads.
 
     A file is checked by loading it into its architecture with every key and shape matching
     (and torchvision's SHA-256 prefix); only then does it take its final name. An interrupted
-    download resumes when the command runs again. See `advbench weights list` for NAMES.
+    download resumes when the command runs again. See `advbench weights list` for NAMES;
+    robustbench:<name> fetches a RobustBench zoo model with RobustBench's downloader (for
+    model=robustbench model.name=<name>).
     """
     from rich.console import Console
     from rich.progress import (
@@ -224,10 +228,13 @@ def weights_fetch(names: tuple[str, ...], mirror: str | None, force: bool) -> No
         TransferSpeedColumn,
     )
 
-    from advbench.cli.weights import fetch, lookup
+    from advbench.cli.weights import ROBUSTBENCH, fetch, fetch_robustbench, lookup
 
+    for spec in (n for n in names if n.startswith(ROBUSTBENCH)):
+        files = fetch_robustbench(spec, dataset, threat, force)
+        click.echo(f"{spec}: {', '.join(map(str, files))} (use it with model=robustbench model.name={spec[len(ROBUSTBENCH):]})")
     console = Console(stderr=True)
-    for entry in lookup(names):
+    for entry in lookup(tuple(n for n in names if not n.startswith(ROBUSTBENCH))):
         columns = (TextColumn(entry.name), BarColumn(), DownloadColumn(), TransferSpeedColumn())
         with Progress(*columns, console=console, transient=True) as bar:
             task = bar.add_task(entry.name, total=None)

@@ -236,3 +236,17 @@ def rows() -> Iterator[tuple[Published, Path, bool, str]]:
         record = lock.get(entry.name, {})
         current = present and record.get("file") == str(target) and record.get("sha256") == sha256_of(target)
         yield entry, target, present, record.get("checked", "") if current else ("not checked" if present else "")
+
+
+ROBUSTBENCH = "robustbench:"
+"""`advbench weights fetch robustbench:<name>`: a RobustBench zoo entry rather than a catalogue name."""
+
+
+def fetch_robustbench(spec: str, dataset: str, threat: str, force: bool) -> list[Path]:
+    """RobustBench's file(s) for `robustbench:<name>` through its own downloader, into the layout
+    `model=robustbench` reads (`model_dir` of conf/model/robustbench.yaml)."""
+    from advbench.core.catalog import load_option
+    from advbench.robustness.models import robustbench_zoo
+
+    model_dir = OmegaConf.select(load_option("model", "robustbench"), "model_dir")
+    return robustbench_zoo.fetch(spec[len(ROBUSTBENCH):], dataset, threat, model_dir, force)

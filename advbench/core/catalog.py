@@ -6,6 +6,7 @@ what an option is and how it describes itself (`advbench list`, the generated do
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +20,14 @@ _HYDRA_GROUPS = {"hydra"}
 
 
 def conf_dir() -> Path:
-    """The folder holding the shipped YAML groups (source checkout or installed package)."""
-    import advbench.conf
+    """The folder holding the shipped YAML groups (source checkout or installed package).
 
-    return Path(advbench.conf.__file__).resolve().parent
+    Found by name, not imported: the catalogue is data, and an import of `advbench.conf`
+    would make the lowest layer import the package root."""
+    spec = importlib.util.find_spec("advbench.conf")
+    if spec is None or spec.origin is None:
+        raise AdvbenchError("the shipped option catalogue (package advbench.conf) is missing; reinstall advbench")
+    return Path(spec.origin).resolve().parent
 
 
 def group_options(group: str, root: Path | None = None) -> list[str]:

@@ -52,10 +52,10 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from advbench.core.digests import module_digest
 from advbench.core.errors import AdvbenchError
 from advbench.core.keys import content_key, file_digest
 from advbench.core.records import write_part
-from advbench.quality.digests import module_digest
 from advbench.quality.metrics.base import QualityMetric
 from advbench.quality.schema import rd_record
 from advbench.quality.uap import check_amplitude

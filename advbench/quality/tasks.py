@@ -17,11 +17,11 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.table import Table
 
+from advbench.core.digests import tensor_digest
 from advbench.core.errors import AdvbenchError
 from advbench.core.records import write_part
 from advbench.core.terminal import print_table
 from advbench.quality.clips import MOTIONS, make_synthetic_videos
-from advbench.quality.digests import tensor_digest
 from advbench.quality.images import as_batch, uap_images
 from advbench.quality.madc import madc_attack
 from advbench.quality.metrics.registry import build_metric

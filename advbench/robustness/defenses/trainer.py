@@ -29,10 +29,10 @@ from rich.progress import (
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-import advbench
 from advbench.core.errors import AdvbenchError
 from advbench.core.keys import plain
 from advbench.core.runtime import resolve_device
+from advbench.core.version import __version__
 from advbench.robustness.data.base import ImageDataset
 from advbench.robustness.defenses.recipes import LOSSES, OPTIMIZERS, Recipe
 from advbench.robustness.models import instantiate_model
@@ -141,7 +141,7 @@ def _meta(dataset: ImageDataset, model: nn.Module, recipe: Recipe, arch_cfg: Map
         "clean_accuracy": evaluate_accuracy(model, dataset.eval_set(), device),
         "config": {"model": plain(arch_cfg), "recipe": plain(recipe_cfg), "seed": seed, "budgets": dict(dataset.budgets)},
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "advbench_version": advbench.__version__,
+        "advbench_version": __version__,
         "train_seconds": round(seconds, 3),
     }
 

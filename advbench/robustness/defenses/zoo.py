@@ -85,8 +85,10 @@ def trained_defense(cfg: DictConfig) -> str:
 def train_command(cfg: DictConfig) -> str:
     """The `advbench train` line that creates the checkpoint `cfg` asks for."""
     seed = f" seed={cfg.seed}" if int(cfg.seed) != 0 else ""
-    key = {"torchvision": "arch", "python": "target"}.get(user_kind(cfg.model) or "")
-    model = f"{cfg.model.name} model.{key}={cfg.model.get(key)}" if key else cfg.model.name
+    kind = user_kind(cfg.model)
+    key = {"torchvision": "arch", "python": "target", "robustbench": "name"}.get(kind or "")
+    option = "robustbench" if kind == "robustbench" else cfg.model.name  # its model.name is the zoo's name
+    model = f"{option} model.{key}={cfg.model.get(key)}" if key else cfg.model.name
     return f"advbench train dataset={cfg.dataset.name} model={model} defense={trained_defense(cfg)}{seed}"
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,6 @@ from rich.progress import (
 )
 from torch.utils.data import DataLoader, Subset
 
-from advbench import __version__
 from advbench.core.errors import AdvbenchError
 from advbench.core.keys import content_key, dataset_identity, defense_identity, model_identity, plain
 from advbench.core.records import write_part
@@ -41,6 +41,7 @@ from advbench.core.runtime import (
     resolve_device,
     set_threads,
 )
+from advbench.core.version import __version__
 from advbench.robustness.attacks.base import Attack
 from advbench.robustness.data.targets import target_classes
 from advbench.robustness.defenses.masking import cell_flags
@@ -138,17 +139,37 @@ def _in_sweep() -> bool:
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
+@dataclass(frozen=True)
+class Given:
+    """Objects the Python API hands in where a config would name them (`advbench.api.evaluate`).
+
+    `identity` replaces the entries of the cell identity the config cannot know (the model's
+    weights, the data's content); `attack` an attack object, used as given.
+    """
+
+    model: torch.nn.Module
+    identity: dict[str, Any]
+    dataset: Any = None
+    attack: Attack | None = None
+
+
 def run_main(cfg: DictConfig) -> Path | None:
-    """Hydra task of `advbench run`: one cell, records to parquet (skipped if present).
+    """Hydra task of `advbench run`: one cell, records to parquet (skipped if present)."""
+    return run_cell(cfg)
+
+
+def run_cell(cfg: DictConfig, given: Given | None = None) -> Path | None:
+    """One cell of a composed config, records to parquet (skipped if present); the part's path.
 
     None: a sweep's cell that the attack does not support (norm, knowledge or goal), skipped
-    with one line so that presets can sweep attacks × threats.
+    with one line so that presets can sweep attacks × threats. `given`: the Python API's model
+    (and data, attack) instead of those the config names.
     """
     set_threads(cfg.get("threads"))
     device = resolve_device(str(cfg.device))
-    dataset = instantiate(cfg.dataset)
+    dataset = given.dataset if given is not None and given.dataset is not None else instantiate(cfg.dataset)
     threat = build_threat(cfg, dataset.budgets)
-    attack: Attack = instantiate(cfg.attack.params)
+    attack: Attack = given.attack if given is not None and given.attack is not None else instantiate(cfg.attack.params)
     named = model_label(cfg)  # a user's model or a `label=` shows in the lines, before its defense
     row = cfg.defense.name if named == cfg.defense.name else f"{named}+{cfg.defense.name}"
     label = f"{cfg.dataset.name}/{row}/{cfg.attack.name} {threat.norm} {threat.goal} ε={threat.eps:g}"
@@ -160,7 +181,7 @@ def run_main(cfg: DictConfig) -> Path | None:
             raise AdvbenchError(why)
         console.print(f"[dim]skip {label}: {why}[/dim]", soft_wrap=True)
         return None
-    identity = cell_identity(cfg, threat, attack)
+    identity = {**cell_identity(cfg, threat, attack), **(given.identity if given is not None else {})}
     out = part_path(Path(cfg.records_dir), identity)
     files = CellFiles(out)
     if out.parent.is_dir():
@@ -176,7 +197,7 @@ def run_main(cfg: DictConfig) -> Path | None:
             gate_cell(cfg.get("gate"), out, label, in_sweep=_in_sweep())
             return out
         execution = {"precision": str(cfg.get("precision", "fp32")), "channels_last": bool(cfg.get("channels_last", False))}
-        model = deploy(load_defended_model(cfg, dataset).to(device), **execution)
+        model = deploy((given.model if given is not None else load_defended_model(cfg, dataset)).to(device), **execution)
         substitute = load_substitute(cfg, dataset, threat)
         frame = evaluate_cell(cfg, dataset, model, attack, threat, identity, out, label, device,
                               substitute=None if substitute is None else deploy(substitute.to(device), **execution))

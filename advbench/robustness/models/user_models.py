@@ -34,7 +34,7 @@ from torchvision import models as tv_models
 
 from advbench.core.errors import AdvbenchError
 from advbench.core.keys import content_key, file_digest, plain_value
-from advbench.robustness.models import IMAGENET_MEAN, IMAGENET_STD
+from advbench.robustness.models import IMAGENET_MEAN, IMAGENET_STD, robustbench_zoo
 from advbench.robustness.models.base import Classifier
 from advbench.robustness.models.torchvision_nets import torchvision_net
 
@@ -192,13 +192,15 @@ def python_model(num_classes: int, in_channels: int, target: str | None = None, 
 
 
 def user_kind(model_cfg: Mapping[str, Any]) -> str | None:
-    """`torchvision` or `python` for the models of this module, None for advbench's own."""
-    return {TORCHVISION_TARGET: "torchvision", PYTHON_TARGET: "python"}.get(str(model_cfg.get("_target_")))
+    """`torchvision`, `python` or `robustbench` (`models.robustbench_zoo`) for users' models, None for advbench's own."""
+    kinds = {TORCHVISION_TARGET: "torchvision", PYTHON_TARGET: "python", robustbench_zoo.TARGET: "robustbench"}
+    return kinds.get(str(model_cfg.get("_target_")))
 
 
 def own_weights(model_cfg: Mapping[str, Any]) -> bool:
-    """A Python model comes with its weights (its factory's); it needs no cache entry."""
-    return user_kind(model_cfg) == "python"
+    """A Python model comes with its weights (its factory's), a RobustBench one with its zoo
+    file; neither needs a cache entry."""
+    return user_kind(model_cfg) in ("python", "robustbench")
 
 
 def default_label(model_cfg: Mapping[str, Any], defense: str) -> str:
@@ -209,12 +211,17 @@ def default_label(model_cfg: Mapping[str, Any], defense: str) -> str:
         return str(model_cfg["arch"])
     if kind == "python" and model_cfg.get("target"):
         return str(model_cfg["target"])
+    if kind == "robustbench" and model_cfg.get("model_name"):
+        return str(model_cfg["model_name"])
     return defense
 
 
-def source_identity(model_cfg: Mapping[str, Any]) -> dict[str, str]:
+def source_identity(model_cfg: Mapping[str, Any]) -> dict[str, Any]:
     """sha256 of the file a Python model's code is in, where it can be found without running
-    it, so that editing the network keys its cells anew (a factory's other files are not seen)."""
+    it, so that editing the network keys its cells anew (a factory's other files are not seen);
+    for a RobustBench model, its zoo entry and the sha256 of its file (an error if it is absent)."""
+    if user_kind(model_cfg) == "robustbench":
+        return robustbench_zoo.identity(model_cfg)
     if user_kind(model_cfg) != "python" or not isinstance(model_cfg.get("target"), str):
         return {}
     where, _, _ = str(model_cfg["target"]).rpartition(":")
@@ -250,6 +257,8 @@ def check_config(model_cfg: DictConfig) -> None:
     kind = user_kind(model_cfg)
     if kind == "torchvision" and model_cfg.get("arch") is not None:
         check_torchvision_arch(model_cfg.get("arch"))
+    if kind == "robustbench" and model_cfg.get("model_name") not in (None, robustbench_zoo.PLACEHOLDER):
+        robustbench_zoo.zoo_entry(model_cfg.get("model_name"), model_cfg.get("dataset"), model_cfg.get("threat"))
     if kind == "python":
         if model_cfg.get("target") is not None:
             split_target(model_cfg.get("target"))

@@ -1,4 +1,5 @@
-"""Content digests of tensors and modules: what an RD point depends on, hashed into its key.
+"""Content digests of tensors and modules: what an RD point or a model object handed to the
+Python API depends on, hashed into its key.
 """
 
 from __future__ import annotations

@@ -1,0 +1,146 @@
+"""The Python API: benchmark a model object from a script or a notebook, on the command line's code path.
+
+`evaluate` composes the config `advbench run` would compose from the same choices (so every
+option, default and check is the CLI's, and a bad value is the same one-line `AdvbenchError`),
+hands the model (and data or attack objects) to the same cell runner, and returns the records
+the CLI writes, as a DataFrame. `plot` draws them as `advbench plot` does; `options` lists a
+config group as `advbench list` does.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+from hydra.utils import instantiate
+from omegaconf import open_dict
+from torch import nn
+
+from advbench.cli.config import compose_config
+from advbench.core.catalog import describe, group_options, groups
+from advbench.core.digests import module_digest
+from advbench.core.errors import AdvbenchError
+from advbench.core.records import read_kind
+from advbench.robustness.attacks.base import Attack
+from advbench.robustness.data.tensors import TensorData
+from advbench.robustness.evaluation.cell import Given, run_cell
+from advbench.robustness.models.base import Classifier
+from advbench.robustness.models.user_models import check_forward
+from advbench.robustness.report.curves import summary_table
+from advbench.robustness.report.plot import render_all, with_categories
+
+
+def evaluate(model: nn.Module, data: Any = "digits", *, attack: str | Attack = "bim", threat: str = "linf",
+             eps: float | None = None, attack_params: Mapping[str, Any] | None = None, out_dir: str | Path | None = None,
+             device: str = "cpu", seed: int = 0, mean: Sequence[float] | None = None, std: Sequence[float] | None = None,
+             randomized: bool = False, label: str | None = None, num_classes: int | None = None,
+             overrides: Sequence[str] = ()) -> pd.DataFrame:
+    """Attack `model` on `data` under `threat`; one record per sample, the CLI's schema.
+
+    `model`: any `nn.Module` from NCHW floats in [0, 1] to logits (with `mean`/`std` when it
+    expects normalised input; `randomized=True` for a stochastic one, judged by a vote).
+    `data`: a data set option name (`"digits"`, `"cifar10"` with `overrides=["dataset.root=..."]`),
+    a torch `Dataset` of (x, y), or a pair of tensors (x, y); sample ids are positions.
+    `attack`: an option name (with `attack_params`) or an attack object; `threat`: a threat
+    option (`"linf"`, `"l2_score"`, ...); `eps`: the budget (default: the data set's).
+    `out_dir`: where parts are written and resumed (None: a temporary folder). `overrides`:
+    any further `advbench run` overrides (`"search.enabled=false"`, `"batch_size=64"`, ...).
+    """
+    if not isinstance(model, nn.Module):
+        raise AdvbenchError(f"model must be a torch.nn.Module from NCHW floats in [0, 1] to logits, "
+                            f"got {type(model).__name__}")
+    name = label or type(model).__name__
+    with tempfile.TemporaryDirectory(prefix="advbench-") as scratch:
+        cfg = compose_config("config", _overrides(name, data, attack, threat, eps, attack_params,
+                                                  Path(out_dir) if out_dir is not None else Path(scratch),
+                                                  device, seed, randomized, overrides))
+        dataset = instantiate(cfg.dataset) if isinstance(data, str) else \
+            TensorData.of(data, num_classes=num_classes or _classes_of(model, data))
+        given = _given(cfg, model, dataset, attack, mean, std, randomized, name)
+        part = run_cell(cfg, given)
+        if part is None:  # only a sweep skips a cell, and evaluate runs one
+            raise AdvbenchError("the cell was skipped")
+        return read_kind([part], kinds=("benchmark",))[1]
+
+
+def _overrides(name: str, data: Any, attack: str | Attack, threat: str, eps: float | None,
+               attack_params: Mapping[str, Any] | None, out_dir: Path, device: str, seed: int,
+               randomized: bool, extra: Sequence[str]) -> list[str]:
+    """The `advbench run` command line of these choices."""
+    args = [f"threat={threat}", f"device={device}", f"seed={seed}", "model=python", f"label={json.dumps(name)}",
+            f"out_dir={out_dir}", f"model.randomized={str(bool(randomized)).lower()}"]
+    if isinstance(data, str):
+        args.append(f"dataset={data}")
+    if isinstance(attack, str):
+        args.append(f"attack={attack}")
+        args += [f"attack.params.{k}={json.dumps(v)}" for k, v in (attack_params or {}).items()]
+    elif not isinstance(attack, Attack):
+        raise AdvbenchError(f"attack must be an attack option name or an Attack object, got {type(attack).__name__}")
+    elif attack_params:
+        raise AdvbenchError("attack_params go with an attack option name; an Attack object holds its own")
+    if eps is not None:
+        args.append(f"threat.eps={float(eps)!r}")
+    return [*args, *extra]
+
+
+def _given(cfg: Any, model: nn.Module, dataset: Any, attack: str | Attack, mean: Sequence[float] | None,
+           std: Sequence[float] | None, randomized: bool, name: str) -> Given:
+    """The objects and what stands for them in the cell key: the model's digest, the data's content."""
+    net = Classifier(model, name, dataset.input_shape[0], (0.0,) if mean is None else mean,
+                     (1.0,) if std is None else std)
+    net.randomized = bool(randomized)
+    net = net.eval()
+    identity: dict[str, Any] = {"model": "python", "model_config": {"class": type(model).__qualname__,
+                                                                     "mean": list(net.mean.flatten().tolist()),
+                                                                     "std": list(net.std.flatten().tolist()),
+                                                                     "randomized": bool(randomized)},
+                                "weights": {"module_sha256": module_digest(model)}}
+    check_forward(net, dataset.input_shape, dataset.num_classes, f"'{name}'")
+    if isinstance(dataset, TensorData):
+        identity.update(dataset=dataset.name, dataset_config=dataset.identity())
+    if isinstance(attack, Attack):
+        with open_dict(cfg):
+            cfg.attack.name = type(attack).__name__.lower()
+        identity.update(attack=cfg.attack.name, attack_params=attack.params())
+    return Given(model=net, identity=identity, dataset=dataset, attack=attack if isinstance(attack, Attack) else None)
+
+
+def _classes_of(model: nn.Module, data: Any) -> int | None:
+    """The number of classes a model's logits have, from one pass on the data's first image (None: left to the labels)."""
+    images = data[0] if isinstance(data, (tuple, list)) and len(data) == 2 else None
+    if not isinstance(images, torch.Tensor) or images.dim() != 4 or not len(images):
+        return None
+    first = images[:1]
+    try:
+        with torch.no_grad():
+            out = model.eval()(first.float())
+    except Exception:  # the model's own failure is reported by check_forward, in one line
+        return None
+    return int(out.shape[1]) if isinstance(out, torch.Tensor) and out.dim() == 2 else None
+
+
+def plot(records: pd.DataFrame | str | Path, out: str | Path = "plots", group_by: str = "defense") -> list[Path]:
+    """`advbench plot`'s figures and tables of benchmark records (a DataFrame, or a file or folder of parts)."""
+    frame = records if isinstance(records, pd.DataFrame) else read_kind([Path(records)], kinds=("benchmark",))[1]
+    if group_by not in ("defense", "category"):
+        raise AdvbenchError(f"group_by must be defense or category, got {group_by!r}")
+    return render_all(frame, Path(out), group_by=group_by)
+
+
+def summary(records: pd.DataFrame) -> pd.DataFrame:
+    """Table 3 of the records: per cell, accuracy / attack success rate and median minimum ε at the budget."""
+    return summary_table(with_categories(records))
+
+
+def options(group: str | None = None) -> dict[str, str]:
+    """The catalogue, as `advbench list`: the groups (None), or a group's options with their descriptions."""
+    if group is None:
+        return {g: ", ".join(group_options(g)) for g in groups()}
+    if group not in groups():
+        raise AdvbenchError(f"unknown config group '{group}'; valid: {', '.join(groups())}")
+    return {option: describe(group, option) for option in group_options(group)}
