@@ -25,6 +25,7 @@ from advbench.cli.config import compose_config
 from advbench.core.catalog import describe, group_options, groups
 from advbench.core.digests import module_digest
 from advbench.core.errors import AdvbenchError
+from advbench.core.paths import writable_folder
 from advbench.core.records import read_kind
 from advbench.robustness.attacks.base import Attack
 from advbench.robustness.data.tensors import TensorData
@@ -129,7 +130,7 @@ def plot(records: pd.DataFrame | str | Path, out: str | Path = "plots", group_by
     frame = records if isinstance(records, pd.DataFrame) else read_kind([Path(records)], kinds=("benchmark",))[1]
     if group_by not in ("defense", "category"):
         raise AdvbenchError(f"group_by must be defense or category, got {group_by!r}")
-    return render_all(frame, Path(out), group_by=group_by)
+    return render_all(frame, writable_folder(out, "out"), group_by=group_by)
 
 
 def summary(records: pd.DataFrame) -> pd.DataFrame:

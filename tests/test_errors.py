@@ -302,6 +302,18 @@ ROWS = [
     Row("typo-nested-key", run("attack.paramz.steps=3"), ("unknown key 'attack.paramz'; did you mean attack.params?",)),
     Row("channels", run("model=resnet56"), ("3-channel input", "1 channel")),
     Row("sweep-and-cfg", run("-m", "attack=fgsm,bim", "--cfg", "job"), ("-m and --cfg cannot be combined",)),
+    # the trust issue's tracebacks (item 15)
+    Row("device-tpu", run("device=tpu"), ("device must be cpu, cuda, cuda:N or auto", "'tpu'")),
+    Row("seed-overflow", run("seed=99999999999999999999999"), ("seed must be a whole number in [0, 9223372036854775807]",)),
+    Row("train-lr-nan", lambda env: ["train", "defense=natural", "defense.recipe.lr=nan", f"cache_dir={env.tmp / 'c'}"],
+        ("defense.recipe.lr must be a number in (0, inf]", "nan")),
+    Row("plot-out-onto-a-file", lambda env: (env.tmp / "afile").touch() or ["plot", str(records_folder(env)), "--out",
+                                                                             str(env.tmp / "afile")],
+        ("--out", "afile", "is a file, not a folder")),
+    Row("plot-out-under-proc", lambda env: ["plot", str(records_folder(env)), "--out", "/proc/advbench-figures"],
+        ("--out '/proc/advbench-figures' is not a folder advbench can write",)),
+    Row("weights-mirror-not-a-url", lambda env: ["weights", "fetch", "nima", "--mirror", "not a url"],
+        ("--mirror must be an http:// or https:// URL with a host",)),
 ]
 
 

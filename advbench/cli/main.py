@@ -79,9 +79,11 @@ def plot(records: tuple[Path, ...], out_dir: Path, group_by: str) -> None:
     """
     from rich.console import Console
 
+    from advbench.core.paths import writable_folder
     from advbench.core.records import read_kind
 
     kind, frame = read_kind(records or (Path("advbench-out/records"),), kinds=("benchmark", "rd"))
+    writable_folder(out_dir, "--out")
     console = Console()
     if kind.name == "rd":
         from advbench.quality.report import render_stability

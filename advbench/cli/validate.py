@@ -8,6 +8,7 @@ checks run before any work starts.
 from __future__ import annotations
 
 import math
+import re
 import types
 import typing
 from typing import Any, Callable
@@ -37,14 +38,26 @@ Check = Callable[[str, Any], None]
 _MAX_BUDGET = 1e6  # no two images in [0, 1] with fewer than 1e12 values are further apart
 
 
-def _whole(low: int, nullable: bool = False) -> Check:
+def _whole(low: int, nullable: bool = False, high: int | None = None) -> Check:
     def check(key: str, value: Any) -> None:
         if value is None and nullable:
             return
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise AdvbenchError(f"{key} must be a whole number >= {low}{' or null' if nullable else ''}, "
+        if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
+            span = f">= {low}" if high is None else f"in [{low}, {high}]"
+            raise AdvbenchError(f"{key} must be a whole number {span}{' or null' if nullable else ''}, "
                                 f"got {value!r}")
     return check
+
+
+_MAX_SEED = 2**63 - 1
+"""torch's generators take seeds up to a signed 64-bit integer."""
+_DEVICE = re.compile(r"(cpu|auto|cuda(:\d+)?)")
+
+
+def _device(key: str, value: Any) -> None:
+    """cpu, cuda, cuda:N or auto (torch's own message for others lists every backend it was built with)."""
+    if not isinstance(value, str) or not _DEVICE.fullmatch(value):
+        raise AdvbenchError(f"{key} must be cpu, cuda, cuda:N or auto, got {value!r}")
 
 
 def _real(low: float, high: float, *, open_low: bool = True, nullable: bool = False, why: str = "") -> Check:
@@ -180,7 +193,11 @@ CHECKS: dict[str, Check] = {
     "substitute.fallback.model.name": _name, "substitute.fallback.defense.name": _name,
     "substitute.seed": _whole(0, nullable=True), "substitute.fallback.seed": _whole(0, nullable=True),
     # advbench run / train
-    "seed": _whole(0),
+    "seed": _whole(0, high=_MAX_SEED),
+    "device": _device,
+    "defense.recipe.lr": _real(0, math.inf),
+    "defense.recipe.epochs": _whole(1),
+    "defense.recipe.batch_size": _whole(1),
     "batch_size": _batch_size,
     "precision": _one_of(*PRECISIONS),
     "channels_last": _flag,

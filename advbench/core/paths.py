@@ -43,3 +43,22 @@ def location(kind: str) -> str:
 
 
 OmegaConf.register_new_resolver("advbench", location, replace=True, use_cache=False)
+
+
+def writable_folder(path: Path | str, what: str) -> Path:
+    """`path` as an existing folder advbench may write into (created if absent), or a one-line error.
+
+    A file in its place, a place no folder can be made (under /proc) or one the user may not
+    write are said in one line naming `what` (the option that gave the path).
+    """
+    folder = Path(path).expanduser()
+    if folder.exists() and not folder.is_dir():
+        raise AdvbenchError(f"{what} '{folder}' is a file, not a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".advbench-write-test-{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        raise AdvbenchError(f"{what} '{folder}' is not a folder advbench can write: {exc.strerror or exc}") from None
+    return folder
