@@ -312,6 +312,7 @@ ROWS = [
         ("--out", "afile", "is a file, not a folder")),
     Row("plot-out-under-proc", lambda env: ["plot", str(records_folder(env)), "--out", "/proc/advbench-figures"],
         ("--out '/proc/advbench-figures' is not a folder advbench can write",)),
+    Row("slurm-off-cluster", run("-m", "hydra/launcher=submitit_slurm"), ("submitit_slurm", "no srun here")),
     Row("weights-mirror-not-a-url", lambda env: ["weights", "fetch", "nima", "--mirror", "not a url"],
         ("--mirror must be an http:// or https:// URL with a host",)),
 ]

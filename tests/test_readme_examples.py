@@ -14,6 +14,7 @@ from click.testing import CliRunner
 
 from advbench.cli.config import compose_config
 from advbench.cli.main import main
+from advbench.core.catalog import load_option
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -66,4 +67,5 @@ def test_the_other_command_lines_compose(index: int) -> None:
     command = _commands()[index]
     overrides = [arg for arg in command[1:] if not arg.startswith("checkpoint=")]
     cfg = compose_config("config", overrides)
-    assert cfg.model.name == command[1].split("=", 1)[1]
+    option = command[1].split("=", 1)[1]  # model=robustbench's model.name is the zoo's name, not the option's
+    assert cfg.model._target_ == load_option("model", option)._target_

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import shutil
 import sys
 import tempfile
 from itertools import product
@@ -207,6 +208,8 @@ def run_hydra(config_name: str, task: Task, args: Sequence[str], prog: str) -> N
     if len(modes) > 1:
         raise AdvbenchError(f"{' and '.join(modes)} cannot be combined (Hydra runs one mode at a time); "
                             f"to see a sweep's config, drop -m and give one value per swept key")
+    if names & {"-m", "--multirun"} and not names & _NO_WRITE_FLAGS:  # a sweep that launches jobs
+        _check_launcher(overrides)
     if names & _OWN_COMPOSITION_FLAGS:
         check_overrides(overrides)
     else:
@@ -226,6 +229,14 @@ def run_hydra(config_name: str, task: Task, args: Sequence[str], prog: str) -> N
         _app()
     finally:
         sys.argv = saved
+
+
+def _check_launcher(overrides: Sequence[str]) -> None:
+    """Slurm's launcher submits with `srun`/`sbatch`: off a cluster it would fail with a traceback."""
+    launcher = next((o.partition("=")[2] for o in overrides if o.startswith("hydra/launcher=")), None)
+    if launcher == "submitit_slurm" and shutil.which("srun") is None:
+        raise AdvbenchError("hydra/launcher=submitit_slurm submits jobs to Slurm, but there is no srun here: run it on a "
+                            "Slurm login node, or use hydra/launcher=submitit_local or joblib (docs/cluster.md)")
 
 
 def guarded(task: Task, cfg: DictConfig) -> Any:
