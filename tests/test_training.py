@@ -259,3 +259,21 @@ def test_the_training_thread_count_is_in_the_checkpoint_key() -> None:
 
     one, two = (checkpoint_key(compose_config("train", [f"training_threads={n}"])) for n in (1, 2))
     assert one != two
+
+
+def test_the_suggested_train_line_keeps_the_runs_data_and_search_path(tmp_path: Path, fake_cifar_root: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run that names its data folder gets a train line that names it too (and the search path it used)."""
+    from click.testing import CliRunner
+
+    from advbench.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    extra = tmp_path / "myconf"
+    (extra / "model").mkdir(parents=True)
+    result = CliRunner().invoke(main, ["run", "dataset=cifar10", f"dataset.root={fake_cifar_root}", "model=resnet56",
+                                       f"cache_dir={tmp_path / 'cache'}", f"hydra.searchpath=[file://{extra}]"])
+    assert result.exit_code == 1
+    line = result.output.strip().splitlines()[-1]
+    assert "create it with: advbench train dataset=cifar10 model=resnet56 defense=natural" in line
+    assert f"dataset.root={fake_cifar_root}" in line and f"hydra.searchpath=[file://{extra}]" in line

@@ -12,12 +12,14 @@ static models), so changing any of them trains anew.
 from __future__ import annotations
 
 import copy
+import shlex
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import hydra.utils
 import torch
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 from torch import nn
 
@@ -89,7 +91,22 @@ def train_command(cfg: DictConfig) -> str:
     key = {"torchvision": "arch", "python": "target", "robustbench": "name"}.get(kind or "")
     option = "robustbench" if kind == "robustbench" else cfg.model.name  # its model.name is the zoo's name
     model = f"{option} model.{key}={cfg.model.get(key)}" if key else cfg.model.name
-    return f"advbench train dataset={cfg.dataset.name} model={model} defense={trained_defense(cfg)}{seed}"
+    line = f"advbench train dataset={cfg.dataset.name} model={model} defense={trained_defense(cfg)}{seed}"
+    return " ".join([line, *_training_overrides()])
+
+
+_TRAINING_KEYS = ("dataset.", "model.", "defense.recipe.", "hydra.searchpath=", "cache_dir=", "training_threads=",
+                  "device=")
+"""Overrides of a run that an `advbench train` line for its model needs too (where the data is, ...)."""
+
+
+def _training_overrides() -> list[str]:
+    """The running Hydra job's overrides a train line must repeat (none outside a Hydra job)."""
+    if not HydraConfig.initialized():
+        return []
+    given = HydraConfig.get().overrides
+    return [shlex.quote(o) for o in (*given.hydra, *given.task) if o.startswith(_TRAINING_KEYS)
+            and not o.startswith(("model.arch=", "model.target=", "model.name="))]
 
 
 def _cfg_checkpoint_path(cfg: DictConfig) -> Path:
