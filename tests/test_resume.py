@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -365,3 +366,52 @@ def test_unwritable_lock_folder_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "records/.locks").write_text("not a folder")
     with pytest.raises(AdvbenchError, match="cannot create the lock file"):
         cell.run_main(config(tmp_path))
+
+
+# ---- a part must be its own cell, whole -------------------------------------------------------
+
+
+def _two_cells(tmp_path: Path) -> tuple[Path, Path]:
+    parts = []
+    for attack in ("fgsm", "bim"):
+        cfg = compose_config("config", ["experiment=smoke", f"attack={attack}", "dataset.n_samples=16",
+                                        "search.enabled=false", f"out_dir={tmp_path}"])
+        parts.append(cell.run_main(cfg))
+    return parts[0], parts[1]
+
+
+def test_a_part_of_another_cell_under_a_cells_name_is_recomputed_and_refused_by_plot(tmp_path: Path, capsys) -> None:
+    from click.testing import CliRunner
+
+    from advbench.cli.main import main
+
+    fgsm, bim = _two_cells(tmp_path)
+    shutil.copy(fgsm, bim)  # the fgsm records under bim's file name
+    plotted = CliRunner().invoke(main, ["plot", str(tmp_path / "records"), "--out", str(tmp_path / "plots")])
+    assert plotted.exit_code == 1 and "holds the records of cell" in plotted.output and "its name says" in plotted.output
+    checked = CliRunner().invoke(main, ["check", str(tmp_path / "records"), "--min-accuracy", "0"])
+    assert checked.exit_code == 1 and "holds the records of cell" in checked.output
+    cfg = compose_config("config", ["experiment=smoke", "attack=bim", "dataset.n_samples=16", "search.enabled=false",
+                                    f"out_dir={tmp_path}"])
+    capsys.readouterr()
+    assert cell.run_main(cfg) == bim
+    assert "belong to another cell" in capsys.readouterr().err
+    assert set(pd.read_parquet(bim)["attack"]) == {"bim"}, "the cell was computed again"
+
+
+def test_a_part_with_rows_removed_is_recomputed_and_refused_by_plot(tmp_path: Path, capsys) -> None:
+    from click.testing import CliRunner
+
+    from advbench.cli.main import main
+
+    fgsm, _ = _two_cells(tmp_path)
+    frame = pd.read_parquet(fgsm)
+    frame.iloc[:8].to_parquet(fgsm)
+    plotted = CliRunner().invoke(main, ["plot", str(tmp_path / "records"), "--out", str(tmp_path / "plots")])
+    assert plotted.exit_code == 1 and "holds 8 distinct of cell" in plotted.output
+    cfg = compose_config("config", ["experiment=smoke", "attack=fgsm", "dataset.n_samples=16", "search.enabled=false",
+                                    f"out_dir={tmp_path}"])
+    capsys.readouterr()
+    cell.run_main(cfg)
+    assert "hold 8 rows for the cell's 16 samples" in capsys.readouterr().err
+    assert len(pd.read_parquet(fgsm)) == 16

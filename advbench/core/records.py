@@ -7,6 +7,7 @@ leaves a half-written file and a rerun can trust that an existing part is comple
 from __future__ import annotations
 
 import os
+import re
 import uuid
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
@@ -161,9 +162,34 @@ def _read_part(path: Path, kind: RecordKind) -> pd.DataFrame:
                 or pa.types.is_boolean(kind_of_type) or pa.types.is_null(kind_of_type)):
             raise AdvbenchError(f"column '{column}' of '{path}' holds {kind_of_type} values, expected numbers")
     try:
-        return pq.read_table(path).to_pandas()
+        frame = pq.read_table(path).to_pandas()
     except (pa.ArrowInvalid, OSError) as exc:
         raise AdvbenchError(f"cannot read record file '{path}': {exc}") from None
+    _check_cell(path, frame)
+    return frame
+
+
+_KEY_IN_NAME = re.compile(r"_([0-9a-f]{12})\.parquet$")
+
+
+def _check_cell(path: Path, frame: pd.DataFrame) -> None:
+    """A part is one cell: the key its name gives, each sample once, as many as the cell holds.
+
+    Catches a valid part of another cell copied under this name and a part with rows removed,
+    which would otherwise be read as this cell's numbers.
+    """
+    named = _KEY_IN_NAME.search(path.name)
+    if named and "cell_key" in frame and set(frame["cell_key"].astype(str)) != {named.group(1)}:
+        held = ", ".join(sorted(set(frame["cell_key"].astype(str))))
+        raise AdvbenchError(f"'{path}' holds the records of cell {held}, but its name says {named.group(1)}: "
+                            "it was copied or renamed; move it out or run the cell again")
+    if not {"cell_key", "sample_id", "cell_samples"} <= set(frame.columns):
+        return  # older parts, and tables written by hand: the readers' own checks apply
+    for key, cell in frame.groupby("cell_key"):
+        expected = int(cell["cell_samples"].iloc[0])
+        if cell["sample_id"].duplicated().any() or len(cell) != expected:
+            raise AdvbenchError(f"'{path}' holds {cell['sample_id'].nunique()} distinct of cell {key}'s {expected} "
+                                "samples: rows were removed or repeated; run the cell again")
 
 
 def _describe(found: dict[str, list[Path]]) -> str:

@@ -100,6 +100,26 @@ class CellFiles:
             return False
         return True
 
+    def part_holds(self, key: str, ids: list[int]) -> bool:
+        """Whether the part holds exactly this cell's records: its key, and each of `ids` once.
+
+        A valid part of another cell copied under this name, or one with rows removed, is not
+        a finished cell: it is said in one line and the cell is computed again.
+        """
+        table = pq.read_table(self.part, columns=[c for c in ("cell_key", "sample_id")
+                                                  if c in pq.read_schema(self.part).names])
+        held = table.column("cell_key").unique().to_pylist() if "cell_key" in table.column_names else []
+        found = sorted(table.column("sample_id").to_pylist()) if "sample_id" in table.column_names else []
+        if held != [key]:
+            warn(f"records at {self.part} belong to another cell (cell key {', '.join(map(str, held)) or 'none'}, "
+                 f"expected {key}); computing the cell again")
+            return False
+        if found != sorted(ids):
+            warn(f"records at {self.part} hold {len(found)} rows for the cell's {len(ids)} samples; "
+                 "computing the cell again")
+            return False
+        return True
+
     def clear_partial(self) -> None:
         shutil.rmtree(self.partial, ignore_errors=True)
 

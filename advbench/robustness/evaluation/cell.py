@@ -191,7 +191,7 @@ def run_cell(cfg: DictConfig, given: Given | None = None) -> Path | None:
         files.remove_orphans()
         if cfg.force:
             files.clear_partial()
-        elif files.part_is_readable():
+        elif files.part_is_readable() and files.part_holds(cell_key(identity), expected_ids(cfg, dataset)):
             files.clear_partial()
             console.print(f"[dim]skip {label}: records exist at {out} (force=true to redo)[/dim]", soft_wrap=True)
             gate_cell(cfg.get("gate"), out, label, in_sweep=_in_sweep())
@@ -206,6 +206,13 @@ def run_cell(cfg: DictConfig, given: Given | None = None) -> Path | None:
     summarize(frame, label, out)
     gate_cell(cfg.get("gate"), out, label, in_sweep=_in_sweep())
     return out
+
+
+def expected_ids(cfg: DictConfig, dataset: Any) -> list[int]:
+    """The sample ids this cell (and shard) must hold."""
+    eval_set = dataset.eval_set()
+    ids = sample_ids(eval_set)
+    return [ids[p] for p in range(int(cfg.shard.index), len(eval_set), int(cfg.shard.count))]
 
 
 def evaluate_cell(cfg: DictConfig, dataset: Any, model: torch.nn.Module, attack: Attack, threat: ThreatModel,
@@ -224,7 +231,7 @@ def evaluate_cell(cfg: DictConfig, dataset: Any, model: torch.nn.Module, attack:
     store = ChunkStore(CellFiles(out).partial, cell_key(identity), __version__, [ids[p] for p in positions])
     store.load()
     search = SearchSettings(**OmegaConf.to_container(cfg.search))  # type: ignore[arg-type]
-    static = _static_columns(cfg, identity, threat, attack, device, model)
+    static = {**_static_columns(cfg, identity, threat, attack, device, model), "cell_samples": len(positions)}
     batch = batch_size(cfg.batch_size, model, eval_set[positions[0]][0] if positions else torch.zeros(0),
                        min(len(positions), chunk), device)
     if cfg.batch_size == "auto":
