@@ -78,3 +78,24 @@ def test_a_range_sweep_over_shards_is_checked_before_any_cell_runs(tmp_path: Pat
     assert result.exit_code == 1
     assert result.output.strip().splitlines()[-1] == "Error: shard.index must be below shard.count (0..2), got 3"
     assert not list(tmp_path.rglob("*.parquet"))
+
+
+def test_check_refuses_a_cell_with_a_shard_missing(sharded, tmp_path: Path) -> None:
+    _, split_dir = sharded
+    (sorted(split_dir.glob("*shard2of3*.parquet"))[0]).unlink()
+    result = CliRunner().invoke(main, ["check", str(split_dir), "--min-accuracy", "0"])
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "cannot judge" in lines[0] and "shard(s) 2 of 3 have no records" in lines[0]
+
+
+def test_check_and_plot_refuse_shards_made_with_other_settings(sharded, tmp_path: Path) -> None:
+    _, split_dir = sharded
+    (sorted(split_dir.glob("*shard1of3*.parquet"))[0]).unlink()
+    _run(split_dir.parent, "shard.index=1", "shard.count=3", "attack.params.steps=3")  # shard 1 with fewer steps
+    for command in (["check", str(split_dir), "--min-accuracy", "0"],
+                    ["plot", str(split_dir), "--out", str(tmp_path / "plots")]):
+        result = CliRunner().invoke(main, command)
+        assert result.exit_code == 1, result.output
+        lines = result.output.strip().splitlines()
+        assert len(lines) == 1 and "shards made with other settings" in lines[0] and "attack_params" in lines[0]

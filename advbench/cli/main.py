@@ -96,8 +96,11 @@ def plot(records: tuple[Path, ...], out_dir: Path, group_by: str) -> None:
             render_all,
             with_categories,
         )
-        from advbench.robustness.report.shards import missing_shards
+        from advbench.robustness.report.shards import missing_shards, mixed_shards
 
+        mixed = mixed_shards(frame)
+        if mixed:
+            raise AdvbenchError(mixed[0] + (f" (and {len(mixed) - 1} more)" if len(mixed) > 1 else ""))
         for line in missing_shards(frame):
             click.echo(f"warning: {line}", err=True)
         written = render_all(frame, out_dir, group_by=group_by)

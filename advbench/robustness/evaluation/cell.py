@@ -231,7 +231,8 @@ def evaluate_cell(cfg: DictConfig, dataset: Any, model: torch.nn.Module, attack:
     store = ChunkStore(CellFiles(out).partial, cell_key(identity), __version__, [ids[p] for p in positions])
     store.load()
     search = SearchSettings(**OmegaConf.to_container(cfg.search))  # type: ignore[arg-type]
-    static = {**_static_columns(cfg, identity, threat, attack, device, model), "cell_samples": len(positions)}
+    static = {**_static_columns(cfg, identity, threat, attack, device, model), "cell_samples": len(positions),
+              "shard_group": content_key({k: v for k, v in identity.items() if k != "shard"})}
     batch = batch_size(cfg.batch_size, model, eval_set[positions[0]][0] if positions else torch.zeros(0),
                        min(len(positions), chunk), device)
     if cfg.batch_size == "auto":

@@ -35,6 +35,7 @@ import pandas as pd
 from advbench.core.errors import AdvbenchError
 from advbench.core.records import read_records
 from advbench.robustness.report.curves import summary_table
+from advbench.robustness.report.shards import missing_shards, mixed_shards
 
 VERDICT_DIR_ENV = "ADVBENCH_GATE_DIR"
 """Folder where the jobs of one `advbench run` leave a file per failing cell for the parent."""
@@ -148,8 +149,17 @@ def judge(records: pd.DataFrame, limits: Thresholds, names: dict[str, str] = CHE
 
 
 def check_records(paths: Iterable[Path], limits: Thresholds, names: dict[str, str] = CHECK_OPTIONS) -> Verdict:
-    """`advbench check`: judge the benchmark records under `paths` (files or folders)."""
-    return judge(read_records(paths, kinds=("benchmark",)), limits, names)
+    """`advbench check`: judge the benchmark records under `paths` (files or folders).
+
+    A cell with a shard missing, or with shards made with other settings, is not judged: the
+    verdict would be about other samples or another experiment than the cell's name says.
+    """
+    records = read_records(paths, kinds=("benchmark",))
+    problems = mixed_shards(records) + missing_shards(records)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise AdvbenchError(f"cannot judge {problems[0]}{more}")
+    return judge(records, limits, names)
 
 
 def gate_cell(gate: object, part: Path, label: str, *, in_sweep: bool = False) -> None:

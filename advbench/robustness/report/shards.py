@@ -12,6 +12,26 @@ import pandas as pd
 
 from advbench.robustness.report.curves import CELL
 
+SETTINGS = ("seed", "attack_params", "eps_budget", "strength_budget", "judge_draws", "precision")
+"""Record columns that name a setting, to say which one differs between mixed shards."""
+
+
+def mixed_shards(frame: pd.DataFrame) -> list[str]:
+    """One line per cell whose shards were made with other settings (their keys minus the shard differ).
+
+    Pooling them would mix two experiments under one cell's name.
+    """
+    if "shard_group" not in frame.columns:
+        return []
+    lines = []
+    for cell, group in frame.groupby(CELL, sort=True):
+        if group["shard_group"].nunique() > 1:
+            differ = [c for c in SETTINGS if c in group and group[c].astype(str).nunique() > 1]
+            why = f"{', '.join(differ)} differ" if differ else "their settings differ (data, model or search)"
+            lines.append(f"{'/'.join(map(str, cell))}: shards made with other settings are pooled ({why}); "
+                         "keep one run's shards per folder")
+    return lines
+
 
 def missing_shards(frame: pd.DataFrame) -> list[str]:
     """One line per cell whose records lack some of its shards (records without shard columns: none)."""
