@@ -152,3 +152,32 @@ def test_mismatch_is_one_line_naming_the_key_through_the_cli(tmp_path: Path) -> 
     lines = [ln for ln in result.output.splitlines() if ln.strip()]
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert lines == [f"Error: state dict '{path}' does not fit small_cnn: key '2.bias' is missing from the file"]
+
+
+def test_another_defenses_checkpoint_at_a_cache_path_is_refused(tmp_path: Path, monkeypatch) -> None:
+    """An RSE checkpoint copied over the natural model's cache entry loads without a key mismatch; its meta gives it away."""
+    import shutil
+
+    import hydra.utils
+
+    from advbench.robustness.defenses.zoo import _cfg_checkpoint_path, ensure_checkpoint, load_trained_model
+
+    cache = [f"cache_dir={tmp_path}", "defense.recipe.epochs=1"]
+    natural = compose_config("config", ["defense=natural", *cache])
+    rse = compose_config("config", ["defense=rse", *cache])
+    shutil.copy(ensure_checkpoint(rse), _cfg_checkpoint_path(natural))
+    dataset = hydra.utils.instantiate(natural.dataset)
+    with pytest.raises(AdvbenchError) as caught:
+        load_trained_model(natural, dataset)
+    message = str(caught.value)
+    assert "was trained as rse on digits, not natural on digits" in message and "\n" not in message
+
+
+def test_random_bytes_at_a_cache_path_are_not_a_checkpoint(tmp_path: Path) -> None:
+    from advbench.core.torchfile import read_torch_file
+
+    path = tmp_path / "noise.pt"
+    path.write_bytes(bytes(range(7, 200)))
+    with pytest.raises(AdvbenchError, match="is not a readable checkpoint: it is not a file torch.save writes") as caught:
+        read_torch_file(path, "checkpoint")
+    assert "pickled" not in str(caught.value)

@@ -24,6 +24,11 @@ def read_torch_file(path: Path, what: str) -> Any:
     A file that holds pickled objects (a whole model saved with `torch.save(model)`) is
     refused with what to save instead; the message never suggests loading it unrestricted.
     """
+    with open(path, "rb") as fh:
+        head = fh.read(4)
+    if not (head.startswith(b"PK\x03\x04") or head[:1] == b"\x80"):  # torch.save's zip, or its legacy pickle
+        raise AdvbenchError(f"'{path}' is not a readable {what}: it is not a file torch.save writes (its first bytes are "
+                            f"{head!r})")
     try:
         return torch.load(path, weights_only=True, map_location="cpu")
     except Exception as exc:  # torch raises many types for bad files (pickle, zip, runtime)

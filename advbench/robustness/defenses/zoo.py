@@ -218,8 +218,24 @@ def load_trained_model(cfg: DictConfig, dataset: ImageDataset) -> nn.Module:
     """
     model = build_defended_model(cfg.model, cfg.defense.get("recipe"), dataset.num_classes, dataset.input_shape[0])
     if not _uses_pretrained_weights(cfg):
-        load_checkpoint(ensure_checkpoint(cfg), model, make_command=train_command(cfg))
+        path = ensure_checkpoint(cfg)
+        _check_cache_entry(path, load_checkpoint(path, model, make_command=train_command(cfg)), cfg, dataset)
     return model.eval().requires_grad_(False)
+
+
+def _check_cache_entry(path: Path, meta: Mapping[str, Any], cfg: DictConfig, dataset: ImageDataset) -> None:
+    """A cache entry must be the checkpoint its name promises: the data set and recipe its meta records.
+
+    Another defense's checkpoint of the same architecture, copied over the entry, would load
+    without complaint and change every number of the cell.
+    """
+    recipe = (cfg.defense.get("recipe") or {}).get("type")
+    expected = {"dataset": dataset.name, "recipe": recipe}
+    found = {k: meta.get(k) for k in expected}
+    if any(found[k] != v for k, v in expected.items() if v is not None and found[k] is not None):
+        raise AdvbenchError(f"the cached checkpoint '{path}' was trained as {found['recipe']} on {found['dataset']}, not "
+                            f"{recipe} on {dataset.name}: it is not this cache entry; delete it and advbench trains "
+                            f"the right one ({train_command(cfg)})")
 
 
 # ---------------------------------------------------------------- the models a cell attacks
