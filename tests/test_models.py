@@ -210,3 +210,16 @@ def test_checkpoint_cannot_run_code(tmp_path: Path) -> None:
     with pytest.raises(AdvbenchError, match="evil.pt"):
         load_checkpoint(path, build_model("small_cnn", 10, 1))
     assert not marker.exists()
+
+
+def test_a_plain_state_dict_loads_into_a_bare_module(tmp_path: Path) -> None:
+    """A user's own `_target_` may build a module that is not advbench's Classifier; its state dict still loads."""
+    from torch import nn
+
+    torch.manual_seed(0)
+    source = nn.Sequential(nn.Flatten(), nn.Linear(64, 10))
+    path = tmp_path / "bare.pt"
+    torch.save(source.state_dict(), path)
+    target = nn.Sequential(nn.Flatten(), nn.Linear(64, 10))
+    load_checkpoint(path, target)
+    assert all(torch.equal(a, b) for a, b in zip(source.state_dict().values(), target.state_dict().values()))

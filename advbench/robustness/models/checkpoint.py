@@ -104,7 +104,8 @@ def _foreign_state(payload: Any) -> dict[str, torch.Tensor] | None:
 
 
 def _load_foreign(path: Path, model: nn.Module, state: dict[str, torch.Tensor]) -> None:
-    """Load a network state dict into a `Classifier`'s `net`, normalisation as the config says.
+    """Load a network state dict into a `Classifier`'s `net` (or into a bare module that is not
+    one, as a user's own `_target_` may build), normalisation as the config says.
 
     `model.normalization == "inside"`: the file carries mean/std (`mu`/`sigma`, or
     `normalize.mean`/`normalize.std` with the network under `model.`), which replace the
@@ -113,6 +114,7 @@ def _load_foreign(path: Path, model: nn.Module, state: dict[str, torch.Tensor]) 
     """
     arch = getattr(model, "arch", type(model).__name__)
     where = getattr(model, "normalization", "outside")
+    net = model.net if isinstance(model, Classifier) else model
     norm: tuple[torch.Tensor, torch.Tensor] | None = None
     if where == "inside":
         for names, prefix in _INSIDE_LAYOUTS:
@@ -123,7 +125,7 @@ def _load_foreign(path: Path, model: nn.Module, state: dict[str, torch.Tensor]) 
         else:
             raise AdvbenchError(f"state dict '{path}' does not fit {arch}: key 'mu' is missing from the file "
                                 "(model.normalization=inside expects mu/sigma or normalize.mean/normalize.std)")
-    expected = model.net.state_dict()
+    expected = net.state_dict()
     for key, tensor in expected.items():
         if key.endswith("num_batches_tracked") and key not in state:
             state[key] = tensor
@@ -139,4 +141,4 @@ def _load_foreign(path: Path, model: nn.Module, state: dict[str, torch.Tensor]) 
                 raise AdvbenchError(f"state dict '{path}': its normalisation {name} has {value.numel()} entries, "
                                     f"the model takes {buffer.numel()} channels")
             buffer.copy_(value.reshape(buffer.shape))
-    model.net.load_state_dict(state)
+    net.load_state_dict(state)
