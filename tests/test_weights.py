@@ -82,10 +82,17 @@ def _handler(state: Served) -> type[http.server.BaseHTTPRequestHandler]:
     return Handler
 
 
+class _QuietServer(http.server.ThreadingHTTPServer):
+    """A client hanging up on a hostile answer is the point of the test, not an error to print."""
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass
+
+
 @pytest.fixture
 def server() -> Iterator[tuple[str, Served]]:
     state = Served()
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
+    httpd = _QuietServer(("127.0.0.1", 0), _handler(state))
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}", state
