@@ -313,6 +313,10 @@ ROWS = [
     Row("plot-out-under-proc", lambda env: ["plot", str(records_folder(env)), "--out", "/proc/advbench-figures"],
         ("--out '/proc/advbench-figures' is not a folder advbench can write",)),
     Row("slurm-off-cluster", run("-m", "hydra/launcher=submitit_slurm"), ("submitit_slurm", "no srun here")),
+    Row("sweep-with-a-space", run("-m", "attack=fgsm,", "bim"), ("write attack=fgsm,bim (one argument)",)),
+    Row("config-name-missing", lambda env: ["run", "-cn", "nonexistent"], ("no primary config 'nonexistent'",
+                                                                          "valid: config, train")),
+    Row("flag-without-value", run("--cfg"), ("--cfg needs a value (e.g. --cfg job)",)),
     Row("weights-mirror-not-a-url", lambda env: ["weights", "fetch", "nima", "--mirror", "not a url"],
         ("--mirror must be an http:// or https:// URL with a host",)),
 ]

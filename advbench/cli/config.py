@@ -40,7 +40,11 @@ _HYDRA_MODES = (("-m", "--multirun"), ("--cfg", "-c"), ("--info", "-i"), ("--she
 
 
 def split_args(args: Sequence[str]) -> tuple[list[str], list[str]]:
-    """Separate Hydra flags (kept in order, with their values) from overrides."""
+    """Separate Hydra flags (kept in order, with their values) from overrides.
+
+    The mistakes Hydra would answer with its usage text or grammar error are one line here: a
+    flag that takes a value given none, and a sweep written with spaces after its commas.
+    """
     flags: list[str] = []
     overrides: list[str] = []
     it = iter(args)
@@ -49,11 +53,25 @@ def split_args(args: Sequence[str]) -> tuple[list[str], list[str]]:
             flags.append(arg)
             if arg in _HYDRA_VALUE_FLAGS and "=" not in arg:
                 value = next(it, None)
+                optional = arg in ("--info", "-i")  # Hydra's --info takes its value optionally
+                if not optional and (value is None or value.startswith("-")):
+                    raise AdvbenchError(f"{arg} needs a value (e.g. {arg} {_FLAG_EXAMPLES.get(arg, 'VALUE')}); "
+                                        "flags go before or after the overrides, each with its value")
                 if value is not None:
                     flags.append(value)
         else:
             overrides.append(arg)
+    for given, following in zip(overrides, [*overrides[1:], None]):
+        if given.endswith(",") and "=" in given:
+            joined = given + (following if following is not None and "=" not in following else "...")
+            raise AdvbenchError(f"a sweep's values are separated by commas without spaces: write {joined} "
+                                f"(one argument), not '{given} {following or ''}'".rstrip())
     return flags, overrides
+
+
+_FLAG_EXAMPLES = {"--cfg": "job", "-c": "job", "--config-name": "config", "-cn": "config", "--config-dir": "DIR",
+                  "-cd": "DIR", "--package": "_global_", "-p": "_global_", "--info": "defaults", "-i": "defaults"}
+"""A value to show when a Hydra flag is given without one."""
 
 
 def _search_dirs(overrides: Sequence[str]) -> list[Path]:
@@ -204,6 +222,7 @@ def run_hydra(config_name: str, task: Task, args: Sequence[str], prog: str) -> N
 
     flags, overrides = split_args(args)
     names = {f.partition("=")[0] for f in flags}
+    _check_config_name(flags, overrides)
     modes = [group[0] for group in _HYDRA_MODES if names & set(group)]
     if len(modes) > 1:
         raise AdvbenchError(f"{' and '.join(modes)} cannot be combined (Hydra runs one mode at a time); "
@@ -229,6 +248,18 @@ def run_hydra(config_name: str, task: Task, args: Sequence[str], prog: str) -> N
         _app()
     finally:
         sys.argv = saved
+
+
+def _check_config_name(flags: Sequence[str], overrides: Sequence[str]) -> None:
+    """`-cn NAME` must name a primary config in conf/ or a search-path folder (else Hydra's six lines)."""
+    for flag, value in zip(flags, [*flags[1:], None]):
+        name = flag.partition("=")[2] if "=" in flag else value
+        if flag.partition("=")[0] in ("--config-name", "-cn") and name:
+            dirs = _search_dirs(overrides)
+            if not any((d / f"{name.removesuffix('.yaml')}.yaml").is_file() for d in dirs):
+                valid = sorted({p.stem for d in dirs if d.is_dir() for p in d.glob("*.yaml")})
+                raise AdvbenchError(f"no primary config '{name}' in {', '.join(str(d) for d in dirs)}; "
+                                    f"valid: {', '.join(valid)}")
 
 
 def _check_launcher(overrides: Sequence[str]) -> None:
