@@ -54,6 +54,7 @@ from torch import nn
 from advbench.core.errors import AdvbenchError
 from advbench.core.runtime import as_input, deploy, resolve_device
 from advbench.core.runtime import autocast as runtime_autocast
+from advbench.core.steps import lp_norm
 from advbench.robustness.attacks.apgd import APGD
 from advbench.robustness.attacks.base import Attack
 from advbench.robustness.attacks.decision import Boundary
@@ -67,7 +68,6 @@ from advbench.robustness.attacks.oracles import (
     WhiteBoxOracle,
 )
 from advbench.robustness.attacks.score import Square
-from advbench.robustness.attacks.steps import lp_norm
 from advbench.robustness.evaluation.measure import evaluate_batch
 from advbench.robustness.evaluation.search import SearchSettings
 from advbench.robustness.models import build_model

@@ -9,9 +9,9 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from advbench.core.steps import lp_norm
 from advbench.robustness.attacks.base import Attack, AttackResult
 from advbench.robustness.attacks.oracles import Oracle, WhiteBoxOracle
-from advbench.robustness.attacks.steps import lp_norm
 
 
 def assert_budgeted_contract(attack: Attack, res: AttackResult, oracle: WhiteBoxOracle, model: nn.Module,

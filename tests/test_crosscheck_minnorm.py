@@ -27,8 +27,8 @@ from omegaconf import OmegaConf
 from test_crosscheck import load_bench
 
 from advbench.core.catalog import conf_dir
+from advbench.core.steps import lp_norm
 from advbench.robustness.attacks.oracles import WhiteBoxOracle
-from advbench.robustness.attacks.steps import lp_norm
 from advbench.robustness.data.targets import target_classes
 from advbench.robustness.evaluation.measure import evaluate_batch
 from advbench.robustness.evaluation.search import SearchSettings

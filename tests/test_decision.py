@@ -16,9 +16,9 @@ from contract import assert_decision_queries
 from torch import nn
 
 from advbench.core.errors import AdvbenchError
+from advbench.core.steps import lp_norm
 from advbench.robustness.attacks.decision import Boundary, HopSkipJump
 from advbench.robustness.attacks.oracles import DecisionOracle, WhiteBoxOracle
-from advbench.robustness.attacks.steps import lp_norm
 from advbench.robustness.data.targets import target_classes
 
 pytestmark = pytest.mark.usefixtures("one_thread")

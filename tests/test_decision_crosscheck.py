@@ -13,9 +13,9 @@ import pytest
 import torch
 from contract import Counting
 
+from advbench.core.steps import lp_norm
 from advbench.robustness.attacks.decision import Boundary, HopSkipJump
 from advbench.robustness.attacks.oracles import DecisionOracle
-from advbench.robustness.attacks.steps import lp_norm
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 STEPS = 12  # Foolbox iterations: about 3,200 queries a sample on digits

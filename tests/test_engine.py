@@ -16,10 +16,10 @@ from advbench.cli.config import compose_config
 from advbench.core.catalog import conf_dir
 from advbench.core.errors import AdvbenchError
 from advbench.core.records import read_records
+from advbench.core.steps import clip, lp_norm, unit_direction
 from advbench.robustness.attacks.base import Attack, AttackResult
 from advbench.robustness.attacks.gradient import BIM, FGSM, MIM, PGD
 from advbench.robustness.attacks.oracles import WhiteBoxOracle
-from advbench.robustness.attacks.steps import clip, lp_norm, unit_direction
 from advbench.robustness.data.targets import target_classes
 from advbench.robustness.evaluation.cell import _batch_frame, run_main
 from advbench.robustness.evaluation.measure import evaluate_batch

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from advbench.core.errors import AdvbenchError
+from advbench.core.steps import adam_step, lp_norm
 from advbench.robustness.attacks.optimized import (
     CarliniWagnerL2,
     ClipBox,
@@ -21,7 +22,6 @@ from advbench.robustness.attacks.optimized import (
     next_const,
 )
 from advbench.robustness.attacks.oracles import TransferOracle, WhiteBoxOracle
-from advbench.robustness.attacks.steps import adam_step, lp_norm
 from advbench.robustness.data.targets import target_classes
 from advbench.robustness.evaluation.measure import evaluate_batch
 from advbench.robustness.evaluation.search import SearchSettings

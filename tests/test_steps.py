@@ -8,14 +8,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from advbench.robustness.attacks.steps import (
-    ascend,
-    clip,
-    lp_norm,
-    project,
-    random_start,
-    unit_direction,
-)
+from advbench.core.steps import ascend, clip, lp_norm, project, unit_direction
+from advbench.robustness.attacks.steps import random_start
 
 NORMS = st.sampled_from(["linf", "l2"])
 

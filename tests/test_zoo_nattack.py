@@ -18,9 +18,9 @@ from test_score import CountingModel
 from torch import nn
 
 from advbench.core.errors import AdvbenchError
+from advbench.core.steps import lp_norm
 from advbench.robustness.attacks.nattack import NATTACK
 from advbench.robustness.attacks.oracles import ScoreOracle, WhiteBoxOracle
-from advbench.robustness.attacks.steps import lp_norm
 from advbench.robustness.attacks.zoo import ZOO
 from advbench.robustness.data.targets import target_classes
 

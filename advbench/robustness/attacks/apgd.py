@@ -32,14 +32,10 @@ import torch
 import torch.nn.functional as F
 
 from advbench.core.errors import AdvbenchError
+from advbench.core.steps import ascend, per_sample, unit_direction
 from advbench.robustness.attacks.base import Attack, AttackResult
 from advbench.robustness.attacks.oracles import WhiteBoxOracle
-from advbench.robustness.attacks.steps import (
-    ascend,
-    boundary_start,
-    per_sample,
-    unit_direction,
-)
+from advbench.robustness.attacks.steps import boundary_start
 
 _DLR_DENOM = 1e-12
 LossFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]

@@ -23,11 +23,11 @@ from collections.abc import Sequence
 
 import torch
 
+from advbench.core.steps import clip, lp_norm, per_sample
 from advbench.robustness.attacks.base import AttackResult
 from advbench.robustness.attacks.oracles import DecisionOracle
 from advbench.robustness.attacks.queries import CHECKPOINTS, DecisionAttack, QueryLog, Window, bisect, starting_points
 from advbench.robustness.attacks.random import normal, uniform
-from advbench.robustness.attacks.steps import clip, lp_norm, per_sample
 
 
 class HopSkipJump(DecisionAttack):

@@ -18,11 +18,11 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
+from advbench.core.steps import clip, lp_norm, per_sample
 from advbench.robustness.attacks.base import AttackResult
 from advbench.robustness.attacks.oracles import DecisionOracle
 from advbench.robustness.attacks.queries import CHECKPOINTS, DecisionAttack, Window
 from advbench.robustness.attacks.random import normal, uniform
-from advbench.robustness.attacks.steps import clip, lp_norm, per_sample
 
 _TINY = 1e-12
 

@@ -10,15 +10,10 @@ from __future__ import annotations
 
 import torch
 
+from advbench.core.steps import accumulate_momentum, ascend, unit_direction
 from advbench.robustness.attacks.base import Attack, AttackResult
 from advbench.robustness.attacks.oracles import TransferOracle, WhiteBoxOracle
-from advbench.robustness.attacks.steps import (
-    ascend,
-    lp_norm,
-    per_sample,
-    random_start,
-    unit_direction,
-)
+from advbench.robustness.attacks.steps import random_start
 
 
 class IterativeGradientAttack(Attack):
@@ -99,7 +94,7 @@ class IterativeGradientAttack(Attack):
                    norm: str) -> torch.Tensor:
         if momentum is None:
             return unit_direction(grad, norm)
-        g = self.decay * momentum[active] + grad / per_sample(lp_norm(grad, "l1").clamp_min(1e-12), grad)
+        g = accumulate_momentum(momentum[active], grad, self.decay)
         momentum[active] = g
         return unit_direction(g, norm)
 

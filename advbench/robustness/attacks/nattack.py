@@ -19,12 +19,12 @@ from __future__ import annotations
 import torch
 
 from advbench.core.errors import AdvbenchError
+from advbench.core.steps import clip, project
 from advbench.robustness.attacks.base import AttackResult
 from advbench.robustness.attacks.optimized import BOXES, goal_margin
 from advbench.robustness.attacks.oracles import ScoreOracle
 from advbench.robustness.attacks.random import normal
 from advbench.robustness.attacks.score import ScoreAttack
-from advbench.robustness.attacks.steps import clip, project
 
 
 class NATTACK(ScoreAttack):

@@ -19,16 +19,9 @@ import math
 import torch
 import torch.nn.functional as F
 
+from advbench.core.steps import DUAL_NORM, adam_step, clip, lp_norm, per_sample, unit_direction
 from advbench.robustness.attacks.base import Attack, AttackResult
 from advbench.robustness.attacks.oracles import Oracle, TransferOracle
-from advbench.robustness.attacks.steps import (
-    DUAL_NORM,
-    adam_step,
-    clip,
-    lp_norm,
-    per_sample,
-    unit_direction,
-)
 
 
 def max_other(logits: torch.Tensor, cls: torch.Tensor) -> torch.Tensor:

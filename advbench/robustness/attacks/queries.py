@@ -11,11 +11,11 @@ from collections.abc import Sequence
 
 import torch
 
+from advbench.core.steps import lp_norm, per_sample
 from advbench.robustness.attacks.base import Attack, AttackResult
 from advbench.robustness.attacks.optimized import SmallestAdversarial
 from advbench.robustness.attacks.oracles import DecisionOracle
 from advbench.robustness.attacks.random import uniform
-from advbench.robustness.attacks.steps import lp_norm, per_sample
 from advbench.robustness.threat import goal_met
 
 _INIT_STREAM = 1 << 32  # uniform-noise starts; iteration streams count up from 1

@@ -20,17 +20,11 @@ from typing import ClassVar
 import torch
 
 from advbench.core.errors import AdvbenchError
+from advbench.core.steps import ascend, clip, lp_norm, per_sample, unit_direction
 from advbench.robustness.attacks.base import Attack, AttackResult
 from advbench.robustness.attacks.optimized import goal_margin
 from advbench.robustness.attacks.oracles import ScoreOracle
 from advbench.robustness.attacks.random import normal, uniform
-from advbench.robustness.attacks.steps import (
-    ascend,
-    clip,
-    lp_norm,
-    per_sample,
-    unit_direction,
-)
 
 _TINY = 1e-12
 _RESAMPLES = 16  # redraws of an ℓ∞ square whose colour would not change the image (authors: until it does)

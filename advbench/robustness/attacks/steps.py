@@ -1,64 +1,11 @@
-"""Norm-specific primitives shared by every attack: norms, step directions, projections.
-
-Every function works on a batch with a per-sample budget `eps` of shape (N,), so one call
-can carry samples at different budgets (the minimum-ε search relies on this).
-"""
+"""Random starts of the robustness attacks: points in the ε-ball drawn from the per-sample counter RNG."""
 
 from __future__ import annotations
 
 import torch
 
+from advbench.core.steps import clip, lp_norm, per_sample, unit_direction
 from advbench.robustness.attacks.random import normal, uniform
-
-_TINY = 1e-12
-
-
-def per_sample(v: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """Reshape a (N,) tensor to broadcast against `like` (N, ...)."""
-    return v.reshape(-1, *([1] * (like.dim() - 1)))
-
-
-def lp_norm(v: torch.Tensor, norm: str) -> torch.Tensor:
-    flat = v.flatten(1)
-    if norm == "linf":
-        return flat.abs().amax(dim=1)
-    if norm == "l2":
-        return flat.norm(p=2, dim=1)
-    if norm == "l1":
-        return flat.abs().sum(dim=1)
-    raise ValueError(f"unknown norm '{norm}'; valid: linf, l2, l1")
-
-
-def unit_direction(g: torch.Tensor, norm: str) -> torch.Tensor:
-    """Steepest-ascent direction of unit `norm`: sign for ℓ∞, g/‖g‖₂ for ℓ2."""
-    if norm == "linf":
-        return g.sign()
-    return g / per_sample(lp_norm(g, norm).clamp_min(_TINY), g)
-
-
-def project(x_adv: torch.Tensor, x: torch.Tensor, eps: torch.Tensor, norm: str) -> torch.Tensor:
-    """Project onto the `norm` ball of radius eps (per sample) around x."""
-    delta = x_adv - x
-    if norm == "linf":
-        e = per_sample(eps, delta)
-        delta = torch.maximum(torch.minimum(delta, e), -e)
-    else:
-        n = lp_norm(delta, norm)
-        factor = torch.where(n > eps, eps / n.clamp_min(_TINY), torch.ones_like(n))
-        delta = delta * per_sample(factor, delta)
-    return x + delta
-
-
-def clip(x: torch.Tensor, bounds: tuple[float, float]) -> torch.Tensor:
-    """Clip to the model's input range; this never increases any ℓp norm of x_adv − x."""
-    return x.clamp(bounds[0], bounds[1])
-
-
-def ascend(x_adv: torch.Tensor, x: torch.Tensor, direction: torch.Tensor, alpha: torch.Tensor,
-           eps: torch.Tensor, norm: str, bounds: tuple[float, float]) -> torch.Tensor:
-    """One projected step: x_adv + α·d, back into the ε-ball, then into bounds."""
-    stepped = x_adv + per_sample(alpha, x_adv) * direction
-    return clip(project(stepped, x, eps, norm), bounds)
 
 
 def random_start(x: torch.Tensor, eps: torch.Tensor, norm: str, bounds: tuple[float, float], *,
@@ -91,27 +38,7 @@ def boundary_start(x: torch.Tensor, eps: torch.Tensor, norm: str, bounds: tuple[
     shape = tuple(x.shape[1:])
     if norm == "linf":
         u = uniform(seed, sample_id, shape, stream, device=x.device, dtype=x.dtype) * 2 - 1
-        direction = u / per_sample(lp_norm(u, "linf").clamp_min(_TINY), u)
+        direction = u / per_sample(lp_norm(u, "linf").clamp_min(1e-12), u)
     else:
         direction = unit_direction(normal(seed, sample_id, shape, stream, device=x.device, dtype=x.dtype), "l2")
     return clip(x + direction * per_sample(eps, x), bounds)
-
-
-DUAL_NORM = {"linf": "l1", "l2": "l2", "l1": "linf"}
-"""The dual of each norm: |⟨g, δ⟩| ≤ ‖g‖_dual·‖δ‖, so a linear boundary at f lies |f|/‖g‖_dual away."""
-
-
-def adam_step(grad: torch.Tensor, m: torch.Tensor, v: torch.Tensor, t: int | torch.Tensor, lr: float,
-              betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> torch.Tensor:
-    """One Adam update to subtract (m, v updated in place; t counts from 1, per element when a
-    tensor: ZOO's per-coordinate step counts).
-
-    Element-wise state on the rows an attack still optimises, so samples never share
-    moments and a sample's trajectory does not depend on its batch.
-    """
-    b1, b2 = betas
-    m.mul_(b1).add_(grad, alpha=1 - b1)
-    v.mul_(b2).addcmul_(grad, grad, value=1 - b2)
-    m_hat = m / (1 - b1 ** t)
-    v_hat = v / (1 - b2 ** t)
-    return lr * m_hat / (v_hat.sqrt() + eps)

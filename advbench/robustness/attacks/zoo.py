@@ -22,13 +22,13 @@ from collections.abc import Sequence
 import torch
 
 from advbench.core.errors import AdvbenchError
+from advbench.core.steps import adam_step, clip
 from advbench.robustness.attacks.base import AttackResult, success_of
 from advbench.robustness.attacks.optimized import goal_margin, next_const
 from advbench.robustness.attacks.oracles import ScoreOracle
 from advbench.robustness.attacks.queries import CHECKPOINTS, QueryLog
 from advbench.robustness.attacks.random import uniform
 from advbench.robustness.attacks.score import ScoreAttack
-from advbench.robustness.attacks.steps import adam_step, clip
 
 
 class ZOO(ScoreAttack):

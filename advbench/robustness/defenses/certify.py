@@ -27,7 +27,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from advbench.core.errors import AdvbenchError
-from advbench.robustness.attacks.steps import per_sample
+from advbench.core.steps import per_sample
 from advbench.robustness.models.base import Classifier
 
 Box = tuple[torch.Tensor, torch.Tensor]

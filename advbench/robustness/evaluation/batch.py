@@ -11,10 +11,10 @@ from dataclasses import dataclass
 import torch
 
 from advbench.core.errors import AdvbenchError
+from advbench.core.steps import lp_norm
 from advbench.robustness.attacks.base import Attack, AttackResult
 from advbench.robustness.attacks.optimized import goal_margin
 from advbench.robustness.attacks.oracles import Oracle, Vote, vote
-from advbench.robustness.attacks.steps import lp_norm
 from advbench.robustness.threat import ThreatModel
 
 # Budget and bounds checks allow float rounding of the projection, nothing more.

@@ -12,9 +12,9 @@ from collections.abc import Callable
 import torch
 
 from advbench.core.errors import AdvbenchError
+from advbench.core.steps import clip, per_sample, project
 from advbench.robustness.attacks.base import Attack, AttackResult
 from advbench.robustness.attacks.oracles import build_oracle, vote
-from advbench.robustness.attacks.steps import clip, per_sample, project
 from advbench.robustness.defenses.certify import certified_column
 from advbench.robustness.evaluation.batch import _Batch
 from advbench.robustness.evaluation.search import SearchSettings, min_eps_search

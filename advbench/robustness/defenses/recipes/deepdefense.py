@@ -11,8 +11,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from advbench.core.steps import per_sample
 from advbench.robustness.attacks.optimized import goal_margin, nearest_boundary_step
-from advbench.robustness.attacks.steps import per_sample
 from advbench.robustness.defenses.inner import eval_mode
 from advbench.robustness.defenses.recipes.base import Recipe, RecipeSpec, register
 
