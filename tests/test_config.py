@@ -12,7 +12,7 @@ from hydra.utils import get_method, get_object
 from omegaconf import OmegaConf
 
 from advbench.cli.config import compose_config
-from advbench.core.catalog import conf_dir, group_options, groups
+from advbench.core.catalog import group_options, groups
 
 PRIMARY = {"metric": "uap_train", "uap": "uap_train"}
 OPTIONS = [(g, o) for g in groups() for o in group_options(g)]
@@ -31,13 +31,13 @@ def _targets(node) -> list[tuple[str, dict]]:
 
 @pytest.mark.parametrize(("group", "option"), OPTIONS, ids=[f"{g}/{o}" for g, o in OPTIONS])
 def test_option_composes_and_targets_accept_their_keys(group: str, option: str) -> None:
-    primary = PRIMARY.get(group, "train" if group in ("defense",) else "config")
-    if not (conf_dir() / f"{primary}.yaml").exists():
-        pytest.skip(f"{primary}.yaml not present")
+    root, _, key = group.rpartition("/")  # iqa/attack: the `attack` group of the `iqa` config
+    primary = root or PRIMARY.get(group, "train" if group in ("defense",) else "config")
     extra = ["dataset.root=/data"] if group == "dataset" and option in ("cifar10", "imagenet", "folder") else []
-    cfg = compose_config(primary, [f"{group}={option}", *extra])
-    assert cfg.get(group) is not None or group == "experiment"
-    node = OmegaConf.to_container(cfg if group == "experiment" else cfg[group], resolve=True)
+    extra += ["data=/data"] if (group, option) == ("iqa/experiment", "iqa_msu") else []
+    cfg = compose_config(primary, [f"{key}={option}", *extra])
+    assert cfg.get(key) is not None or key == "experiment"
+    node = OmegaConf.to_container(cfg if key == "experiment" else cfg[key], resolve=True)
     for target, kwargs in _targets(node):
         obj = get_object(target) if "." in target else get_method(target)
         sig = inspect.signature(obj)

@@ -23,7 +23,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 import advbench.core.paths  # noqa: F401  (registers the ${advbench:cache|data|weights} resolver the YAML uses)
 from advbench.cli.validate import _one_line, validate
-from advbench.core.catalog import conf_dir, group_options, groups
+from advbench.core.catalog import conf_dir, config_root, group_options
 from advbench.core.errors import AdvbenchError, user_error
 
 Task = Callable[[DictConfig], Any]
@@ -74,9 +74,9 @@ _FLAG_EXAMPLES = {"--cfg": "job", "-c": "job", "--config-name": "config", "-cn":
 """A value to show when a Hydra flag is given without one."""
 
 
-def _search_dirs(overrides: Sequence[str]) -> list[Path]:
-    """conf/ plus any user folders given with `hydra.searchpath=[file://...]`."""
-    dirs = [conf_dir()]
+def _search_dirs(overrides: Sequence[str], config_name: str = "config") -> list[Path]:
+    """The primary config's folder, conf/, and any user folders given with `hydra.searchpath=[file://...]`."""
+    dirs = list(dict.fromkeys([config_root(config_name), conf_dir()]))
     for ov in overrides:
         key, _, value = ov.partition("=")
         if key.lstrip("+") == "hydra.searchpath":
@@ -87,16 +87,21 @@ def _search_dirs(overrides: Sequence[str]) -> list[Path]:
     return dirs
 
 
-def check_overrides(overrides: Sequence[str]) -> None:
-    """Reject unknown group options before Hydra sees them, listing the valid ones."""
-    dirs = _search_dirs(overrides)
-    known = {g for d in dirs if d.is_dir() for g in groups(d)}
+def check_overrides(overrides: Sequence[str], config_name: str = "config") -> None:
+    """Reject unknown group options before Hydra sees them, listing the valid ones.
+
+    A group of the primary config's own folder shadows the shared group of that name
+    (`advbench iqa run attack=` lists the attacks on metrics only).
+    """
+    dirs = _search_dirs(overrides, config_name)
     for ov in overrides:
         key, sep, value = ov.partition("=")
         key = key.lstrip("+~")
-        if not sep or key not in known:
+        holders = [d for d in dirs if (d / key).is_dir() and key != "hydra"]
+        if not sep or not holders:
             continue
-        valid = sorted({o for d in dirs for o in group_options(key, d)})
+        own = holders[:1] if holders[0] != conf_dir() and holders[0] == config_root(config_name) else holders
+        valid = sorted({o for d in own for o in group_options(key, d)})
         for choice in _sweep_values(value):
             if choice not in valid and choice != "null":
                 raise AdvbenchError(f"unknown {key} '{choice}'; valid: {', '.join(valid)}")
@@ -137,7 +142,7 @@ def _first_choices(overrides: Sequence[str]) -> list[list[str]]:
 
 def compose_config(config_name: str, overrides: Sequence[str]) -> DictConfig:
     """Compose like Hydra does and check every value; errors become one-line AdvbenchErrors."""
-    check_overrides(overrides)
+    check_overrides(overrides, config_name)
     try:
         cfg = _compose(config_name, overrides)
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
@@ -151,7 +156,7 @@ def compose_config(config_name: str, overrides: Sequence[str]) -> DictConfig:
 
 
 def _compose(config_name: str, overrides: Sequence[str]) -> DictConfig:
-    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(config_root(config_name)), version_base="1.3"):
         cfg = compose(config_name=config_name, overrides=list(overrides), return_hydra_config=False)
     OmegaConf.resolve(cfg)
     return cfg
@@ -170,7 +175,7 @@ def _unknown_key(config_name: str, overrides: Sequence[str], exc: BaseException)
     if found is None:
         return None
     key = found.group(1)
-    if "." not in key and any((d / key).is_dir() for d in _search_dirs(overrides)):
+    if "." not in key and any((d / key).is_dir() for d in _search_dirs(overrides, config_name)):
         given = next((o for o in overrides if o.partition("=")[0] == key), f"{key}=...")
         return AdvbenchError(f"config group '{key}' is not in the defaults list; add it with +{given}")
     base = None
@@ -230,7 +235,7 @@ def run_hydra(config_name: str, task: Task, args: Sequence[str], prog: str) -> N
     if names & {"-m", "--multirun"} and not names & _NO_WRITE_FLAGS:  # a sweep that launches jobs
         _check_launcher(overrides)
     if names & _OWN_COMPOSITION_FLAGS:
-        check_overrides(overrides)
+        check_overrides(overrides, config_name)
     else:
         combos = _first_choices(overrides) if names & {"-m", "--multirun"} else [list(overrides)]
         for combo in combos:
@@ -238,7 +243,7 @@ def run_hydra(config_name: str, task: Task, args: Sequence[str], prog: str) -> N
             if not names & _NO_WRITE_FLAGS:
                 check_writable(cfg)
 
-    @hydra.main(config_path=str(conf_dir()), config_name=config_name, version_base="1.3")
+    @hydra.main(config_path=str(config_root(config_name)), config_name=config_name, version_base="1.3")
     def _app(cfg: DictConfig) -> Any:
         return guarded(task, cfg)
 

@@ -1,6 +1,6 @@
-"""Command-line entry point: `advbench run | train | plot | check | list | uap`.
+"""Command-line entry point: `advbench run | train | plot | check | list | weights | uap | iqa`.
 
-`run`, `train` and the `uap` jobs hand their arguments to Hydra (sweeps with `-m`, launcher
+`run`, `train`, the `uap` jobs and `iqa run` hand their arguments to Hydra (sweeps with `-m`, launcher
 plugins, `--cfg job`); `plot`, `check` and `list` are plain commands. Library errors become a single
 `error: ...` line and exit status 1.
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from advbench.cli.commands import HYDRA_ARGS, hydra_command, one_line_errors
-from advbench.cli.quality import uap
+from advbench.cli.quality import iqa, uap
 from advbench.core.errors import AdvbenchError
 from advbench.core.version import __version__
 
@@ -30,6 +30,7 @@ def main() -> None:
     advbench check advbench-out/records --min-accuracy 0.4   a CI gate
     advbench list attack                              what can be chosen
     advbench weights fetch nima                       a metric's published weights
+    advbench iqa run -m experiment=iqa_offline        attacks on quality metrics
     """
 
 
@@ -249,3 +250,4 @@ def weights_fetch(names: tuple[str, ...], mirror: str | None, force: bool, datas
 
 
 main.add_command(uap)
+main.add_command(iqa)

@@ -129,3 +129,29 @@ def table2(published: Path, out_dir: Path, srcc: Path | None) -> None:
 
     for path in make():
         Console().print(f"wrote {path}")
+
+
+@click.group(name="iqa", context_settings={"help_option_names": ["-h", "--help"]})
+def iqa() -> None:
+    """Per-image attacks on no-reference quality metrics, scored like the MSU robustness benchmark.
+
+    \b
+    advbench iqa run metric=niqe attack=korhonen        one cell: every budget of `eps`
+    advbench iqa run -m metric=niqe,cnnqa attack=fgsm,ifgsm,madc
+    advbench iqa run -m experiment=iqa_offline          the offline benchmark (minutes on a CPU)
+    advbench plot advbench-out/iqa_offline/records      MSU scores, gain curves, ranking table
+    """
+
+
+@iqa.command(name="run", context_settings=HYDRA_ARGS)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def iqa_run(args: tuple[str, ...]) -> None:
+    """Attack METRIC with ATTACK at every budget of `eps`; per-image records to parquet.
+
+    ARGS are Hydra overrides: metric=NAME (`advbench list metric`), attack=fgsm|ifgsm|mifgsm|amifgsm|
+    korhonen|madc|uap|cumulative_uap, eps=[...] (ℓ∞ on [0, 1] images), attacks.<attack>.<key>=V (its
+    hyperparameters), data=FOLDER (default: the sample photos' test crops), n_images=N, size=256,
+    device=cpu|cuda, out_dir=DIR, experiment=iqa_offline|iqa_msu. Cells resume after a kill and are
+    skipped when their records exist (force=true to redo). Then `advbench plot <out_dir>/records`.
+    """
+    hydra_command("iqa", "advbench.quality.iqa_run.iqa_main", "advbench iqa run")(args)

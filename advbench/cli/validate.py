@@ -20,6 +20,7 @@ from advbench.core.errors import AdvbenchError, user_error
 from advbench.core.keys import plain_value
 from advbench.core.names import safe_name
 from advbench.core.runtime import PRECISIONS
+from advbench.quality.iqa_run import check_iqa_config
 from advbench.quality.uap import check_amplitude, load_uap
 from advbench.robustness.evaluation.search import SEARCH_METHODS
 from advbench.robustness.models.user_models import check_config as check_model_config
@@ -253,6 +254,8 @@ def validate(cfg: DictConfig) -> None:
         value = OmegaConf.select(cfg, key, default=_ABSENT)
         if value is not _ABSENT:
             check(key, value)
+    if cfg.get("task") == "iqa":
+        check_iqa_config(cfg)
     if cfg.get("batch_size") == "auto" and "attack" not in cfg:
         raise AdvbenchError("batch_size=auto applies to advbench run only; give a whole number >= 1")
     shard = cfg.get("shard")

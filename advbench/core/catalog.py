@@ -17,6 +17,9 @@ from omegaconf.errors import OmegaConfBaseException
 from advbench.core.errors import AdvbenchError
 
 _HYDRA_GROUPS = {"hydra"}
+CONFIG_ROOTS = {"iqa": "iqa"}
+"""Primary configs whose groups of their own sit in a folder of conf/ (`conf/iqa/attack`: attacks on
+metrics, which share the name `attack` with the classifier attacks); their config searches conf/ after it."""
 
 
 def conf_dir() -> Path:
@@ -30,6 +33,12 @@ def conf_dir() -> Path:
     return Path(spec.origin).resolve().parent
 
 
+def config_root(config_name: str) -> Path:
+    """The folder holding a primary config and the groups only it has (conf/ for most)."""
+    sub = CONFIG_ROOTS.get(config_name)
+    return conf_dir() / sub if sub else conf_dir()
+
+
 def group_options(group: str, root: Path | None = None) -> list[str]:
     """Option names of a config group: one YAML file per option."""
     folder = (root or conf_dir()) / group
@@ -37,8 +46,14 @@ def group_options(group: str, root: Path | None = None) -> list[str]:
 
 
 def groups(root: Path | None = None) -> list[str]:
+    """The config groups of a folder; for conf/ itself also those of its config roots, as `iqa/attack`."""
     base = root or conf_dir()
-    return sorted(p.name for p in base.iterdir() if p.is_dir() and not p.name.startswith(("_", ".")) and p.name not in _HYDRA_GROUPS)
+    found = [p.name for p in base.iterdir() if p.is_dir() and not p.name.startswith(("_", "."))
+             and p.name not in _HYDRA_GROUPS]
+    if root is None:
+        found = [g for g in found if g not in CONFIG_ROOTS.values()]
+        found += [f"{sub}/{g}" for sub in CONFIG_ROOTS.values() for g in groups(base / sub)]
+    return sorted(found)
 
 
 def load_option(group: str, option: str) -> DictConfig | None:

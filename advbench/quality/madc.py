@@ -36,20 +36,30 @@ def _goodness_and_grad(metric: QualityMetric, x: torch.Tensor, delta: torch.Tens
     return good.detach(), grad
 
 
-def madc_batch(metric: QualityMetric, images: torch.Tensor, budget: float, steps: int, lr: float) -> torch.Tensor:
-    """Attack one batch (on the metric's device): images with MSE <= budget and a higher metric."""
+def madc_batch(metric: QualityMetric, images: torch.Tensor, budget: float | torch.Tensor, steps: int, lr: float,
+               linf: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attack one batch (on the metric's device): images with MSE <= budget (per image when a tensor)
+    and a higher metric; `linf` bounds every pixel's change as well.
+
+    Returns the attacked images and the goodness of the kept candidate after each of the
+    `steps - 1` candidate steps, (N, steps - 1).
+    """
     x = images
     dims = tuple(range(1, x.dim()))
     shape = (-1,) + (1,) * (x.dim() - 1)
+    budget = torch.as_tensor(budget, dtype=x.dtype, device=x.device).expand(len(x))
     delta = torch.zeros_like(x)
     good, grad = _goodness_and_grad(metric, x, delta)
-    step = torch.full((len(x),), lr * budget ** 0.5, device=x.device)
+    step = lr * budget.sqrt()
+    kept = []
     for _ in range(steps - 1):
         with torch.no_grad():
             rms = grad.pow(2).mean(dims).sqrt().clamp_min(1e-12)
             cand = delta + (step / rms).view(shape) * grad
             mse = cand.pow(2).mean(dims).clamp_min(1e-20)
             cand = cand * (budget / mse).sqrt().clamp(max=1.0).view(shape)
+            if linf is not None:
+                cand = torch.maximum(torch.minimum(cand, linf.view(shape)), -linf.view(shape))
             cand = (x + cand).clamp(0, 1) - x
         cand_good, cand_grad = _goodness_and_grad(metric, x, cand)
         better = cand_good > good
@@ -58,7 +68,9 @@ def madc_batch(metric: QualityMetric, images: torch.Tensor, budget: float, steps
         grad = torch.where(keep, cand_grad, grad)
         good = torch.where(better, cand_good, good)
         step = torch.where(better, step * 1.2, step * 0.5)
-    return (x + delta).detach()
+        kept.append(good)
+    trace = torch.stack(kept, 1) if kept else good.unsqueeze(1)
+    return (x + delta).detach(), trace
 
 
 def madc_attack(metric: QualityMetric, images: torch.Tensor, amplitude: float, *, steps: int = 1000,
@@ -86,7 +98,7 @@ def madc_attack(metric: QualityMetric, images: torch.Tensor, amplitude: float, *
             batch = batch.to(dev)
             sync_device(dev)
             start = time.perf_counter()
-            adv = madc_batch(metric, batch, a ** mse_power, steps, lr)
+            adv, _ = madc_batch(metric, batch, a ** mse_power, steps, lr)
             sync_device(dev)
             seconds += time.perf_counter() - start
             out.append(adv.cpu())

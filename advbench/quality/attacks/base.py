@@ -1,0 +1,107 @@
+"""What every attack on a quality metric promises, and the pieces all of them share.
+
+An attack raises a no-reference metric's verdict on images in [0, 1] within a per-image ℓ∞
+budget `eps` (shape (N,)), so one call serves a whole sweep of budgets: the rows of a batch
+may be one image at several budgets. "Raise" means towards the metric's better end: the
+gradient followed is that of the metric's goodness (`quality.uap.goodness`), whose sign is
+flipped for lower-better metrics such as NIQE.
+
+Each attack returns the attacked images and the metric's raw score after every iteration
+(`trace`, (N, T), the last column the score of `x_adv`): the gain-vs-iterations curves of
+`advbench plot` come from one run, as the strength curves of the robustness half do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+
+from advbench.core.errors import AdvbenchError
+from advbench.quality.metrics.base import QualityMetric
+from advbench.quality.uap import goodness
+
+BOUNDS = (0.0, 1.0)
+
+
+@dataclass
+class Attacked:
+    """One batch after an attack: images, the raw score after each iteration, gradient evaluations per image."""
+
+    x_adv: torch.Tensor
+    trace: torch.Tensor
+    grad_evals: int
+
+
+class MetricAttack:
+    """Base of the attacks on metrics: hyperparameters keyword-only in `__init__`, `run` per batch.
+
+    `prepare` runs once per cell before any batch (the universal perturbations train there)
+    and returns what it adds to the cell's identity.
+    """
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+
+    def prepare(self, metric: QualityMetric, context: PrepareContext) -> dict[str, Any]:
+        return {}
+
+    def run(self, metric: QualityMetric, x: torch.Tensor, eps: torch.Tensor) -> Attacked:  # pragma: no cover
+        raise NotImplementedError
+
+    @property
+    def iterations(self) -> int:
+        """Iterations per image (the trace's width)."""
+        return int(getattr(self, "steps", 1))
+
+
+@dataclass(frozen=True)
+class PrepareContext:
+    """What a cell hands `MetricAttack.prepare`: where to keep trained perturbations, the seed, the device."""
+
+    cache: Any
+    seed: int
+    device: torch.device
+    progress: bool
+
+
+def score_and_grad(metric: QualityMetric, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The metric's raw scores at x and the gradient of its goodness (the direction of "better")."""
+    x = x.detach().requires_grad_(True)
+    scores = metric(x)
+    (grad,) = torch.autograd.grad(goodness(metric, scores).sum(), x)
+    return scores.detach(), grad
+
+
+@torch.no_grad()
+def final_scores(metric: QualityMetric, x_adv: torch.Tensor) -> torch.Tensor:
+    """(N, 1) raw scores of the attacked images: the last column of every trace."""
+    return metric(x_adv).unsqueeze(1)
+
+
+def check_gradient(metric: QualityMetric, name: str, grad: torch.Tensor) -> None:
+    """A metric whose input gradient is absent, non-finite or zero on a whole batch cannot be attacked
+    by gradients: say so in one line instead of reporting a gain of zero as robustness."""
+    if not torch.isfinite(grad).all():
+        raise AdvbenchError(f"metric '{name}' gives a non-finite input gradient; gradient attacks cannot use it")
+    if not grad.abs().amax() > 0:
+        raise AdvbenchError(f"metric '{name}' gives a zero input gradient on every image of a batch (no backward "
+                            "through its scoring); gradient attacks cannot use it")
+
+
+def check_budgets(eps: Any, key: str = "eps") -> list[float]:
+    """Budgets as a non-empty list of distinct numbers in (0, 1] (ℓ∞ on images in [0, 1])."""
+    values = list(eps) if isinstance(eps, (list, tuple)) or hasattr(eps, "__iter__") and not isinstance(eps, str) \
+        else [eps]
+    if not values:
+        raise AdvbenchError(f"{key} must list at least one budget, e.g. {key}=[0.004,0.008]")
+    out = []
+    for v in values:
+        number = float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else float("nan")
+        if not 0 < number <= 1:
+            raise AdvbenchError(f"{key} holds {v!r}: every budget must be a number in (0, 1] (ℓ∞ on images in [0, 1])")
+        out.append(number)
+    if len(set(out)) != len(out):
+        raise AdvbenchError(f"{key} repeats a budget: {out}")
+    return out

@@ -1,0 +1,135 @@
+"""The per-image gradient attacks of the MSU metrics-robustness benchmark (Antsiferova et al., AAAI 2024).
+
+All of them ascend the metric's goodness under an ℓ∞ budget ε per image, stepping and
+projecting with `advbench.core.steps`, the code the robustness half's FGSM/BIM/MIM use:
+
+* FGSM: one step of size ε along sign(∇).
+* I-FGSM: `steps` sign steps of a fixed size α (MSU: 10 steps of 1/255), projected onto the ε-ball.
+* MI-FGSM: I-FGSM along the sign of a momentum of ℓ1-normalised gradients (Dong et al. 2018, decay 1).
+* AMI-FGSM: MI-FGSM whose step adapts to the budget, α = ε / steps (MSU's AMI-FGSM settings).
+* Korhonen–You: Adam (lr 0.005, 10 steps) on the gradient masked by the image's spatial
+  activity (Sobel magnitude of luma, dilated), so changes hide in textured regions; projected
+  onto the ε-ball here, so every attack meets one budget.
+* MADC: the accept-if-better ascent of `advbench.quality.madc` with RMS ≤ ε and |δ| ≤ ε.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from advbench.core.errors import AdvbenchError
+from advbench.core.steps import accumulate_momentum, adam_step, ascend, clip, project
+from advbench.quality.attacks.base import BOUNDS, Attacked, MetricAttack, final_scores, score_and_grad
+from advbench.quality.madc import madc_batch
+from advbench.quality.metrics.base import QualityMetric
+
+_LUMA = torch.tensor([0.299, 0.587, 0.114])
+
+
+def _check_steps(steps: int, **positive: float | None) -> None:
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise AdvbenchError(f"steps must be a whole number >= 1, got {steps!r}")
+    for key, value in positive.items():
+        if value is not None and not (isinstance(value, (int, float)) and value > 0 and value < float("inf")):
+            raise AdvbenchError(f"{key} must be a positive number, got {value!r}")
+
+
+class IterativeFGSM(MetricAttack):
+    """Sign steps on the goodness gradient, momentum `decay` (0: none), step α or ε/steps when α is None."""
+
+    def __init__(self, *, steps: int = 10, alpha: float | None = 1 / 255, decay: float = 0.0) -> None:
+        _check_steps(steps, alpha=alpha)
+        if not 0 <= decay < float("inf"):
+            raise AdvbenchError(f"decay must be a number >= 0, got {decay!r}")
+        self.steps, self.alpha, self.decay = steps, alpha, float(decay)
+
+    def run(self, metric: QualityMetric, x: torch.Tensor, eps: torch.Tensor) -> Attacked:
+        alpha = eps / self.steps if self.alpha is None else torch.full_like(eps, self.alpha)
+        x_adv, momentum, trace = x.clone(), torch.zeros_like(x), []
+        for t in range(self.steps):
+            scores, grad = score_and_grad(metric, x_adv)
+            if t:
+                trace.append(scores)
+            momentum = accumulate_momentum(momentum, grad, self.decay)
+            x_adv = ascend(x_adv, x, momentum.sign(), alpha, eps, "linf", BOUNDS)
+        return Attacked(x_adv, torch.cat([torch.stack(trace, 1) if trace else x.new_zeros(len(x), 0),
+                                          final_scores(metric, x_adv)], 1), self.steps)
+
+
+class FGSM(IterativeFGSM):
+    name = "fgsm"
+    description = "FGSM: one sign step of size ε (Goodfellow et al. 2015)"
+
+    def __init__(self) -> None:
+        super().__init__(steps=1, alpha=None)
+
+
+class IFGSM(IterativeFGSM):
+    name = "ifgsm"
+    description = "I-FGSM: 10 sign steps of 1/255, projected (Kurakin et al. 2017; MSU settings)"
+
+
+class MIFGSM(IterativeFGSM):
+    name = "mifgsm"
+    description = "MI-FGSM: I-FGSM along a momentum of normalised gradients, decay 1 (Dong et al. 2018)"
+
+    def __init__(self, *, steps: int = 10, alpha: float | None = 1 / 255, decay: float = 1.0) -> None:
+        super().__init__(steps=steps, alpha=alpha, decay=decay)
+
+
+class AMIFGSM(IterativeFGSM):
+    name = "amifgsm"
+    description = "AMI-FGSM: MI-FGSM with its step adapted to the budget, ε/steps (MSU settings)"
+
+    def __init__(self, *, steps: int = 10, alpha: float | None = None, decay: float = 1.0) -> None:
+        super().__init__(steps=steps, alpha=alpha, decay=decay)
+
+
+def activity_map(x: torch.Tensor) -> torch.Tensor:
+    """(N, 1, H, W) in [0, 1]: Sobel gradient magnitude of luma (border zeroed), over its image maximum,
+    dilated with a 5x5 disk: where Korhonen and You let the perturbation go."""
+    luma = (x * _LUMA.to(x).view(1, 3, 1, 1)).sum(1, keepdim=True)
+    sobel = torch.tensor([[-1.0, 0.0, 1.0], [-2.0, 0.0, 2.0], [-1.0, 0.0, 1.0]], dtype=x.dtype, device=x.device)
+    kernels = torch.stack([sobel, sobel.T]).unsqueeze(1)
+    edges = F.conv2d(F.pad(luma, (1, 1, 1, 1), mode="replicate"), kernels).norm(dim=1, keepdim=True)
+    edges = F.pad(edges[..., 1:-1, 1:-1], (1, 1, 1, 1))
+    peak = edges.amax(dim=(1, 2, 3), keepdim=True)
+    edges = torch.where(peak > 0, edges / peak.clamp_min(1e-12), torch.ones_like(edges))
+    return torch.maximum(F.max_pool2d(edges, (3, 5), stride=1, padding=(1, 2)),
+                         F.max_pool2d(edges, (5, 3), stride=1, padding=(2, 1)))
+
+
+class Korhonen(MetricAttack):
+    name = "korhonen"
+    description = "Korhonen–You: Adam on the gradient masked by spatial activity (Korhonen & You 2022; MSU settings)"
+
+    def __init__(self, *, steps: int = 10, lr: float = 0.005) -> None:
+        _check_steps(steps, lr=lr)
+        self.steps, self.lr = steps, float(lr)
+
+    def run(self, metric: QualityMetric, x: torch.Tensor, eps: torch.Tensor) -> Attacked:
+        mask = activity_map(x)
+        x_adv, m, v, trace = x.clone(), torch.zeros_like(x), torch.zeros_like(x), []
+        for t in range(1, self.steps + 1):
+            scores, grad = score_and_grad(metric, x_adv)
+            if t > 1:
+                trace.append(scores)
+            x_adv = clip(project(x_adv + adam_step(grad * mask, m, v, t, self.lr), x, eps, "linf"), BOUNDS)
+        return Attacked(x_adv, torch.cat([torch.stack(trace, 1) if trace else x.new_zeros(len(x), 0),
+                                          final_scores(metric, x_adv)], 1), self.steps)
+
+
+class MADC(MetricAttack):
+    name = "madc"
+    description = "MADC: accept-if-better gradient ascent, RMS ≤ ε and |δ| ≤ ε (Wang & Simoncelli 2008)"
+
+    def __init__(self, *, steps: int = 50, lr: float = 0.05) -> None:
+        _check_steps(steps, lr=lr)
+        self.steps, self.lr = steps, float(lr)
+
+    def run(self, metric: QualityMetric, x: torch.Tensor, eps: torch.Tensor) -> Attacked:
+        x_adv, kept = madc_batch(metric, x, eps.pow(2), self.steps + 1, self.lr, linf=eps)
+        lo, hi = metric.score_range
+        raw = lo + kept * metric.range_width if metric.higher_better else hi - kept * metric.range_width
+        return Attacked(x_adv, torch.cat([raw[:, :-1], final_scores(metric, x_adv)], 1), self.steps + 1)

@@ -1,0 +1,102 @@
+"""Universal perturbations as attacks on a metric: one perturbation for every image, applied at amplitude ε.
+
+`uap` is the seed paper's Adam-trained perturbation (`advbench uap train`'s `train_uap`);
+`cumulative_uap` is the MSU benchmark's Cumulative-UAP, which adds every batch's raw loss
+gradient to the perturbation (a plain gradient step of size `lr`, 1 in MSU) and clips it to
+[-0.1, 0.1]. Either is trained once per metric on the sample photos' train split (or loaded
+from `file`), kept under the records folder by content key, and applied as
+`clip(x + tile(δ) · ε / 0.1)`, so no pixel moves by more than ε and the cell is judged on the
+held-out test split.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from rich.console import Console
+from torch.utils.data import DataLoader
+
+from advbench.core.digests import module_digest, tensor_digest
+from advbench.core.errors import AdvbenchError
+from advbench.core.keys import content_key
+from advbench.quality.attacks.base import Attacked, MetricAttack, PrepareContext, final_scores
+from advbench.quality.images import uap_images
+from advbench.quality.metrics.base import QualityMetric
+from advbench.quality.uap import CLAMP, apply_uap, load_uap, save_uap, train_uap, uap_loss
+
+
+def train_cumulative_uap(metric: QualityMetric, images: Any, *, epochs: int = 5, batch_size: int = 8,
+                         lr: float = 1.0, seed: int = 0, device: torch.device | None = None) -> torch.Tensor:
+    """MSU's Cumulative-UAP: p ← clip(p − lr·∇loss, ±0.1) after every batch, loss = 1 − goodness, p₀ = 1e-4."""
+    device = device or torch.device("cpu")
+    metric = metric.to(device).eval()
+    loader = DataLoader(images, batch_size=batch_size, shuffle=True, generator=torch.Generator().manual_seed(seed))
+    p = torch.full((3, *images[0].shape[-2:]), 1e-4, device=device)
+    for _ in range(epochs):
+        for batch in loader:
+            p.requires_grad_(True)
+            (grad,) = torch.autograd.grad(uap_loss(metric, (batch.to(device) + p).clamp(0, 1)), p)
+            p = (p.detach() - lr * grad).clamp(-CLAMP, CLAMP)
+    return p.detach().cpu()
+
+
+class Universal(MetricAttack):
+    name = "uap"
+    description = "UAP: one Adam-trained perturbation for all images, applied at amplitude ε (the seed paper)"
+
+    def __init__(self, *, file: str | None = None, epochs: int = 5, lr: float = 1e-3, batch_size: int = 8,
+                 n_train: int | None = None) -> None:
+        for key, value in (("epochs", epochs), ("batch_size", batch_size)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise AdvbenchError(f"{key} must be a whole number >= 1, got {value!r}")
+        if not (isinstance(lr, (int, float)) and 0 < lr < float("inf")):
+            raise AdvbenchError(f"lr must be a positive number, got {lr!r}")
+        self.file, self.epochs, self.lr, self.batch_size, self.n_train = file, epochs, float(lr), batch_size, n_train
+        self.delta: torch.Tensor | None = None
+
+    def _train(self, metric: QualityMetric, images: Any, context: PrepareContext) -> torch.Tensor:
+        return train_uap(metric, images, size=images[0].shape[-1], lr=self.lr, epochs=self.epochs,
+                         batch_size=self.batch_size, seed=context.seed, device=context.device,
+                         progress=context.progress)
+
+    def prepare(self, metric: QualityMetric, context: PrepareContext) -> dict[str, Any]:
+        """Load `file`, or the perturbation trained before with these settings, or train it now."""
+        if self.file:
+            self.delta = load_uap(self.file)
+        else:
+            settings = {"method": self.name, "metric": module_digest(metric), "epochs": self.epochs, "lr": self.lr,
+                        "batch_size": self.batch_size, "n_train": self.n_train, "seed": context.seed}
+            base = Path(context.cache) / f"{self.name}-{content_key(settings)}"
+            if base.with_suffix(".pt").is_file():
+                self.delta = load_uap(base.with_suffix(".pt"))
+            else:
+                images = uap_images(None, split="train", limit=self.n_train)
+                Console(stderr=True).print(f"[dim]training {self.name} on {len(images)} photo crops, "
+                                           f"{self.epochs} epoch(s)[/dim]")
+                self.delta = self._train(metric, images, context)
+                save_uap(self.delta, base, settings)
+        return {"uap": tensor_digest(self.delta)}
+
+    def run(self, metric: QualityMetric, x: torch.Tensor, eps: torch.Tensor) -> Attacked:
+        if self.delta is None:
+            raise AdvbenchError(f"{self.name}: prepare() loads or trains the perturbation before run()")
+        x_adv = torch.empty_like(x)
+        for amplitude in eps.unique().tolist():
+            rows = eps == amplitude
+            x_adv[rows] = apply_uap(x[rows], self.delta.to(x), amplitude)
+        return Attacked(x_adv, final_scores(metric, x_adv), 0)
+
+
+class CumulativeUniversal(Universal):
+    name = "cumulative_uap"
+    description = "Cumulative-UAP: batch gradients summed into one perturbation, clipped to ±0.1 (MSU)"
+
+    def __init__(self, *, file: str | None = None, epochs: int = 5, lr: float = 1.0, batch_size: int = 8,
+                 n_train: int | None = None) -> None:
+        super().__init__(file=file, epochs=epochs, lr=lr, batch_size=batch_size, n_train=n_train)
+
+    def _train(self, metric: QualityMetric, images: Any, context: PrepareContext) -> torch.Tensor:
+        return train_cumulative_uap(metric, images, epochs=self.epochs, batch_size=self.batch_size, lr=self.lr,
+                                    seed=context.seed, device=context.device)

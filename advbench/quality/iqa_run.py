@@ -1,0 +1,151 @@
+"""The Hydra task of `advbench iqa run`: one cell (a metric under an attack, at every budget) per job.
+
+A cell's rows are (image, budget) pairs, row id `image × len(eps) + budget index`, so one
+attack call carries one image at several budgets and a cell resumes, chunk by chunk, like a
+robustness cell (`advbench.core.cells`). Its key covers every input that changes a number:
+the metric's content digest (weights, options), the attack and its hyperparameters, the
+budgets, the images' content digest and their crop size, the seed, and the universal
+perturbation's digest for `uap` and `cumulative_uap`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from advbench.core.cells import claim_cell, fill_cell
+from advbench.core.digests import module_digest, tensor_digest
+from advbench.core.errors import AdvbenchError
+from advbench.core.keys import content_key, plain
+from advbench.core.names import safe_name
+from advbench.core.runtime import set_threads
+from advbench.core.version import __version__
+from advbench.quality.attacks.base import MetricAttack, PrepareContext, check_budgets, check_gradient, score_and_grad
+from advbench.quality.fidelity import fidelity
+from advbench.quality.images import as_batch, uap_images
+from advbench.quality.metrics.base import QualityMetric
+from advbench.quality.metrics.registry import build_metric
+from advbench.quality.tasks import metric_name
+from advbench.quality.uap import device_of
+
+console = Console(stderr=True)
+
+
+def load_images(cfg: DictConfig) -> tuple[torch.Tensor, str]:
+    """The cell's images (N, 3, size, size) and where they came from: a folder, or the photos' test crops."""
+    images = as_batch(uap_images(cfg.data, split="test", size=int(cfg.size), limit=cfg.n_images))
+    source = str(Path(str(cfg.data)).expanduser().resolve()) if cfg.data else "sample-photos:test"
+    return images, source
+
+
+def iqa_main(cfg: DictConfig) -> Path:
+    """Run one cell of a composed `iqa` config (skipped when its records exist); the part's path."""
+    set_threads(cfg.get("threads"))
+    budgets = check_budgets(cfg.eps)
+    attack: MetricAttack = instantiate(cfg.attack.params)
+    name = safe_name(metric_name(cfg), "metric")
+    device = device_of(cfg.device)
+    metric = build_metric(cfg.metric).to(device).eval()
+    images, source = load_images(cfg)
+    check_gradient(metric, name, score_and_grad(metric, images[:1].to(device))[1])
+    records_dir = Path(str(cfg.records_dir)).expanduser()
+    extra = attack.prepare(metric, PrepareContext(cache=records_dir.parent / "uaps" / name, seed=int(cfg.seed),
+                                                  device=device, progress=bool(cfg.progress)))
+    identity = {"metric": name, "metric_digest": module_digest(metric), "attack": attack.name,
+                "attack_params": {k: v for k, v in plain(cfg.attack.params).items() if k != "_target_"},
+                "eps": budgets, "images": tensor_digest(images), "size": int(cfg.size), "seed": int(cfg.seed), **extra}
+    key = content_key(identity)
+    part = records_dir / f"{name}_{attack.name}_s{int(cfg.seed)}_{key}.parquet"
+    ids = list(range(len(images) * len(budgets)))
+    label = f"{name}/{attack.name} ({len(images)} images × {len(budgets)} budgets)"
+    with claim_cell(part, key, ids, force=bool(cfg.force)) as files:
+        if files is None:
+            console.print(f"[dim]skip {label}: records exist at {part} (force=true to redo)[/dim]", soft_wrap=True)
+            return part
+        static = _static_columns(cfg, identity, key, metric, source, device, len(ids))
+        with Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                      console=console, transient=True, disable=not cfg.progress) as bar:
+            task = bar.add_task("iqa", total=len(ids))
+
+            def compute(positions: list[int]) -> pd.DataFrame:
+                frame = attack_rows(metric, attack, images, budgets, positions, int(cfg.batch_size), device,
+                                    lambda n: bar.advance(task, n))
+                return frame.assign(**static)
+
+            frame = fill_cell(files, key, __version__, ids, int(cfg.chunk_size), compute)
+    summarize(frame, label, part)
+    return part
+
+
+def attack_rows(metric: QualityMetric, attack: MetricAttack, images: torch.Tensor, budgets: list[float],
+                positions: list[int], batch_size: int, device: torch.device, advance: Any = None) -> pd.DataFrame:
+    """Records of the rows at `positions` (row = image × len(budgets) + budget index), `batch_size` rows a call."""
+    rows = torch.tensor(positions)
+    frames = []
+    for batch in rows.split(batch_size):
+        image_id, budget = batch // len(budgets), batch % len(budgets)
+        x = images[image_id].to(device)
+        eps = torch.tensor(budgets, dtype=x.dtype, device=device)[budget.to(device)]
+        with torch.no_grad():
+            clean = metric(x)
+        tic = time.perf_counter()
+        result = attack.run(metric, x, eps)
+        seconds = (time.perf_counter() - tic) / len(batch)
+        measured = {k: v.detach().cpu().double().numpy() for k, v in fidelity(result.x_adv, x).items()}
+        trace = result.trace.detach().cpu().double()
+        frames.append(pd.DataFrame({
+            "sample_id": batch.numpy(), "image_id": image_id.numpy(), "eps": eps.cpu().double().numpy(),
+            "score_clean": clean.detach().cpu().double().numpy(), "score_attacked": trace[:, -1].numpy(),
+            **measured, "iterations": trace.shape[1], "grad_evals": result.grad_evals, "seconds": seconds,
+            "score_trace": list(trace.numpy()),
+        }))
+        if advance is not None:
+            advance(len(batch))
+    return pd.concat(frames, ignore_index=True)
+
+
+def _static_columns(cfg: DictConfig, identity: dict[str, Any], key: str, metric: QualityMetric, source: str,
+                    device: torch.device, samples: int) -> dict[str, Any]:
+    """The columns every record of the cell shares: provenance, names, the metric's direction and range."""
+    lo, hi = metric.score_range
+    return {
+        "run_id": str(cfg.get("run_id") or datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")),
+        "cell_key": key, "advbench_version": __version__, "cell_samples": samples,
+        "metric": identity["metric"], "attack": identity["attack"],
+        "attack_params": json.dumps(identity["attack_params"], sort_keys=True),
+        "higher_better": bool(metric.higher_better), "score_lo": float(lo), "score_hi": float(hi),
+        "data": source, "size": identity["size"], "seed": identity["seed"], "device": str(device),
+        "uap": str(identity.get("uap", "")),
+    }
+
+
+def summarize(frame: pd.DataFrame, label: str, part: Path) -> None:
+    """One line per budget: mean change of the score in its better direction, and the mean PSNR."""
+    sign = 1 if bool(frame["higher_better"].iloc[0]) else -1
+    gains = frame.assign(gain=sign * (frame["score_attacked"] - frame["score_clean"])).groupby("eps")
+    shown = ", ".join(f"ε={eps:.4g}: {g:+.3g} ({p:.1f} dB)"
+                      for eps, g, p in zip(gains.groups, gains["gain"].mean(), gains["psnr"].mean()))
+    Console().print(f"{label}: mean gain {shown}; wrote {part}", soft_wrap=True)
+
+
+def check_iqa_config(cfg: DictConfig) -> None:
+    """The values a job needs before any work: budgets, an attack on metrics, whole batch sizes."""
+    check_budgets(cfg.eps)
+    for key in ("batch_size", "chunk_size"):
+        value = cfg.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise AdvbenchError(f"{key} must be a whole number >= 1, got {value!r}")
+    target = str(OmegaConf.select(cfg, "attack.params._target_", default=""))
+    if not target.startswith("advbench.quality.attacks."):
+        raise AdvbenchError(f"attack '{OmegaConf.select(cfg, 'attack.name')}' is not an attack on quality metrics "
+                            "(see `advbench list iqa/attack`)")
