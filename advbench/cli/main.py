@@ -75,6 +75,8 @@ def train(args: tuple[str, ...]) -> None:
 def plot(records: tuple[Path, ...], out_dir: Path, group_by: str) -> None:
     """Turn record files or folders into robustness curves, stability plots and tables.
 
+    Records of `advbench iqa run` give the MSU score table, the metric ranking and gain curves.
+
     Score- and decision-based attacks get accuracy-vs-queries figures (log axis) beside the
     accuracy-vs-ε ones.
     """
@@ -83,13 +85,17 @@ def plot(records: tuple[Path, ...], out_dir: Path, group_by: str) -> None:
     from advbench.core.paths import writable_folder
     from advbench.core.records import read_kind
 
-    kind, frame = read_kind(records or (Path("advbench-out/records"),), kinds=("benchmark", "rd"))
+    kind, frame = read_kind(records or (Path("advbench-out/records"),), kinds=("benchmark", "rd", "iqa"))
     writable_folder(out_dir, "--out")
     console = Console()
     if kind.name == "rd":
         from advbench.quality.report import render_stability
 
         written = render_stability(frame, out_dir)
+    elif kind.name == "iqa":
+        from advbench.quality.iqa_report import render_iqa
+
+        written = render_iqa(frame, out_dir)
     else:
         from advbench.robustness.report.curves import summary_table
         from advbench.robustness.report.plot import (
