@@ -62,3 +62,29 @@ def writable_folder(path: Path | str, what: str) -> Path:
     except OSError as exc:
         raise AdvbenchError(f"{what} '{folder}' is not a folder advbench can write: {exc.strerror or exc}") from None
     return folder
+
+
+def refuse_link(path: Path) -> Path:
+    """`path` unless it is a symbolic link, which is a one-line error naming it.
+
+    advbench creates, replaces and deletes only files and folders that really are where it
+    expects them: writing through a link planted there would change a file elsewhere.
+    """
+    if os.path.islink(path):
+        raise AdvbenchError(f"'{path}' is a symbolic link; advbench does not write through links: remove it")
+    return path
+
+
+def no_links(path: Path, root: Path) -> Path:
+    """`path` after checking it and every folder between `root` and it: none a link, none `..`.
+
+    `root` is the folder the user chose (it may itself be a link) and `path` is spelled below
+    it; what advbench puts there must stay there, so a `..` in the path is refused like a link.
+    """
+    current = root
+    for part in path.relative_to(root).parts:
+        current = current / part
+        if part == "..":
+            raise AdvbenchError(f"'{path}' leaves the folder '{root}'; advbench writes only inside it")
+        refuse_link(current)
+    return path

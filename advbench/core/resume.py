@@ -10,11 +10,16 @@ file names, so a rerun with another `chunk_size` neither loses nor duplicates a 
 Every step that reads or changes a cell's files runs under the cell's lock (`fcntl.flock` on
 `records/.locks/<cell>.lock`): a second run of the same cell waits, then finds the part and
 skips it. Lock files are never removed (removing one would let two runs hold "the" lock).
+
+None of these files and folders may be a symbolic link (`advbench.core.paths.no_links`): a
+link planted as a cell's chunk folder would have the clean-up delete, and the run write, in
+the folder it points to. A link is a one-line error naming it; nothing is done through it.
 """
 
 from __future__ import annotations
 
 import fcntl
+import os
 import re
 import shutil
 from collections.abc import Iterator
@@ -29,7 +34,9 @@ import pyarrow.parquet as pq
 from rich.console import Console
 from torch.utils.data import Dataset
 
+from advbench.core.download import open_no_follow
 from advbench.core.errors import AdvbenchError
+from advbench.core.paths import no_links, refuse_link
 from advbench.core.records import write_table
 
 console = Console(stderr=True)
@@ -58,12 +65,12 @@ def file_lock(path: Path, what: str) -> Iterator[None]:
 
 
 def _open_lock_file(path: Path) -> IO[bytes]:
-    """The lock file opened for locking; a folder we cannot write to is a one-line error."""
+    """The lock file opened for locking (never through a link); a folder we cannot write to is a one-line error."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return open(path, "a+b")
+        refuse_link(path.parent).mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise AdvbenchError(f"cannot create the lock file '{path}': {exc.strerror or exc}") from None
+    return os.fdopen(open_no_follow(refuse_link(path), append=True), "ab")
 
 
 def _try_lock(path: Path) -> IO[bytes] | None:
@@ -85,6 +92,8 @@ class CellFiles:
         self.records_dir = part.parent
         self.partial = self.records_dir / ".partial" / part.stem
         self.lock_path = self.records_dir / ".locks" / f"{part.stem}.lock"
+        for path in (self.part, self.partial, self.lock_path):
+            no_links(path, self.records_dir)
 
     def lock(self) -> AbstractContextManager[None]:
         return file_lock(self.lock_path, f"the lock of {self.part.name}")
@@ -138,7 +147,7 @@ def sweep_orphans(records_dir: Path) -> None:
     """
     cells = {m["name"][: -len(".parquet")] for f in records_dir.glob(".*.tmp")
              if (m := _TMP.match(f.name)) and m["name"].endswith(".parquet")}
-    partial = records_dir / ".partial"
+    partial = refuse_link(records_dir / ".partial")
     if partial.is_dir():
         cells |= {d.name for d in partial.iterdir() if d.is_dir() and (records_dir / f"{d.name}.parquet").is_file()}
     for stem in sorted(cells):
@@ -171,15 +180,16 @@ def sample_ids(eval_set: Dataset) -> list[int]:
 class ChunkStore:
     """The verified chunks of one cell, keyed by sample id.
 
-    `expected` are the cell's sample ids in evaluation order; `missing()` are positions in it
-    that no trusted chunk covers yet; `merged()` is the cell's frame in that order, checked to
-    hold every expected id exactly once.
+    `folder` is the cell's `<records>/.partial/<cell>`: it and `.partial` must be real folders
+    (or absent), and every entry in it a real file or folder. `expected` are the cell's sample
+    ids in evaluation order; `missing()` are positions in it that no trusted chunk covers yet;
+    `merged()` is the cell's frame in that order, checked to hold every expected id exactly once.
     """
 
     def __init__(self, folder: Path, cell_key: str, version: str, expected: list[int]) -> None:
         if len(set(expected)) != len(expected):
             raise AdvbenchError("the data set's sample ids are not unique; records could not be resumed or joined")
-        self.folder = folder
+        self.folder = no_links(folder, folder.parent.parent)
         self.cell_key = cell_key
         self.version = version
         self.position = {sid: i for i, sid in enumerate(expected)}
@@ -196,7 +206,7 @@ class ChunkStore:
         for tmp in self.folder.glob(".*.tmp"):
             tmp.unlink(missing_ok=True)
         for path in sorted(self.folder.iterdir()):
-            if path.is_dir():
+            if refuse_link(path).is_dir():
                 shutil.rmtree(path, ignore_errors=True)
                 continue
             problem = self._adopt(path)

@@ -55,6 +55,8 @@ from rich.progress import (
 from advbench.core.digests import module_digest
 from advbench.core.errors import AdvbenchError
 from advbench.core.keys import content_key, file_digest
+from advbench.core.names import file_name
+from advbench.core.paths import no_links
 from advbench.core.records import write_part
 from advbench.quality.metrics.base import QualityMetric
 from advbench.quality.schema import rd_record
@@ -102,8 +104,12 @@ def _check_bitrates(bitrates_kbps: Sequence[float]) -> list[float]:
 
 
 def part_path(out_dir: Path, metric: str, video: str, amplitude: float, bitrate_kbps: float) -> Path:
-    """Where the record of one (video, amplitude, bitrate) point lives."""
-    return out_dir / metric / video / f"a{amplitude:.4f}_b{bitrate_kbps:g}k.parquet"
+    """Where the record of one (video, amplitude, bitrate) point lives.
+
+    `video` is the clip's file stem, data rather than an option: it names its folder through
+    `file_name`, so a stem such as `..` cannot lead out of `<out_dir>/<metric>/`.
+    """
+    return out_dir / metric / file_name(video) / f"a{amplitude:.4f}_b{bitrate_kbps:g}k.parquet"
 
 
 def _settings_key_of(path: Path) -> str | None:
@@ -209,7 +215,7 @@ def run_rd(
     job = _Job(metric.to(device).eval(), perturb, preset, psnr_kind, raw, max_frames, chunk_frames, batch_size, device)
 
     def part(path: Path, amp: float, rate: float) -> Path:
-        return part_path(out, metric_name, path.stem, amp, rate)
+        return no_links(part_path(out, metric_name, path.stem, amp, rate), out)
 
     units, skipped, stale = _plan(paths, levels, rates, part, keys, force)
     written: list[Path] = []
@@ -235,7 +241,7 @@ def _probe_videos(videos: Sequence[Path | str], raw: RawFormat | None) -> dict[P
     if not paths:
         raise AdvbenchError("no videos given: expected at least one Y4M/.yuv/video file")
     stems = [p.stem for p in paths]
-    if len(set(stems)) != len(stems):
+    if len(set(stems)) != len(stems) or len({file_name(s) for s in stems}) != len(stems):
         raise AdvbenchError(f"video names must be unique (records key on them); got {stems}")
     return {path: probe(path, raw) for path in paths}
 

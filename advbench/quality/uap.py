@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -37,7 +38,9 @@ import torch
 from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 
+from advbench.core.download import open_no_follow
 from advbench.core.errors import AdvbenchError
+from advbench.core.paths import refuse_link
 from advbench.core.torchfile import read_torch_file
 from advbench.quality.metrics.base import QualityMetric
 
@@ -151,16 +154,25 @@ def metric_throughput(metric: QualityMetric, batch: torch.Tensor, repeats: int =
 
 
 def save_uap(uap: torch.Tensor, path: str | Path, meta: Mapping[str, Any] | None = None) -> tuple[Path, Path]:
-    """Write `<path>.pt` (tensor + JSON-able metadata) and `<path>.png` (seed convention)."""
+    """Write `<path>.pt` (tensor + JSON-able metadata) and `<path>.png` (seed convention).
+
+    Each file is opened without following a link, and a link at any of the three names
+    (`.pt`, its `.pt.tmp` and `.png`) is refused before anything is written: the UAP never
+    overwrites a file elsewhere.
+    """
     check_uap(uap, "uap")
     base = Path(path).expanduser()
-    base.parent.mkdir(parents=True, exist_ok=True)
     pt, png = base.with_suffix(".pt"), base.with_suffix(".png")
     tmp = pt.with_suffix(".pt.tmp")
-    torch.save({"uap": uap.detach().cpu().float(), "meta": json.dumps(dict(meta or {}))}, tmp)
+    for file in (pt, tmp, png):
+        refuse_link(file)
+    base.parent.mkdir(parents=True, exist_ok=True)
+    with os.fdopen(open_no_follow(tmp, append=False), "wb") as out:
+        torch.save({"uap": uap.detach().cpu().float(), "meta": json.dumps(dict(meta or {}))}, out)
     tmp.replace(pt)
     pixels = ((uap.detach().cpu().float() + 0.5) * 255).round().clamp(0, 255).byte()
-    Image.fromarray(pixels.permute(1, 2, 0).numpy()).save(png)
+    with os.fdopen(open_no_follow(png, append=False), "wb") as out:
+        Image.fromarray(pixels.permute(1, 2, 0).numpy()).save(out, format="PNG")
     return pt, png
 
 

@@ -20,6 +20,7 @@ from RGB, so the source and the decoded video are treated identically.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -30,7 +31,9 @@ from pathlib import Path
 import av
 import numpy as np
 
+from advbench.core.download import open_no_follow
 from advbench.core.errors import AdvbenchError
+from advbench.core.paths import refuse_link
 
 LUMA = np.array([0.299, 0.587, 0.114], dtype=np.float32)
 PSNR_CAP_DB = 100.0
@@ -291,10 +294,15 @@ def psnr(reference: np.ndarray, test: np.ndarray, kind: str = "rgb") -> np.ndarr
 
 
 def write_y4m(path: str | Path, frames: np.ndarray, fps: int | Fraction = 25) -> Path:
-    """Write float RGB frames as a yuv420p Y4M file (the raw format Xiph videos come in)."""
-    path = Path(path)
+    """Write float RGB frames as a yuv420p Y4M file (the raw format Xiph videos come in).
+
+    The file is opened without following a link: a link planted at `path` is an error, never
+    a way to overwrite the file it points to.
+    """
+    path = refuse_link(Path(path))
     path.parent.mkdir(parents=True, exist_ok=True)
-    with av.open(str(path), "w", format="yuv4mpegpipe") as container:
+    with os.fdopen(open_no_follow(path, append=False), "wb") as out, \
+            av.open(out, "w", format="yuv4mpegpipe") as container:
         stream = container.add_stream("rawvideo", rate=Fraction(fps))
         stream.width, stream.height, stream.pix_fmt = frames.shape[2], frames.shape[1], "yuv420p"
         for image in _to_uint8(frames):
