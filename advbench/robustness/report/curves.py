@@ -25,9 +25,7 @@ import numpy as np
 import pandas as pd
 
 from advbench.core.errors import AdvbenchError
-
-CELL: list[str] = ["dataset", "defense", "attack", "norm", "goal", "knowledge"]
-"""Columns that identify one curve: records of several shards of a cell are pooled."""
+from advbench.robustness.report.shards import CELL, NAME, NAMED, ROW, identify
 
 GOALS = ("untargeted", "targeted")
 KNOWLEDGE_ORDER = ("white", "transfer", "score", "decision")
@@ -49,8 +47,9 @@ _STRENGTH_COLUMNS = [*CELL, "sample_id", "clean_correct", "first_success_strengt
 _TABLE_COLUMNS = [*CELL, "sample_id", "label", "adv_pred", "clean_correct", "success_at_budget", "min_eps", "eps_budget"]
 
 
-def _validate(df: pd.DataFrame, needed: list[str], what: str) -> None:
-    """Fail early, naming every missing column, instead of a KeyError deep inside pandas."""
+def _validate(df: pd.DataFrame, needed: list[str], what: str) -> pd.DataFrame:
+    """The records with each cell's `row` (see :func:`shards.identify`), after failing early, naming
+    every missing column, instead of a KeyError deep inside pandas."""
     missing = sorted(set(needed) - set(df.columns))
     if missing:
         raise AdvbenchError(f"{what} needs record columns {', '.join(missing)}; they are missing")
@@ -59,22 +58,25 @@ def _validate(df: pd.DataFrame, needed: list[str], what: str) -> None:
     bad_goals = sorted(set(df["goal"].unique()) - set(GOALS))
     if bad_goals:
         raise AdvbenchError(f"goal must be one of {', '.join(GOALS)}; records have {', '.join(map(str, bad_goals))}")
-    repeated = df.duplicated([*CELL, "sample_id"])
+    df = identify(df)
+    repeated = df.duplicated([*NAMED, "sample_id"])
     if repeated.any():
-        first = df.loc[repeated, [*CELL, "sample_id"]].iloc[0]
+        first = df.loc[repeated, [*NAME, "sample_id"]].iloc[0]
         raise AdvbenchError(
             f"expected one record per cell and sample, got {int(repeated.sum())} repeats "
             f"(first: {'/'.join(map(str, first))}); pass each run's records once"
         )
+    return df
 
 
 def _require_unique(df: pd.DataFrame, column: str) -> None:
     """A cell's budget must be unique, else its curve would mix two different experiments."""
-    counts = df.groupby(CELL)[column].nunique()
+    counts = df.groupby(NAMED)[column].nunique()
     if (counts > 1).any():
         key = counts.index[counts > 1][0]
-        values = sorted(df.loc[(df[CELL] == key).all(axis=1), column].unique().tolist())
-        raise AdvbenchError(f"expected one {column} per cell, got {values} for {'/'.join(map(str, key))}")
+        values = sorted(df.loc[(df[NAMED] == key).all(axis=1), column].unique().tolist())
+        name = dict(zip(NAMED, key))
+        raise AdvbenchError(f"expected one {column} per cell, got {values} for {'/'.join(str(name[c]) for c in NAME)}")
 
 
 def _rates(goal: str, correct: np.ndarray, hits: Callable[[np.ndarray], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -97,15 +99,15 @@ def _curves(df: pd.DataFrame, x_name: str, per_cell: Callable[[pd.DataFrame, tup
     """Apply a per-cell (x, hits) builder to every cell and stack the tidy result."""
     _require_unique(df, "eps_budget")
     parts = []
-    for key, g in df.groupby(CELL, sort=True):
+    for key, g in df.groupby(NAMED, sort=True):
         x, hits = per_cell(g, key)
-        goal = key[CELL.index("goal")]
+        goal = key[NAMED.index("goal")]
         accuracy, asr = _rates(goal, g["clean_correct"].to_numpy(bool), hits)
         part = pd.DataFrame({x_name: x, "accuracy": accuracy, "asr": asr})
-        meta = dict(zip(CELL, key)) | {"eps_budget": g["eps_budget"].iloc[0], "n_samples": len(g)}
+        meta = dict(zip(NAMED, key)) | {"eps_budget": g["eps_budget"].iloc[0], "n_samples": len(g)}
         parts.append(part.assign(**meta))
     out = pd.concat(parts, ignore_index=True)
-    return out[[*CELL, "eps_budget", "n_samples", x_name, "accuracy", "asr"]]
+    return out[[*NAMED, "eps_budget", "n_samples", x_name, "accuracy", "asr"]]
 
 
 def eps_grid(df: pd.DataFrame, n: int = 101) -> dict[tuple[str, str], np.ndarray]:
@@ -115,7 +117,7 @@ def eps_grid(df: pd.DataFrame, n: int = 101) -> dict[tuple[str, str], np.ndarray
     8/255 on CIFAR-10 and 16/255 on ImageNet). The budgets themselves are added to the grid
     so every curve has an exact point at its budget.
     """
-    _validate(df, _BUDGET_COLUMNS, "eps grid")
+    df = _validate(df, _BUDGET_COLUMNS, "eps grid")
     if n < 2:
         raise AdvbenchError(f"eps grid needs n >= 2 points, got {n}")
     grids = {}
@@ -138,12 +140,12 @@ def budget_curve(df: pd.DataFrame, grid: Grid | None = None) -> pd.DataFrame:
     ``grid`` is one array for every cell, or a mapping (dataset, norm) -> array as returned
     by :func:`eps_grid` (the default).
     """
-    _validate(df, _BUDGET_COLUMNS, "budget curve")
+    df = _validate(df, _BUDGET_COLUMNS, "budget curve")
     grids = eps_grid(df) if grid is None else grid
 
     def per_cell(g: pd.DataFrame, key: tuple) -> tuple[np.ndarray, Callable]:
         if isinstance(grids, Mapping):
-            where = (key[CELL.index("dataset")], key[CELL.index("norm")])
+            where = (key[NAMED.index("dataset")], key[NAMED.index("norm")])
             if where not in grids:
                 raise AdvbenchError(f"eps grid has no entry for dataset/norm {'/'.join(where)}; it has {sorted(grids)}")
             eps = np.unique(np.asarray(grids[where], dtype=np.float64))
@@ -163,7 +165,7 @@ def strength_curve(df: pd.DataFrame) -> pd.DataFrame:
     (0: already adversarial, -1: never). Same accuracy/ASR definitions as
     :func:`budget_curve`, including NaN accuracy for targeted cells.
     """
-    _validate(df, _STRENGTH_COLUMNS, "strength curve")
+    df = _validate(df, _STRENGTH_COLUMNS, "strength curve")
     _require_unique(df, "strength_budget")
 
     def per_cell(g: pd.DataFrame, key: tuple) -> tuple[np.ndarray, Callable]:
@@ -177,8 +179,8 @@ def strength_curve(df: pd.DataFrame) -> pd.DataFrame:
         return np.arange(budget + 1), hits
 
     out = _curves(df, "strength", per_cell)
-    budgets = df.groupby(CELL)["strength_budget"].first().rename("strength_budget")
-    return out.join(budgets, on=CELL)
+    budgets = df.groupby(NAMED)["strength_budget"].first().rename("strength_budget")
+    return out.join(budgets, on=NAMED)
 
 
 def category_label(category: object) -> str:
@@ -204,7 +206,7 @@ def query_curve(df: pd.DataFrame) -> pd.DataFrame:
     count at which some sample broke, and the budget: drawn as steps it is exact, and on a log
     axis it needs no point at 0. Same accuracy/ASR definitions as :func:`strength_curve`.
     """
-    _validate(df, _STRENGTH_COLUMNS, "query curve")
+    df = _validate(df, _STRENGTH_COLUMNS, "query curve")
     other = sorted(df.loc[~query_unit(df), "knowledge"].unique())
     if other:
         raise AdvbenchError(f"query curves take score- and decision-based records; got knowledge {', '.join(other)} "
@@ -219,8 +221,8 @@ def query_curve(df: pd.DataFrame) -> pd.DataFrame:
         return queries, lambda mask: np.searchsorted(np.sort(first[mask & found]), queries, side="right")
 
     out = _curves(df, "queries", per_cell)
-    budgets = df.groupby(CELL)["strength_budget"].first().rename("strength_budget")
-    return out.join(budgets, on=CELL)
+    budgets = df.groupby(NAMED)["strength_budget"].first().rename("strength_budget")
+    return out.join(budgets, on=NAMED)
 
 
 def checkpoint_columns(df: pd.DataFrame) -> dict[int, str]:
@@ -241,23 +243,23 @@ def checkpoint_curve(df: pd.DataFrame) -> pd.DataFrame:
     (budgeted attacks) are left out, so the frame may be empty. Where both exist, these points
     lie on :func:`query_curve`, which dates every success exactly.
     """
-    _validate(df, [*_BUDGET_COLUMNS, "strength_budget"], "checkpoint curve")
+    df = _validate(df, [*_BUDGET_COLUMNS, "strength_budget"], "checkpoint curve")
     columns = checkpoint_columns(df)
     parts = []
-    for key, g in df.groupby(CELL, sort=True):
+    for key, g in df.groupby(NAMED, sort=True):
         held = {q: c for q, c in columns.items() if g[c].notna().all()}
         if not held:
             continue
         budget = float(g["eps_budget"].iloc[0])
         norms = g[list(held.values())].to_numpy(np.float64)            # (samples, checkpoints)
         broken = norms <= budget
-        goal = key[CELL.index("goal")]
+        goal = key[NAMED.index("goal")]
         accuracy, asr = _rates(goal, g["clean_correct"].to_numpy(bool), lambda mask: broken[mask].sum(axis=0))
         parts.append(pd.DataFrame({"queries": list(held), "accuracy": accuracy, "asr": asr})
-                     .assign(**dict(zip(CELL, key)), eps_budget=budget, n_samples=len(g)))
+                     .assign(**dict(zip(NAMED, key)), eps_budget=budget, n_samples=len(g)))
     if not parts:
-        return pd.DataFrame(columns=[*CELL, "eps_budget", "n_samples", "queries", "accuracy", "asr"])
-    return pd.concat(parts, ignore_index=True)[[*CELL, "eps_budget", "n_samples", "queries", "accuracy", "asr"]]
+        return pd.DataFrame(columns=[*NAMED, "eps_budget", "n_samples", "queries", "accuracy", "asr"])
+    return pd.concat(parts, ignore_index=True)[[*NAMED, "eps_budget", "n_samples", "queries", "accuracy", "asr"]]
 
 
 def summary_table(df: pd.DataFrame) -> pd.DataFrame:
@@ -271,12 +273,12 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
     ``certified`` column; NaN where IBP does not apply: l2, models it cannot bound).
     ``defense_category`` follows the defense where the records carry it.
     """
-    _validate(df, _TABLE_COLUMNS, "summary table")
+    df = _validate(df, _TABLE_COLUMNS, "summary table")
     untargeted = df["goal"].eq("untargeted").to_numpy()
     correct = df["clean_correct"].to_numpy(bool)
     thresholds = df["min_eps"].astype(float).fillna(np.inf).to_numpy()
     counted = correct | ~untargeted
-    frame = df[CELL].assign(
+    frame = df[NAMED].assign(
         eps_budget=df["eps_budget"],
         min_eps=np.where(untargeted & ~correct, 0.0, thresholds),
         correct_at_budget=(df["adv_pred"] == df["label"]).to_numpy(),
@@ -288,7 +290,7 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
         frame[CATEGORY] = df[CATEGORY].fillna("").astype(str).to_numpy()
         labels[CATEGORY] = (CATEGORY, "first")
     _require_unique(frame, "eps_budget")
-    tidy = frame.groupby(CELL, sort=True).agg(
+    tidy = frame.groupby(NAMED, sort=True).agg(
         **labels,
         eps_budget=("eps_budget", "first"),
         n_samples=("min_eps", "size"),
@@ -299,7 +301,7 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
     )
     tidy["asr"] = tidy["hits"] / tidy["counted"].where(tidy["counted"] > 0)
     if "certified" in df.columns:
-        tidy["certified_accuracy"] = df.groupby(CELL, sort=True)["certified"].mean()
+        tidy["certified_accuracy"] = df.groupby(NAMED, sort=True)["certified"].mean()
     return tidy.drop(columns=["hits", "counted"]).reset_index()
 
 
@@ -317,7 +319,8 @@ def _format_cell(median: float, accuracy: float) -> str:
 def format_table3(tidy: pd.DataFrame, by_category: bool = False) -> dict[tuple[str, str], pd.DataFrame]:
     """Lay :func:`summary_table` out like the seed: one string table per (norm, goal).
 
-    Rows are (dataset, knowledge, attack), columns are defenses, cells read
+    Rows are (dataset, knowledge, attack), columns are the model rows (`row`: the defense, or the
+    records' model label with it, see :data:`shards.ROW`), cells read
     "median min_eps / accuracy at budget"; a pair that was not run shows "—". `by_category`
     orders the defense columns by category and heads them "defense (category)".
     """
@@ -328,10 +331,10 @@ def format_table3(tidy: pd.DataFrame, by_category: bool = False) -> dict[tuple[s
     for key, g in tidy.groupby(["norm", "goal"], sort=True):
         g = g.assign(cell=[_format_cell(m, a) for m, a in zip(g["median_min_eps"], g["accuracy"])])
         g = g.sort_values(["dataset", "knowledge", "attack"], key=lambda s: _knowledge_rank(s) if s.name == "knowledge" else s)
-        wide = g.pivot_table(index=["dataset", "knowledge", "attack"], columns="defense", values="cell", aggfunc="first", sort=False)
+        wide = g.pivot_table(index=["dataset", "knowledge", "attack"], columns=ROW, values="cell", aggfunc="first", sort=False)
         wide.columns.name = None
         if by_category:
-            category = g.groupby("defense")[CATEGORY].first()
+            category = g.groupby(ROW)[CATEGORY].first()
             order = sorted(wide.columns, key=lambda d: (category[d], d))
             wide = wide[order].rename(columns=lambda d: f"{d} ({category[d]})" if category[d] else d)
         tables[key] = wide.fillna("—")
@@ -340,7 +343,7 @@ def format_table3(tidy: pd.DataFrame, by_category: bool = False) -> dict[tuple[s
 
 def _validate_tidy(tidy: pd.DataFrame) -> None:
     """Table formatting takes the output of :func:`summary_table`, not raw records."""
-    needed = [*CELL, "eps_budget", "median_min_eps", "accuracy", "asr"]
+    needed = [*NAMED, "eps_budget", "median_min_eps", "accuracy", "asr"]
     missing = sorted(set(needed) - set(tidy.columns))
     if missing:
         raise AdvbenchError(f"table formatting needs summary_table columns {', '.join(missing)}; they are missing")

@@ -35,7 +35,7 @@ import pandas as pd
 from advbench.core.errors import AdvbenchError
 from advbench.core.records import read_records
 from advbench.robustness.report.curves import summary_table
-from advbench.robustness.report.shards import missing_shards, mixed_shards
+from advbench.robustness.report.shards import ROW, missing_shards, mixed_shards, same_name_cells
 
 VERDICT_DIR_ENV = "ADVBENCH_GATE_DIR"
 """Folder where the jobs of one `advbench run` leave a file per failing cell for the parent."""
@@ -100,8 +100,9 @@ class Verdict:
 
 
 def cell_label(row: pd.Series) -> str:
-    """The label `advbench run` prints for a cell: 'digits/natural/bim linf untargeted ε=0.2'."""
-    label = f"{row['dataset']}/{row['defense']}/{row['attack']} {row['norm']} {row['goal']} ε={row['eps_budget']:g}"
+    """The label `advbench run` prints for a cell: 'digits/natural/bim linf untargeted ε=0.2' (the
+    model row: 'resnet18+natural' for a labelled model, 'natural (seed=1)' beside a cell of that name)."""
+    label = f"{row['dataset']}/{row[ROW]}/{row['attack']} {row['norm']} {row['goal']} ε={row['eps_budget']:g}"
     return label if row["knowledge"] == "white" else f"{label} ({row['knowledge']})"
 
 
@@ -152,13 +153,16 @@ def check_records(paths: Iterable[Path], limits: Thresholds, names: dict[str, st
     """`advbench check`: judge the benchmark records under `paths` (files or folders).
 
     A cell with a shard missing, or with shards made with other settings, is not judged: the
-    verdict would be about other samples or another experiment than the cell's name says.
+    verdict would be about other samples or another experiment than the cell's name says. Cells
+    of several runs that share a name are judged apart, with one warning line per name on stderr.
     """
     records = read_records(paths, kinds=("benchmark",))
     problems = mixed_shards(records) + missing_shards(records)
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise AdvbenchError(f"cannot judge {problems[0]}{more}")
+    for line in same_name_cells(records):
+        print(f"warning: {line}", file=sys.stderr)
     return judge(records, limits, names)
 
 

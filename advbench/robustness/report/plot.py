@@ -8,6 +8,7 @@ call or a test never leaks figures or needs a display.
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -38,9 +39,11 @@ from advbench.robustness.report.curves import (
     strength_curve,
     summary_table,
 )
+from advbench.robustness.report.shards import ROW, same_name_cells
 
 FIGURE_KEY = ["dataset", "norm", "goal", "knowledge"]
-"""One figure per threat model and data set; panels are attacks, lines are defenses."""
+"""One figure per threat model and data set; panels are attacks, lines are model rows (a defense, or a
+labelled model with its defense: `shards.ROW`)."""
 
 NORM_LABELS = {"linf": "ℓ∞", "l2": "ℓ₂"}
 KNOWLEDGE_LABELS = {"white": "white-box", "transfer": "transfer-based", "score": "score-based", "decision": "decision-based"}
@@ -160,7 +163,7 @@ def _queries(value: float, _: int) -> str:
 
 def _figure(curves: pd.DataFrame, x: str, xlabel: str, styles: dict, show_budget: bool,
             points: pd.DataFrame | None = None, categories: dict[str, str] | None = None) -> Figure:
-    """Grid of panels, one per attack, one line per defense, shared 0-100% y axis.
+    """Grid of panels, one per attack, one line per model row, shared 0-100% y axis.
 
     x = "queries" is drawn on a log axis from 1 to the budget; `points` (same x and metric)
     are drawn as open markers on the lines of their defense (the decision attacks' checkpoints).
@@ -169,7 +172,7 @@ def _figure(curves: pd.DataFrame, x: str, xlabel: str, styles: dict, show_budget
     goal = key[FIGURE_KEY.index("goal")]
     metric, ylabel = ("accuracy", "accuracy") if goal == "untargeted" else ("asr", "attack success rate")
     attacks = sorted(curves["attack"].unique())
-    present = sorted(curves["defense"].unique())
+    present = sorted(curves[ROW].unique())
     fig, axes, ncols = _canvas(len(attacks), present, categories, points is not None)
     drawstyle = "default" if show_budget else "steps-post"
     log_x = x == "queries"
@@ -178,11 +181,11 @@ def _figure(curves: pd.DataFrame, x: str, xlabel: str, styles: dict, show_budget
         panel = curves[curves["attack"] == attack]
         top = panel[x].max()
         few = not show_budget and not log_x and top <= FEW_STEPS
-        for defense, line in panel.groupby("defense", sort=True):
+        for defense, line in panel.groupby(ROW, sort=True):
             style = {"marker": "o" if few else None, **styles[defense]}
             ax.plot(line[x], line[metric], drawstyle=drawstyle, linewidth=1.6, markersize=4, **style)
         if points is not None and not points.empty:
-            for defense, dots in points[points["attack"] == attack].groupby("defense", sort=True):
+            for defense, dots in points[points["attack"] == attack].groupby(ROW, sort=True):
                 ax.plot(dots[x], dots[metric], linestyle="none", marker="o", markersize=5, markerfacecolor="white",
                         markeredgewidth=1.3, color=styles[defense]["color"])
                 marked = True
@@ -254,7 +257,7 @@ def _frame(ax: Any, attack: str, xlabel: str) -> None:
 def budget_figure(curves: pd.DataFrame, styles: dict | None = None, categories: dict[str, str] | None = None) -> Figure:
     """Accuracy (untargeted) / ASR (targeted) vs. ε for one (dataset, norm, goal, knowledge)."""
     norm = _single_key(curves)[FIGURE_KEY.index("norm")]
-    styles = styles or defense_styles(curves["defense"], categories)
+    styles = styles or defense_styles(curves[ROW], categories)
     return _figure(curves, "eps", f"{NORM_LABELS.get(norm, norm)} budget ε", styles, show_budget=True,
                    categories=categories)
 
@@ -264,7 +267,7 @@ def strength_figure(curves: pd.DataFrame, styles: dict | None = None, points: pd
     """Accuracy / ASR vs. iterations (a strength curve) or queries (a query curve, log axis,
     with the checkpoint `points` if given) at the fixed budget, same layout as budget."""
     knowledge = _single_key(curves)[FIGURE_KEY.index("knowledge")]
-    styles = styles or defense_styles(curves["defense"], categories)
+    styles = styles or defense_styles(curves[ROW], categories)
     x = "queries" if "queries" in curves.columns else "strength"
     unit = "queries, log scale" if x == "queries" else STRENGTH_UNITS.get(knowledge, "steps")
     return _figure(curves, x, f"attack strength ({unit})", styles, show_budget=False, points=points,
@@ -284,7 +287,7 @@ def _save_all(curves: pd.DataFrame, kind: str, build, out_dir: Path, formats: Se
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    styles = styles or defense_styles(curves["defense"], categories)
+    styles = styles or defense_styles(curves[ROW], categories)
     paths = []
     for key, group in curves.groupby(FIGURE_KEY, sort=True):
         fig = build(group, styles, key)
@@ -366,14 +369,19 @@ def render_all(df: pd.DataFrame, out_dir: Path | str, formats: Sequence[str] = (
 
     Strength figures of score- and decision-based cells are query curves (log axis, with the
     decision attacks' checkpoints). `group_by="category"` colours lines by defense category
-    and heads the tables' defense columns with it; the CSV tables carry it either way.
+    and heads the tables' defense columns with it; the CSV tables carry it either way. Cells of
+    several runs that share a name are drawn apart, with one warning line per name on stderr.
     """
     if group_by not in GROUP_BY:
         raise AdvbenchError(f"unknown grouping '{group_by}'; valid: {', '.join(GROUP_BY)}")
     df = with_categories(df)
     categories = defense_categories(df) if group_by == "category" else None
     budget = budget_curve(df, eps_grid(df, grid_points))
-    styles = defense_styles(budget["defense"], categories)
+    if categories is not None:  # by row: the rows of a defense (two models, two runs) share its category
+        categories = {row: categories[defense] for row, defense in zip(budget[ROW], budget["defense"])}
+    for line in same_name_cells(df):
+        print(f"warning: {line}", file=sys.stderr)
+    styles = defense_styles(budget[ROW], categories)
     queries = query_unit(df)
     written = plot_budget_curves(budget, out_dir, formats, styles, categories)
     if (~queries).any():
