@@ -36,9 +36,11 @@ PAGES: dict[str, str] = {
     "metric": "docs/quality.md",
     "model": "docs/getting-started.md",
     "dataset": "docs/getting-started.md",
+    "iqa/attack": "docs/iqa.md",
+    "iqa/experiment": "docs/iqa.md",
 }
 
-BLOCK = re.compile(r"(<!-- catalog:([\w-]+) -->\n)(.*?)(<!-- /catalog:\2 -->)", re.DOTALL)
+BLOCK = re.compile(r"(<!-- catalog:([\w/-]+) -->\n)(.*?)(<!-- /catalog:\2 -->)", re.DOTALL)
 
 
 def _cell(text: str) -> str:

@@ -42,7 +42,6 @@ class MetricAttack:
     """
 
     name: ClassVar[str] = ""
-    description: ClassVar[str] = ""
 
     def prepare(self, metric: QualityMetric, context: PrepareContext) -> dict[str, Any]:
         return {}

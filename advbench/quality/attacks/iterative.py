@@ -59,7 +59,6 @@ class IterativeFGSM(MetricAttack):
 
 class FGSM(IterativeFGSM):
     name = "fgsm"
-    description = "FGSM: one sign step of size ε (Goodfellow et al. 2015)"
 
     def __init__(self) -> None:
         super().__init__(steps=1, alpha=None)
@@ -67,12 +66,10 @@ class FGSM(IterativeFGSM):
 
 class IFGSM(IterativeFGSM):
     name = "ifgsm"
-    description = "I-FGSM: 10 sign steps of 1/255, projected (Kurakin et al. 2017; MSU settings)"
 
 
 class MIFGSM(IterativeFGSM):
     name = "mifgsm"
-    description = "MI-FGSM: I-FGSM along a momentum of normalised gradients, decay 1 (Dong et al. 2018)"
 
     def __init__(self, *, steps: int = 10, alpha: float | None = 1 / 255, decay: float = 1.0) -> None:
         super().__init__(steps=steps, alpha=alpha, decay=decay)
@@ -80,7 +77,6 @@ class MIFGSM(IterativeFGSM):
 
 class AMIFGSM(IterativeFGSM):
     name = "amifgsm"
-    description = "AMI-FGSM: MI-FGSM with its step adapted to the budget, ε/steps (MSU settings)"
 
     def __init__(self, *, steps: int = 10, alpha: float | None = None, decay: float = 1.0) -> None:
         super().__init__(steps=steps, alpha=alpha, decay=decay)
@@ -102,7 +98,6 @@ def activity_map(x: torch.Tensor) -> torch.Tensor:
 
 class Korhonen(MetricAttack):
     name = "korhonen"
-    description = "Korhonen–You: Adam on the gradient masked by spatial activity (Korhonen & You 2022; MSU settings)"
 
     def __init__(self, *, steps: int = 10, lr: float = 0.005) -> None:
         _check_steps(steps, lr=lr)
@@ -122,7 +117,6 @@ class Korhonen(MetricAttack):
 
 class MADC(MetricAttack):
     name = "madc"
-    description = "MADC: accept-if-better gradient ascent, RMS ≤ ε and |δ| ≤ ε (Wang & Simoncelli 2008)"
 
     def __init__(self, *, steps: int = 50, lr: float = 0.05) -> None:
         _check_steps(steps, lr=lr)

@@ -44,7 +44,6 @@ def train_cumulative_uap(metric: QualityMetric, images: Any, *, epochs: int = 5,
 
 class Universal(MetricAttack):
     name = "uap"
-    description = "UAP: one Adam-trained perturbation for all images, applied at amplitude ε (the seed paper)"
 
     def __init__(self, *, file: str | None = None, epochs: int = 5, lr: float = 1e-3, batch_size: int = 8,
                  n_train: int | None = None) -> None:
@@ -91,7 +90,6 @@ class Universal(MetricAttack):
 
 class CumulativeUniversal(Universal):
     name = "cumulative_uap"
-    description = "Cumulative-UAP: batch gradients summed into one perturbation, clipped to ±0.1 (MSU)"
 
     def __init__(self, *, file: str | None = None, epochs: int = 5, lr: float = 1.0, batch_size: int = 8,
                  n_train: int | None = None) -> None:
