@@ -22,6 +22,7 @@ it is the engine's (`vote`): over `draws` fresh passes, an example meets the goa
 half of them do. One pass screens first (the logits an attack already has), so only rows the
 screen calls adversarial pay for the vote; a deterministic model is judged by that one pass.
 On a randomized model attacks do not stop at their first passing verdict (`stops_on_hit`).
+`calls` (the batch's `RowCalls`) keys each of its passes per row by (sample id, call index).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from torch import nn
 
 from advbench.core.errors import AdvbenchError
 from advbench.core.runtime import forward
+from advbench.robustness.attacks.random import Drawing, RowCalls
 from advbench.robustness.threat import goal_met
 
 Objective = Callable[[torch.Tensor], torch.Tensor]
@@ -47,10 +49,10 @@ def _device(model: nn.Module) -> torch.device:
     return p.device if p is not None else torch.device("cpu")
 
 
-def _forward(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+def _forward(model: nn.Module, x: torch.Tensor, draw: Drawing | None = None) -> torch.Tensor:
     """Logits with no autograd graph: computed under inference mode in the model's deployed
-    precision and memory format (`advbench.core.runtime.forward`), returned as a plain tensor of the input's dtype."""
-    with torch.inference_mode():
+    precision and memory format (`advbench.core.runtime.forward`), as a plain tensor of the input's dtype; `draw`: the pass's row keys."""
+    with draw if draw is not None else Drawing(None), torch.inference_mode():
         out = forward(model, x)
     return out.clone()
 
@@ -70,8 +72,9 @@ class Vote:
     logits: torch.Tensor
 
 
-def vote(model: nn.Module, x: torch.Tensor, y: torch.Tensor, target: torch.Tensor | None, draws: int) -> Vote:
-    """The model's verdict on `x` over `draws` fresh passes, uncounted (the engine's judgement).
+def vote(model: nn.Module, x: torch.Tensor, y: torch.Tensor, target: torch.Tensor | None, draws: int, *,
+         calls: RowCalls | None = None, rows: torch.Tensor | None = None) -> Vote:
+    """The model's verdict on `x`, batch rows `rows` of `calls`, over `draws` fresh passes, uncounted.
 
     Success on a randomized model is a property of its output distribution, not of one draw:
     stopping on one lucky pass over-credits the attack's iterate and, through early stopping,
@@ -79,7 +82,7 @@ def vote(model: nn.Module, x: torch.Tensor, y: torch.Tensor, target: torch.Tenso
     """
     if draws < 1:
         raise AdvbenchError(f"judge.draws must be a whole number >= 1, got {draws}")
-    passes = [_forward(model, x) for _ in range(draws)]
+    passes = [_forward(model, x, None if calls is None else calls.pass_of(model, rows)) for _ in range(draws)]
     labels = torch.stack([z.argmax(dim=1) for z in passes])                       # (draws, n)
     meets = goal_met(labels, y[None, :], None if target is None else target[None, :])
     fraction = meets.double().mean(dim=0)
@@ -98,13 +101,14 @@ class Oracle:
     """What the oracle's gradients are (records' `grad_mode`): none without gradients."""
 
     def __init__(self, model: nn.Module, n: int, *, substitute: nn.Module | None = None,
-                 num_classes: int | None = None, draws: int = 1) -> None:
+                 num_classes: int | None = None, draws: int = 1, calls: RowCalls | None = None) -> None:
         self._target = model
         self.draws = int(draws) if getattr(model, "randomized", False) else 1
         """Passes `verdict` votes over: `judge.draws` for a randomized target, else 1."""
         self.bounds: tuple[float, float] = tuple(getattr(model, "bounds", (0.0, 1.0)))  # type: ignore[assignment]
         self.num_classes = num_classes
         device = _device(model)
+        self.calls = calls if calls is not None else RowCalls(torch.arange(n, device=device))
         self._grad_evals = torch.zeros(n, dtype=torch.long, device=device)
         self._queries = torch.zeros(n, dtype=torch.long, device=device)
         self._reuses = torch.zeros(n, dtype=torch.long, device=device)
@@ -167,7 +171,7 @@ class Oracle:
         if rows.numel():
             self._queries.index_add_(0, self._batch_rows(idx[rows]), torch.full_like(rows, self.draws))
             y_t = None if target is None else target[rows]
-            met[rows] = vote(self._target, x[rows], y[rows], y_t, self.draws).met
+            met[rows] = vote(self._target, x[rows], y[rows], y_t, self.draws, calls=self.calls, rows=self._batch_rows(idx[rows])).met
         return met
 
     def _top1(self, x: torch.Tensor, idx: torch.Tensor, logits: torch.Tensor | None) -> torch.Tensor:
@@ -198,8 +202,8 @@ class WhiteBoxOracle(Oracle):
     knowledge = "white"
 
     def __init__(self, model: nn.Module, n: int, *, substitute: nn.Module | None = None,
-                 num_classes: int | None = None, draws: int = 1) -> None:
-        super().__init__(model, n, substitute=substitute, num_classes=num_classes, draws=draws)
+                 num_classes: int | None = None, draws: int = 1, calls: RowCalls | None = None) -> None:
+        super().__init__(model, n, substitute=substitute, num_classes=num_classes, draws=draws, calls=calls)
         self._memo: _CleanGradients | None = None
 
     @property
@@ -231,7 +235,7 @@ class WhiteBoxOracle(Oracle):
     def logits(self, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         """Logits, forward only (+1 query per row)."""
         self._count(self._queries, x, idx)
-        return _forward(self._white, x)
+        return _forward(self._white, x, self.calls.pass_of(self._white, self._batch_rows(idx)))
 
     def value_and_grad(self, x: torch.Tensor, objective: Objective,
                        idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -247,7 +251,7 @@ class WhiteBoxOracle(Oracle):
         logits_sum = grad_sum = None
         for _ in range(passes):
             self._count(self._grad_evals, x, idx)
-            with torch.enable_grad():
+            with self.calls.pass_of(self._white, self._batch_rows(idx)), torch.enable_grad():
                 logits = forward(self._white, x)
                 value = objective(logits)
                 if value.shape != (x.shape[0],):
@@ -329,10 +333,10 @@ class TransferOracle(WhiteBoxOracle):
     knowledge = "transfer"
 
     def __init__(self, model: nn.Module, n: int, *, substitute: nn.Module | None = None,
-                 num_classes: int | None = None, draws: int = 1) -> None:
+                 num_classes: int | None = None, draws: int = 1, calls: RowCalls | None = None) -> None:
         if substitute is None:
             raise AdvbenchError("transfer knowledge needs a substitute model; set substitute=...")
-        super().__init__(model, n, num_classes=num_classes, draws=draws)
+        super().__init__(model, n, num_classes=num_classes, draws=draws, calls=calls)
         sub_bounds = tuple(getattr(substitute, "bounds", (0.0, 1.0)))
         if sub_bounds != self.bounds:
             raise AdvbenchError(f"substitute input bounds {sub_bounds} differ from the target's {self.bounds}")
@@ -344,12 +348,12 @@ class TransferOracle(WhiteBoxOracle):
 
     def logits(self, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         """The substitute's logits: the attacker's own model, so no target query is counted."""
-        return _forward(self._substitute, x)
+        return _forward(self._substitute, x, self.calls.pass_of(self._substitute, self._batch_rows(idx)))
 
     def labels(self, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         """Top-1 labels of the target (+1 query per row)."""
         self._count(self._queries, x, idx)
-        return _forward(self._target, x).argmax(dim=1)
+        return _forward(self._target, x, self.calls.pass_of(self._target, self._batch_rows(idx))).argmax(dim=1)
 
     def _top1(self, x: torch.Tensor, idx: torch.Tensor, logits: torch.Tensor | None) -> torch.Tensor:
         """The target's labels (counted): the logits an attack holds are the substitute's."""
@@ -364,7 +368,7 @@ class ScoreOracle(Oracle):
     def logits(self, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         """Logits (+1 query per row); the result has no grad_fn even if x requires grad."""
         self._count(self._queries, x, idx)
-        return _forward(self._target, x.detach())
+        return _forward(self._target, x.detach(), self.calls.pass_of(self._target, self._batch_rows(idx)))
 
 
 class DecisionOracle(Oracle):
@@ -375,7 +379,7 @@ class DecisionOracle(Oracle):
     def labels(self, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         """Predicted classes (+1 query per row)."""
         self._count(self._queries, x, idx)
-        return _forward(self._target, x.detach()).argmax(dim=1)
+        return _forward(self._target, x.detach(), self.calls.pass_of(self._target, self._batch_rows(idx))).argmax(dim=1)
 
     def _top1(self, x: torch.Tensor, idx: torch.Tensor, logits: torch.Tensor | None) -> torch.Tensor:
         return self.labels(x, idx)
@@ -385,12 +389,12 @@ ORACLES: dict[str, type[Oracle]] = {cls.knowledge: cls for cls in (WhiteBoxOracl
 
 
 def build_oracle(knowledge: str, model: nn.Module, n: int, substitute: nn.Module | None = None, *,
-                 num_classes: int | None = None, draws: int = 1) -> Oracle:
+                 num_classes: int | None = None, draws: int = 1, calls: RowCalls | None = None) -> Oracle:
     """The oracle of a knowledge level over `model`, counting cost for a batch of `n` samples.
 
     `substitute` is used by the transfer oracle only; `draws` is the vote of `verdict` on a
-    randomized model (`judge.draws`).
+    randomized model (`judge.draws`); `calls` its passes per sample (the engine's; None: ids 0..n-1).
     """
     if knowledge not in ORACLES:
         raise AdvbenchError(f"unknown knowledge level '{knowledge}'; valid: {', '.join(ORACLES)}")
-    return ORACLES[knowledge](model, n, substitute=substitute, num_classes=num_classes, draws=draws)
+    return ORACLES[knowledge](model, n, substitute=substitute, num_classes=num_classes, draws=draws, calls=calls)

@@ -75,3 +75,74 @@ def normal(seed: int, sample_id: torch.Tensor, shape: tuple[int, ...], stream: i
     u1, u2 = 1.0 - u[:, :count], u[:, count:]          # u1 in (0, 1]: the log is finite
     z = torch.sqrt(-2.0 * torch.log(u1)) * torch.cos(2.0 * math.pi * u2)
     return z.to(dtype).reshape(-1, *shape)
+
+
+# Draws of randomized models (`defenses.wrappers`), keyed per row by (sample id, call index): the
+# k-th forward pass that includes a sample draws the same noise whatever the batch, the chunk, the
+# process (a resume) or the other rows of the call.
+
+_CALLS = _i64(0xD6E8FEB86659FD93)
+
+
+def call_keys(sample_id: torch.Tensor, call: torch.Tensor) -> torch.Tensor:
+    """(n,) int64 keys of (sample_id[i], call[i]): a randomized model's draw of one row in one pass."""
+    return _mix(_mix(sample_id.to(torch.int64) * _GOLDEN + _CALLS) + call.to(torch.int64) * _M1)
+
+
+class RowCalls:
+    """How many forward passes of a randomized model each sample of one batch has been through.
+
+    `take(rows)` gives the draw keys of one pass over batch rows `rows` and counts it: the k-th
+    pass that includes a sample draws with `call_keys(sample id, k)`. A sample that appears j times
+    in one pass (the probes of a decision attack) takes j consecutive call indices, so each probe
+    draws anew, in the order the attack lays its own probes out.
+    """
+
+    def __init__(self, sample_id: torch.Tensor) -> None:
+        self.sample_id = sample_id.to(torch.int64).reshape(-1)
+        self.count = torch.zeros_like(self.sample_id)
+
+    def take(self, rows: torch.Tensor) -> torch.Tensor:
+        """The (len(rows),) keys of one pass over batch rows `rows` (repeats allowed)."""
+        rows = rows.to(device=self.count.device, dtype=torch.int64).reshape(-1)
+        order = torch.argsort(rows, stable=True)
+        ranked = rows[order]
+        rank = torch.empty_like(rows)
+        rank[order] = torch.arange(rows.shape[0], device=rows.device) - torch.searchsorted(ranked, ranked)
+        keys = call_keys(self.sample_id[rows], self.count[rows] + rank)
+        self.count.index_add_(0, rows, torch.ones_like(rows))
+        return keys
+
+    def pass_of(self, model: object, rows: torch.Tensor) -> Drawing:
+        """The context of one forward pass of `model` over batch rows `rows`: a randomized model's
+        row keys, this pass counted; one that does not read them (`keyed_draws` unset: a user's
+        model on torch's generator) gets that generator seeded. A deterministic model: nothing."""
+        if not getattr(model, "randomized", False):
+            return Drawing(None)
+        return Drawing(self.take(rows), torch_generator=not getattr(model, "keyed_draws", False))
+
+
+class Drawing:
+    """While open, the randomized model's forward pass in flight draws row i with `keys[i]`
+    (`draw_keys`; None: a pass that draws nothing). With `torch_generator`, torch's global
+    generator is seeded from all the keys too, for a model that draws from it: exact on a rerun
+    of the same batch, not row by row."""
+
+    _in_flight: torch.Tensor | None = None
+
+    def __init__(self, keys: torch.Tensor | None, *, torch_generator: bool = False) -> None:
+        self.keys, self.torch_generator = keys, torch_generator
+        self.outer: torch.Tensor | None = None
+
+    def __enter__(self) -> None:
+        if self.torch_generator and self.keys is not None:
+            torch.manual_seed(int(_mix(self.keys.sum().reshape(1))[0]) & _MASK64)
+        self.outer, Drawing._in_flight = Drawing._in_flight, self.keys
+
+    def __exit__(self, *exc: object) -> None:
+        Drawing._in_flight = self.outer
+
+
+def draw_keys() -> torch.Tensor | None:
+    """The row keys of the pass in flight (`Drawing`), None outside one (a direct call of the model)."""
+    return Drawing._in_flight

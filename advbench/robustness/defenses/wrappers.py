@@ -14,9 +14,12 @@ boundary, so attacks and the engine need no per-defense code (seed 4.2, adaptive
 `straight_through = False` on a BPDA module turns the approximation off (the plain autograd
 gradient, zero through a rounding): `advbench.robustness.defenses.masking` looks at that gradient.
 
-Random draws come from `advbench.robustness.attacks.random`, keyed per row by a hash of the row's own
-values and by the wrapper's pass counter, so a row's draw does not depend on its batch
-position or companions, and a run with the same settings is reproducible.
+Random draws come from `advbench.robustness.attacks.random`, keyed per row. In the engine each
+pass is told its rows' keys, (sample id, how many passes that sample has been through)
+(`random.RowCalls`, `random.Drawing`), so a sample's draws, and its records, do not depend on its
+batch, its chunk, or on whether the run was killed and resumed. A direct call outside the engine
+keys a row by a hash of its values and the wrapper's pass counter: still independent of the
+batch, and reproducible within a process, but it restarts with the process.
 """
 
 from __future__ import annotations
@@ -50,7 +53,10 @@ class InputTransform(nn.Module):
 
     grad_mode: ClassVar[str] = "exact"
     randomized: ClassVar[bool] = False
+    keyed_draws: ClassVar[bool] = True
+    """A randomized wrapper draws from the engine's row keys (`pass_keys`), not torch's generator."""
     eot_samples: int = 1
+    passes: int = 0
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
@@ -62,6 +68,20 @@ class InputTransform(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.model(self.transform(x))
+
+    def pass_keys(self, x: torch.Tensor, streams: int) -> tuple[torch.Tensor, int]:
+        """Row keys of this pass and its first stream (a pass uses `streams` of them).
+
+        In the engine: the keys it set for the pass (`random.draw_keys`), stream 0. A direct call:
+        each row's `row_keys` with the pass counter's streams, the counter moved on.
+        """
+        keys = random.draw_keys()
+        if keys is not None:
+            if keys.shape[0] != x.shape[0]:
+                raise ValueError(f"{type(self).__name__} got {x.shape[0]} rows for {keys.shape[0]} row keys")
+            return keys.to(x.device), 0
+        stream, self.passes = self.passes * streams, self.passes + 1
+        return row_keys(x), stream
 
 
 class _BPDA(InputTransform):
@@ -130,7 +150,7 @@ class RandomResizePad(InputTransform):
     image resized back to 299 is this transform at rate 299/331 (the default).
 
     Differentiable but random: white-box gradients are EOT means over `eot_samples` passes.
-    Each forward pass is a fresh draw (the pass counter is part of every draw's key).
+    Each forward pass is a fresh draw (the call index or pass counter is part of every key).
     """
 
     grad_mode = "eot"
@@ -145,12 +165,10 @@ class RandomResizePad(InputTransform):
         self.rate = float(rate)
         self.eot_samples = int(eot_samples)
         self.seed = int(seed)
-        self.passes = 0
 
     def transform(self, x: torch.Tensor) -> torch.Tensor:
-        stream, self.passes = self.passes, self.passes + 1
-        return diverse_inputs(x, prob=1.0, resize_rate=self.rate, seed=self.seed, sample_id=row_keys(x),
-                              stream=stream)
+        keys, stream = self.pass_keys(x, 1)
+        return diverse_inputs(x, prob=1.0, resize_rate=self.rate, seed=self.seed, sample_id=keys, stream=stream)
 
 
 def row_keys(x: torch.Tensor) -> torch.Tensor:
@@ -167,7 +185,7 @@ ENSEMBLE_ELEMENTS = 1 << 20
 class _Ensemble(InputTransform):
     """A randomized defense deployed as the mean logits of `ensemble` noisy passes, batched as
     one call of the model on every row repeated `ensemble` times. Each (row, member) draws with
-    its own key (`member_keys`) and each call of the module with new streams."""
+    its own key (`member_keys` of the pass's row keys)."""
 
     grad_mode = "eot"
     randomized = True
@@ -181,16 +199,14 @@ class _Ensemble(InputTransform):
         self.ensemble = int(ensemble)
         self.eot_samples = int(eot_samples)
         self.seed = int(seed)
-        self.passes = 0
 
     def noisy_logits(self, x: torch.Tensor, keys: torch.Tensor, stream: int) -> torch.Tensor:
         """Logits of one noisy pass of each row of `x` (rows already repeated per member)."""
         raise NotImplementedError
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        stream = self.passes * self.streams_per_pass
-        self.passes += 1
-        keys = member_keys(x, self.ensemble).view(x.shape[0], self.ensemble)
+        rows, stream = self.pass_keys(x, self.streams_per_pass)
+        keys = member_keys(rows, self.ensemble).view(x.shape[0], self.ensemble)
         # Rows go through in slices so that rows x members stays bounded (decision attacks send
         # thousands of probes in one call); draws are keyed per row, so slicing changes nothing.
         rows = max(1, ENSEMBLE_ELEMENTS // (self.ensemble * max(1, x[0].numel())))
@@ -203,10 +219,10 @@ class _Ensemble(InputTransform):
         return random.normal(self.seed, keys, tuple(like.shape[1:]), stream, device=like.device, dtype=like.dtype)
 
 
-def member_keys(x: torch.Tensor, members: int) -> torch.Tensor:
-    """(n * members,) keys: row i's `row_keys` mixed with the member index, rows repeated in place."""
-    member = torch.arange(1, members + 1, device=x.device, dtype=torch.int64) * _GOLDEN
-    return _mix(row_keys(x)[:, None] ^ member[None, :]).reshape(-1)
+def member_keys(rows: torch.Tensor, members: int) -> torch.Tensor:
+    """(n * members,) keys: row key i mixed with the member index, rows repeated in place."""
+    member = torch.arange(1, members + 1, device=rows.device, dtype=torch.int64) * _GOLDEN
+    return _mix(rows[:, None] ^ member[None, :]).reshape(-1)
 
 
 class RandomSelfEnsemble(_Ensemble):

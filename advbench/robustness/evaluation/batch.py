@@ -67,7 +67,7 @@ class _Batch:
     def judge(self, x_adv: torch.Tensor, idx: torch.Tensor) -> Vote:
         """The deployed model's verdict on `x_adv` (a vote over `oracle.draws` passes), uncounted."""
         target = None if self.target is None else self.target[idx]
-        verdict = vote(self.model, x_adv, self.y[idx], target, self.oracle.draws)
+        verdict = vote(self.model, x_adv, self.y[idx], target, self.oracle.draws, calls=self.oracle.calls, rows=idx)
         if not bool(torch.isfinite(verdict.logits).all()):
             raise AdvbenchError(f"the model returned NaN or infinite logits on {type(self.attack).__name__}'s examples")
         return verdict

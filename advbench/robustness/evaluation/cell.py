@@ -88,6 +88,9 @@ def cell_identity(cfg: DictConfig, threat: ThreatModel, attack: Attack) -> dict[
         "shard": [int(cfg.shard.index), int(cfg.shard.count)],
         "search": OmegaConf.to_container(cfg.search),
         **judge_identity(cfg),
+        # How a randomized model's noise is drawn (by sample id and call index since counter-v1);
+        # only randomized cells (those judged by a vote) carry it, so deterministic cells keep their keys.
+        **({"noise": "counter-v1"} if judge_identity(cfg) else {}),
         **execution_identity(str(cfg.get("precision", "fp32")), bool(cfg.get("channels_last", False))),
         **substitute_identity(cfg, threat),
     }

@@ -15,6 +15,7 @@ from advbench.core.errors import AdvbenchError
 from advbench.core.steps import clip, per_sample, project
 from advbench.robustness.attacks.base import Attack, AttackResult
 from advbench.robustness.attacks.oracles import build_oracle, vote
+from advbench.robustness.attacks.random import RowCalls
 from advbench.robustness.defenses.certify import certified_column
 from advbench.robustness.evaluation.batch import _Batch
 from advbench.robustness.evaluation.search import SearchSettings, min_eps_search
@@ -44,7 +45,9 @@ def evaluate_batch(attack: Attack, model: torch.nn.Module, x: torch.Tensor, y: t
 
     A randomized `model` (`randomized = True`) is judged by a vote over `draws` fresh passes
     (`oracles.vote`), here and in the attack's own stopping rule; `adv_fraction` is the share
-    of draws meeting the goal on the example behind the budget columns.
+    of draws meeting the goal on the example behind the budget columns. Its passes, the attack's
+    and the votes', draw by (sample id, how many passes the sample has had in this batch), so a
+    sample's records do not depend on the batch, the chunk or a resume (`random.RowCalls`).
     """
     n = x.shape[0]
     ids = torch.arange(n, device=x.device) if sample_id is None else sample_id.to(x.device)
@@ -52,11 +55,13 @@ def evaluate_batch(attack: Attack, model: torch.nn.Module, x: torch.Tensor, y: t
     if measure is None:
         raise AdvbenchError(f"{type(attack).__name__} has kind '{attack.kind}'; valid: {', '.join(_MEASURES)}")
     draws = draws if getattr(model, "randomized", False) else 1
-    correct = vote(model, x, y, None, draws)
+    calls, everyone = RowCalls(ids), torch.arange(n, device=x.device)
+    correct = vote(model, x, y, None, draws, calls=calls, rows=everyone)
     if not bool(torch.isfinite(correct.logits).all()):
         raise AdvbenchError("the model returned NaN or infinite logits on clean inputs; check the checkpoint")
-    clean = correct if target is None else vote(model, x, y, target, draws)
-    oracle = build_oracle(threat.knowledge, model, n, substitute, num_classes=correct.logits.shape[1], draws=draws)
+    clean = correct if target is None else vote(model, x, y, target, draws, calls=calls, rows=everyone)
+    oracle = build_oracle(threat.knowledge, model, n, substitute, num_classes=correct.logits.shape[1], draws=draws,
+                          calls=calls)
     measured = measure(_Batch(attack, oracle, model, x, y, target, threat, ids, clean, correct.pred), search)
     measured["certified"] = certified_column(model, x, y, threat.norm, threat.eps * threat.scale(x))
     return measured
