@@ -248,7 +248,7 @@ def run_hydra(config_name: str, task: Task, args: Sequence[str], prog: str) -> N
         return guarded(task, cfg)
 
     saved = sys.argv
-    sys.argv = [prog, *args]
+    sys.argv = [prog, *flags, *overrides]  # Hydra parses flags only before the first override
     try:
         _app()
     finally:
