@@ -19,7 +19,7 @@ from advbench.core.errors import AdvbenchError
 from advbench.core.records import read_kind
 
 TINY = ["metric=cnnqa", "n_images=2", "eps=[0.01,0.03]", "threads=1", "progress=false"]
-PROVENANCE = ["run_id", "seconds"]
+PROVENANCE = ["run_id", "seconds", "created_at"]
 
 
 def iqa(tmp_path: Path, cache: Path, *args: str, **popen) -> subprocess.CompletedProcess | subprocess.Popen:

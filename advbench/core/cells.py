@@ -42,13 +42,15 @@ def fill_cell(files: CellFiles, key: str, version: str, ids: list[int], chunk_si
     """Compute the positions of `ids` no trusted chunk holds, `chunk_size` at a time, then write the part.
 
     `compute(positions)` returns the records of those positions (with `sample_id`, `cell_key`
-    and `advbench_version` columns); each chunk is saved before the next starts.
+    and `advbench_version` columns); each chunk is saved before the next starts. The part gets
+    a `created_at` column (when its last chunk finished).
     """
     store = ChunkStore(files.partial, key, version, ids)
     store.load()
     while todo := store.missing():
         store.add(compute(todo[:chunk_size]))
     frame = store.merged()
+    frame["created_at"] = pd.Timestamp.now(tz="UTC")
     write_part(frame, files.part)
     files.clear_partial()
     return frame

@@ -29,10 +29,10 @@ from rich.progress import (
 )
 from torch.utils.data import DataLoader, Subset
 
+from advbench.core.cells import claim_cell, fill_cell
 from advbench.core.errors import AdvbenchError
 from advbench.core.keys import content_key, dataset_identity, defense_identity, model_identity, plain
-from advbench.core.records import write_part
-from advbench.core.resume import CellFiles, ChunkStore, sample_ids, sweep_orphans
+from advbench.core.resume import CellFiles, sample_ids
 from advbench.core.runtime import (
     as_input,
     batch_size,
@@ -186,26 +186,17 @@ def run_cell(cfg: DictConfig, given: Given | None = None) -> Path | None:
         return None
     identity = {**cell_identity(cfg, threat, attack), **(given.identity if given is not None else {})}
     out = part_path(Path(cfg.records_dir), identity)
-    files = CellFiles(out)
-    if out.parent.is_dir():
-        sweep_orphans(out.parent)
     # Under the cell's lock a concurrent run of the same cell waits here, then skips.
-    with files.lock():
-        files.remove_orphans()
-        if cfg.force:
-            files.clear_partial()
-        elif files.part_is_readable() and files.part_holds(cell_key(identity), expected_ids(cfg, dataset)):
-            files.clear_partial()
+    with claim_cell(out, cell_key(identity), expected_ids(cfg, dataset), force=bool(cfg.force)) as files:
+        if files is None:
             console.print(f"[dim]skip {label}: records exist at {out} (force=true to redo)[/dim]", soft_wrap=True)
             gate_cell(cfg.get("gate"), out, label, in_sweep=_in_sweep())
             return out
         execution = {"precision": str(cfg.get("precision", "fp32")), "channels_last": bool(cfg.get("channels_last", False))}
         model = deploy((given.model if given is not None else load_defended_model(cfg, dataset)).to(device), **execution)
         substitute = load_substitute(cfg, dataset, threat)
-        frame = evaluate_cell(cfg, dataset, model, attack, threat, identity, out, label, device,
+        frame = evaluate_cell(cfg, dataset, model, attack, threat, identity, files, label, device,
                               substitute=None if substitute is None else deploy(substitute.to(device), **execution))
-        write_part(frame, out)
-        files.clear_partial()
     summarize(frame, label, out)
     gate_cell(cfg.get("gate"), out, label, in_sweep=_in_sweep())
     return out
@@ -219,9 +210,9 @@ def expected_ids(cfg: DictConfig, dataset: Any) -> list[int]:
 
 
 def evaluate_cell(cfg: DictConfig, dataset: Any, model: torch.nn.Module, attack: Attack, threat: ThreatModel,
-                  identity: dict[str, Any], out: Path, label: str, device: torch.device,
+                  identity: dict[str, Any], files: CellFiles, label: str, device: torch.device,
                   substitute: torch.nn.Module | None = None) -> pd.DataFrame:
-    """Evaluate the cell chunk by chunk, reusing the verified chunks a killed run wrote.
+    """Evaluate the cell chunk by chunk, reusing the verified chunks a killed run wrote, and write its part.
 
     `substitute` is the model transfer attacks craft on (None for other knowledge levels).
     """
@@ -231,8 +222,6 @@ def evaluate_cell(cfg: DictConfig, dataset: Any, model: torch.nn.Module, attack:
     if chunk < 1:
         raise AdvbenchError(f"chunk_size must be >= 1, got {chunk}")
     ids = sample_ids(eval_set)
-    store = ChunkStore(CellFiles(out).partial, cell_key(identity), __version__, [ids[p] for p in positions])
-    store.load()
     search = SearchSettings(**OmegaConf.to_container(cfg.search))  # type: ignore[arg-type]
     static = {**_static_columns(cfg, identity, threat, attack, device, model), "cell_samples": len(positions),
               "shard_group": content_key({k: v for k, v in identity.items() if k != "shard"})}
@@ -245,11 +234,11 @@ def evaluate_cell(cfg: DictConfig, dataset: Any, model: torch.nn.Module, attack:
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TimeRemainingColumn(), console=console, transient=True) as progress:
         task = progress.add_task(label, total=len(positions))
-        while todo := store.missing():
+
+        def compute(todo: list[int]) -> pd.DataFrame:
             progress.update(task, completed=len(positions) - len(todo))
             rows = []
-            loader = DataLoader(Subset(eval_set, [positions[i] for i in todo[:chunk]]),
-                                batch_size=batch, shuffle=False)
+            loader = DataLoader(Subset(eval_set, [positions[i] for i in todo]), batch_size=batch, shuffle=False)
             for x, y, sample_id in loader:
                 tic = time.perf_counter()
                 x, y = as_input(model, x.to(device)), y.to(device)
@@ -260,11 +249,9 @@ def evaluate_cell(cfg: DictConfig, dataset: Any, model: torch.nn.Module, attack:
                 seconds = (time.perf_counter() - tic) / len(y)
                 rows.append(_batch_frame(measured, y.cpu(), sample_id, target, seconds))
                 progress.advance(task, len(y))
-            store.add(pd.concat(rows, ignore_index=True).assign(**static))
-    frame = store.merged()
-    frame["created_at"] = pd.Timestamp.now(tz="UTC")
-    return frame
+            return pd.concat(rows, ignore_index=True).assign(**static)
 
+        return fill_cell(files, cell_key(identity), __version__, [ids[p] for p in positions], chunk, compute)
 
 
 def _static_columns(cfg: DictConfig, identity: dict[str, Any], threat: ThreatModel, attack: Attack,
