@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 from hydra.utils import instantiate
+from test_seed_metrics import CATALOGUE, cases, small_metric
 
 from advbench.cli.config import compose_config
 from advbench.core.catalog import group_options
@@ -95,6 +96,18 @@ class Constant(QualityMetric):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x.detach().mean(dim=(1, 2, 3)) * 0 + x.sum() * 0
+
+
+@pytest.mark.parametrize("name", cases(CATALOGUE))
+def test_every_differentiable_metric_gives_the_attacks_a_usable_gradient(name: str) -> None:
+    """The catalogue as the attacks see it: a finite, non-zero goodness gradient for each metric they allow."""
+    metric = small_metric(name)
+    if not metric.differentiable:
+        pytest.skip(f"{name} is refused by the attacks (not differentiable)")
+    x = torch.rand(2, 3, 96, 112, generator=torch.Generator().manual_seed(0))
+    _, grad = score_and_grad(metric, x)
+    check_gradient(metric, name, grad)
+    assert (grad.flatten(1).abs().amax(1) > 0).all()
 
 
 def test_metric_without_gradient_is_refused() -> None:

@@ -56,6 +56,9 @@ def iqa_main(cfg: DictConfig) -> Path:
     name = safe_name(metric_name(cfg), "metric")
     device = device_of(cfg.device)
     metric = build_metric(cfg.metric).to(device).eval()
+    if not metric.differentiable:
+        raise AdvbenchError(f"metric '{name}' has no input gradient (not differentiable); the attacks on metrics "
+                            "all need one")
     images, source = load_images(cfg)
     check_gradient(metric, name, score_and_grad(metric, images[:1].to(device))[1])
     records_dir = Path(str(cfg.records_dir)).expanduser()
