@@ -41,15 +41,26 @@ def _mix(v: torch.Tensor) -> torch.Tensor:
     return v ^ _shr(v, 31)
 
 
-def _bits(seed: int, sample_id: torch.Tensor, count: int, stream: int, domain: int,
+def _bits(seed: int, sample_id: torch.Tensor, count: int, streams: int | torch.Tensor, domain: int,
           device: torch.device | str | None) -> torch.Tensor:
-    """(n, count) independent 64-bit words, one hash per (seed, sample, stream, domain, element)."""
-    sid = torch.as_tensor(sample_id, device=device).to(torch.int64).reshape(-1)
+    """(n, S, count) independent 64-bit words, one hash per (seed, sample, stream, domain, element).
+
+    `streams`: one stream (S = 1, kept a Python number: no host-to-device copy) or a 1-D tensor
+    of S. All streams of all samples take one pass: a call costs a few dozen tensor ops whatever
+    its size, so an attack that needs a few numbers a sample a step (Square) draws a block of
+    steps at once instead of paying those ops every step.
+    """
+    sid = torch.as_tensor(sample_id, device=device).to(torch.int64).reshape(-1, 1)
+    if isinstance(streams, int):
+        stream, stream_m1 = _i64(streams), _i64(streams * _M1)
+    else:
+        stream = torch.as_tensor(streams, device=sid.device).to(torch.int64).reshape(1, -1)
+        stream_m1 = stream * _M1                                      # int64 wraps like _i64
     key = _mix(torch.full_like(sid, _i64(seed * 0x100000001 + domain)) + _GOLDEN)
-    key = _mix(key ^ (sid * _GOLDEN + _i64(stream)))
-    key = _mix(key + _i64(stream * _M1))
+    key = _mix(key ^ (sid * _GOLDEN + stream))                        # (n, S)
+    key = _mix(key + stream_m1)
     counter = (torch.arange(1, count + 1, device=sid.device, dtype=torch.int64) * _GOLDEN)
-    return _mix(key[:, None] + counter[None, :])
+    return _mix(key[:, :, None] + counter)
 
 
 def _unit(bits: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -61,16 +72,22 @@ def _unit(bits: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 def uniform(seed: int, sample_id: torch.Tensor, shape: tuple[int, ...], stream: int, *,
             device: torch.device | str | None = None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """U[0, 1) numbers of shape (n, *shape), row i a function of (seed, sample_id[i], stream)."""
+    return uniform_streams(seed, sample_id, shape, stream, device=device, dtype=dtype)[:, 0]
+
+
+def uniform_streams(seed: int, sample_id: torch.Tensor, shape: tuple[int, ...], streams: int | torch.Tensor, *,
+                    device: torch.device | str | None = None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """(n, S, *shape): `uniform(seed, sample_id, shape, streams[k])` for every k, in one pass."""
     count = math.prod(shape)
-    bits = _bits(seed, sample_id, count, stream, _UNIFORM, device)
-    return _unit(bits, dtype).reshape(-1, *shape)
+    bits = _bits(seed, sample_id, count, streams, _UNIFORM, device)
+    return _unit(bits, dtype).reshape(*bits.shape[:2], *shape)
 
 
 def normal(seed: int, sample_id: torch.Tensor, shape: tuple[int, ...], stream: int, *,
            device: torch.device | str | None = None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """N(0, 1) numbers of shape (n, *shape) by Box–Muller on two per-element uniforms (float64)."""
     count = math.prod(shape)
-    bits = _bits(seed, sample_id, 2 * count, stream, _NORMAL, device)
+    bits = _bits(seed, sample_id, 2 * count, stream, _NORMAL, device)[:, 0]
     u = _unit(bits, torch.float64)
     u1, u2 = 1.0 - u[:, :count], u[:, count:]          # u1 in (0, 1]: the log is finite
     z = torch.sqrt(-2.0 * torch.log(u1)) * torch.cos(2.0 * math.pi * u2)

@@ -14,6 +14,7 @@ queries a sample had spent (the start included) when its current iterate first m
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import lru_cache
 from typing import ClassVar
 
@@ -24,11 +25,12 @@ from advbench.core.steps import ascend, clip, lp_norm, per_sample, unit_directio
 from advbench.robustness.attacks.base import Attack, AttackResult
 from advbench.robustness.attacks.optimized import goal_margin
 from advbench.robustness.attacks.oracles import ScoreOracle
-from advbench.robustness.attacks.random import normal, uniform
+from advbench.robustness.attacks.random import normal, uniform, uniform_streams
 
 _TINY = 1e-12
 _RESAMPLES = 16  # redraws of an ℓ∞ square whose colour would not change the image (authors: until it does)
 _STREAMS = 2  # random streams per step: the squares' places, the colours
+_BLOCK = 32  # Square's steps whose random numbers are drawn at once
 
 
 def p_schedule(p_init: float, it: int, n_queries: int) -> float:
@@ -70,6 +72,66 @@ def _place(pattern: torch.Tensor, h: int, w: int, top: torch.Tensor, left: torch
     t = transpose[:, None, None]
     values = pattern.to(top.device)[torch.where(t, c, r), torch.where(t, r, c)]
     return (values * inside)[:, None]
+
+
+@lru_cache(maxsize=256)
+def _spans(s: int, size: int, device: torch.device) -> torch.Tensor:
+    """(size − s + 1, size) bool: row k marks [k, k + s), the square's rows (or columns) at corner k.
+
+    Row k is what a uniform u with ⌊u·(size − s)⌋ = k places; the last row repeats the one
+    before it, for a product u·(size − s) that rounds up to size − s (`_corner`'s clamp).
+    """
+    corner = torch.arange(size - s + 1, device=device).clamp(max=size - s - 1)[:, None]
+    at = torch.arange(size, device=device)[None, :]
+    return (at >= corner) & (at < corner + s)
+
+
+def _window(u_top: torch.Tensor, u_left: torch.Tensor, s: int, h: int, w: int) -> torch.Tensor:
+    """(n, 1, h, w) bool: the s × s square at the corners the uniforms place (`_corner`), one per sample.
+
+    Two table lookups and an outer `and`: Square places a square per sample per step, and
+    this is `_place` of ones without its index arithmetic and gathers.
+    """
+    rows = _spans(s, h, u_top.device).index_select(0, (u_top * (h - s)).long())
+    cols = _spans(s, w, u_left.device).index_select(0, (u_left * (w - s)).long())
+    return (rows[:, :, None] & cols[:, None, :])[:, None]
+
+
+def _signs(u: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """±1 from uniforms (below one half: −1), in `like`'s dtype."""
+    return torch.where(u < 0.5, -1.0, 1.0).to(like)
+
+
+class _Draws:
+    """Square's random numbers, drawn `_BLOCK` steps at a time for the samples searching at a block's start.
+
+    Step t's are stream 2t (the squares' places, float32) and 2t + 1 (the colours, in x's
+    dtype, as `paint` turns them into what the step wants) of `random.uniform`: the very
+    numbers a draw per step gives, for one draw's fixed cost of a few dozen tensor ops per
+    block instead of per step. Rows follow the searching samples: `keep` drops those that stop
+    (wasting the rest of their block).
+    """
+
+    def __init__(self, seed: int, sample_id: torch.Tensor, places: int, colours: tuple[int, ...],
+                 like: torch.Tensor, last: int, paint: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        self.seed, self.sample_id, self.places, self.colours, self.like, self.last, self.paint = \
+            seed, sample_id, places, colours, like, last, paint
+        self.first = -_BLOCK
+        self.place = self.colour = like.new_empty(0)
+
+    def at(self, t: int, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Step t's place uniforms (m, places) and painted colours (m, *colours) of batch rows `rows`."""
+        if t >= self.first + _BLOCK:
+            self.first = t
+            steps = torch.arange(t, min(t + _BLOCK, self.last + 1), device=rows.device) * _STREAMS
+            ids, like = self.sample_id.index_select(0, rows), self.like
+            self.place = uniform_streams(self.seed, ids, (self.places,), steps, device=like.device)
+            self.colour = self.paint(uniform_streams(self.seed, ids, self.colours, steps + 1, device=like.device,
+                                                     dtype=like.dtype))
+        return self.place[:, t - self.first], self.colour[:, t - self.first]
+
+    def keep(self, mask: torch.Tensor) -> None:
+        self.place, self.colour = self.place[mask], self.colour[mask]
 
 
 def _corner(u: torch.Tensor, span: int) -> torch.Tensor:
@@ -124,24 +186,32 @@ class Square(ScoreAttack):
         x_best = start
         loss = goal_margin(logits, y, target)
         first = torch.where(oracle.verdict(start, y, target, everyone, logits), 1, -1)
-        active = everyone[first < 0]
+        rows = everyone[first < 0]
+        linf = norm == "linf"
+        step = self._linf_step if linf else self._l2_step
+        draws = _Draws(self.seed, sample_id, 2 if linf else 5, (_RESAMPLES, x.shape[1]) if linf else (x.shape[1], 1, 1),
+                       x, self.n_queries - 1, (lambda u: u < 0.5) if linf else (lambda u: _signs(u, x)))
+        # The searching samples' state, compact (rows of the batch: `rows`); written back when they stop.
+        xa, xb, ya, ea, la, fa = (v[rows] for v in (x, x_best, y, eps, loss, first))
+        ta = None if target is None else target[rows]
         for t in range(1, self.n_queries):
-            if active.numel() == 0:
+            if rows.numel() == 0:
                 break
-            xa, xb, ea, ids = x[active], x_best[active], eps[active], sample_id[active]
-            p = p_schedule(self.p_init, t - 1, self.n_queries)
-            step = self._linf_step if norm == "linf" else self._l2_step
-            cand = step(xa, xb, ea, p, oracle.bounds, ids, t)
-            logits = oracle.logits(cand, active)
-            t_active = None if target is None else target[active]
-            new = goal_margin(logits, y[active], t_active)
-            hit = oracle.verdict(cand, y[active], t_active, active, logits, undated=first[active] < 0)
-            better = (new < loss[active]) | hit
-            x_best[active[better]] = cand[better]
-            loss[active[better]] = new[better]
-            first[active[hit & (first[active] < 0)]] = t + 1
-            if oracle.stops_on_hit:
-                active = active[~hit]
+            cand = step(xa, xb, ea, p_schedule(self.p_init, t - 1, self.n_queries), oracle.bounds, *draws.at(t, rows))
+            logits = oracle.logits(cand, rows)
+            new = goal_margin(logits, ya, ta)
+            hit = oracle.verdict(cand, ya, ta, rows, logits, undated=fa < 0)
+            better = (new < la) | hit
+            xb = torch.where(per_sample(better, xb), cand, xb)
+            la = torch.where(better, new, la)
+            fa = torch.where(hit & (fa < 0), t + 1, fa)
+            if oracle.stops_on_hit and bool(hit.any()):
+                x_best[rows], first[rows] = xb, fa
+                keep = ~hit
+                rows, xa, xb, ya, ea, la, fa = (v[keep] for v in (rows, xa, xb, ya, ea, la, fa))
+                ta = None if ta is None else ta[keep]
+                draws.keep(keep)
+        x_best[rows], first[rows] = xb, fa
         return AttackResult(x_adv=x_best, success=first >= 0, first_success=first)
 
     def _start(self, x: torch.Tensor, eps: torch.Tensor, norm: str, bounds: tuple[float, float],
@@ -149,12 +219,12 @@ class Square(ScoreAttack):
         """ℓ∞: vertical stripes of ±ε per channel and column. ℓ2: a grid of ±bumps of side h//5, norm ε."""
         n, c, h, w = x.shape
         if norm == "linf":
-            sign = self._signs(sample_id, (c, 1, w), 0, x)
+            sign = _rademacher(self.seed, sample_id, (c, 1, w), 0, x)
             return clip(x + sign * per_sample(eps, x), bounds)
         s = max(h // 5, 1)
         offset = (h - 5 * s) // 2 if h >= 5 else 0
         grid = [(offset + a * s, offset + b * s) for a in range(h // s) for b in range(w // s)]
-        signs = self._signs(sample_id, (c, len(grid)), 0, x)
+        signs = _rademacher(self.seed, sample_id, (c, len(grid)), 0, x)
         delta = torch.zeros_like(x)
         bump = eta(s).to(x)
         for k, (i, j) in enumerate(grid):
@@ -162,52 +232,44 @@ class Square(ScoreAttack):
             delta[:, :, i:i + s, j:j + s] += block * signs[:, :, k, None, None]
         return clip(x + _to_radius(delta, eps), bounds)
 
-    def _signs(self, sample_id: torch.Tensor, shape: tuple[int, ...], stream: int, like: torch.Tensor) -> torch.Tensor:
-        u = uniform(self.seed, sample_id, shape, stream, device=like.device, dtype=like.dtype)
-        return torch.where(u < 0.5, -1.0, 1.0).to(like)
-
     def _linf_step(self, x: torch.Tensor, x_best: torch.Tensor, eps: torch.Tensor, p: float,
-                   bounds: tuple[float, float], sample_id: torch.Tensor, t: int) -> torch.Tensor:
+                   bounds: tuple[float, float], u: torch.Tensor, minus: torch.Tensor) -> torch.Tensor:
         """Recolour one random square with ±ε per channel, redrawing colours that change nothing.
 
-        All redraws are drawn at once; a colour leaves a channel unchanged iff its clipped value
-        equals x_best over the square, so the first useful draw is picked without extra passes.
+        `u`: the corner's two uniforms; `minus` (m, R, c): R colours per sample (True: −ε), all
+        drawn at once. A colour leaves a channel unchanged iff its clipped value equals x_best
+        over the square, so the first useful draw is picked without extra passes.
         """
         m, c, h, w = x.shape
         s = min(max(round(math.sqrt(p * h * w)), 1), h - 1)
-        u = uniform(self.seed, sample_id, (2,), _STREAMS * t, device=x.device)
-        top, left = _corner(u[:, 0], h - s), _corner(u[:, 1], w - s)
-        inside = _place(torch.ones(s, s), h, w, top, left, torch.zeros_like(top, dtype=torch.bool)).bool()
+        inside = _window(u[:, 0], u[:, 1], s, h, w)
         e = per_sample(eps, x)
-        same = [((clip(x + sign * e, bounds) - x_best).abs() < 1e-7) | ~inside for sign in (1.0, -1.0)]
-        same_plus, same_minus = (v.flatten(2).all(dim=2) for v in same)               # (m, c)
-        signs = self._signs(sample_id, (_RESAMPLES, c), _STREAMS * t + 1, x)          # (m, R, c)
-        idle = torch.where(signs > 0, same_plus[:, None], same_minus[:, None]).all(dim=2)  # (m, R)
-        pick = torch.where(idle.all(dim=1), _RESAMPLES - 1, (~idle).long().argmax(dim=1))
-        sign = signs[torch.arange(m, device=x.device), pick][:, :, None, None]
-        return torch.where(inside, clip(x + sign * e, bounds), x_best)
+        moved = clip(torch.stack([x + e, x - e]), bounds)                # (2, m, c, h, w): +ε, −ε
+        changes = (((moved - x_best).abs() * inside).flatten(3).amax(dim=3) >= 1e-7).to(x.dtype)
+        useful = torch.where(minus, changes[1, :, None], changes[0, :, None]).amax(dim=2)  # (m, R)
+        useful[:, -1] = 1                                        # the last draw when none is useful
+        pick = minus.gather(1, useful.argmax(dim=1)[:, None, None].expand(m, 1, c)).view(m, c, 1, 1)
+        return torch.where(inside, torch.where(pick, moved[1], moved[0]), x_best)
 
     def _l2_step(self, x: torch.Tensor, x_best: torch.Tensor, eps: torch.Tensor, p: float,
-                 bounds: tuple[float, float], sample_id: torch.Tensor, t: int) -> torch.Tensor:
-        """Move the mass of squares 1 and 2 into a new bump (random sign per channel) on square 1."""
-        m, c, h, w = x.shape
+                 bounds: tuple[float, float], u: torch.Tensor, sign: torch.Tensor) -> torch.Tensor:
+        """Move the mass of squares 1 and 2 into a new bump (random `sign` per channel) on square 1.
+
+        `u`: two corners and the transpose coin; `sign` (m, c, 1, 1).
+        """
+        _, c, h, w = x.shape
         s = min(max(round(math.sqrt(p * h * w)), 3), h - 1)
         s += 1 if s % 2 == 0 and s + 1 < h else 0
-        u = uniform(self.seed, sample_id, (5,), _STREAMS * t, device=x.device)
-        tops, lefts = _corner(u[:, :2], h - s), _corner(u[:, 2:4], w - s)
-        transpose = u[:, 4] < 0.5
-        ones = torch.ones(s, s)
-        mask1 = _place(ones, h, w, tops[:, 0], lefts[:, 0], transpose)
-        mask2 = _place(ones, h, w, tops[:, 1], lefts[:, 1], transpose)
-        bump = _place(eta(s), h, w, tops[:, 0], lefts[:, 0], transpose).to(x)
+        mask1 = _window(u[:, 0], u[:, 2], s, h, w)                 # u: both squares' rows, columns, a coin
+        both = mask1 | _window(u[:, 1], u[:, 3], s, h, w)
+        bump = _place(eta(s), h, w, _corner(u[:, 0], h - s), _corner(u[:, 2], w - s), u[:, 4] < 0.5).to(x)
         delta = x_best - x
         window_norm = (delta * mask1).square().sum(dim=(2, 3), keepdim=True).sqrt()
-        both_norm = (delta * torch.maximum(mask1, mask2)).square().sum(dim=(2, 3), keepdim=True).sqrt()
+        both_norm = (delta * both).square().sum(dim=(2, 3), keepdim=True).sqrt()
         free = (per_sample(eps, x).square() - per_sample(lp_norm(delta, "l2"), x).square()).clamp_min(0)
-        sign = self._signs(sample_id, (c, 1, 1), _STREAMS * t + 1, x)
         new = bump * sign + delta * mask1 / (window_norm + _TINY)
         new = new / (new.square().sum(dim=(2, 3), keepdim=True).sqrt() + _TINY) * (free / c + both_norm.square()).sqrt()
-        delta = delta * (1 - torch.maximum(mask1, mask2)) + new * mask1
+        delta = delta * ~both + new * mask1
         return clip(x + _to_radius(delta, eps), bounds)
 
 
@@ -221,8 +283,7 @@ def _gaussian(seed: int, sample_id: torch.Tensor, shape: tuple[int, ...], stream
 
 
 def _rademacher(seed: int, sample_id: torch.Tensor, shape: tuple[int, ...], stream: int, like: torch.Tensor) -> torch.Tensor:
-    u = uniform(seed, sample_id, shape, stream, device=like.device, dtype=like.dtype)
-    return torch.where(u < 0.5, -1.0, 1.0).to(like)
+    return _signs(uniform(seed, sample_id, shape, stream, device=like.device, dtype=like.dtype), like)
 
 
 DIRECTIONS = {"gaussian": _gaussian, "rademacher": _rademacher}
