@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from advbench.core.errors import AdvbenchError
-from advbench.core.steps import accumulate_momentum, adam_step, ascend, clip, project
+from advbench.core.steps import accumulate_momentum, adam_step, linf_box, step_in_box
 from advbench.quality.attacks.base import BOUNDS, Attacked, MetricAttack, final_scores, score_and_grad
 from advbench.quality.madc import madc_batch
 from advbench.quality.metrics.base import QualityMetric
@@ -46,13 +46,18 @@ class IterativeFGSM(MetricAttack):
 
     def run(self, metric: QualityMetric, x: torch.Tensor, eps: torch.Tensor) -> Attacked:
         alpha = eps / self.steps if self.alpha is None else torch.full_like(eps, self.alpha)
-        x_adv, momentum, trace = x.clone(), torch.zeros_like(x), []
+        lo, hi = linf_box(x, eps, BOUNDS)
+        x_adv, momentum, trace = x.clone(), torch.zeros_like(x) if self.decay else None, []
         for t in range(self.steps):
             scores, grad = score_and_grad(metric, x_adv)
             if t:
                 trace.append(scores)
-            momentum = accumulate_momentum(momentum, grad, self.decay)
-            x_adv = ascend(x_adv, x, momentum.sign(), alpha, eps, "linf", BOUNDS)
+            if momentum is None:  # without momentum, sign(g / ‖g‖₁) is sign(g): skip the normalisation
+                direction = grad.sign_()
+            else:
+                momentum = accumulate_momentum(momentum, grad, self.decay)
+                direction = momentum.sign()
+            x_adv = step_in_box(x_adv, direction, alpha, lo, hi)
         return Attacked(x_adv, torch.cat([torch.stack(trace, 1) if trace else x.new_zeros(len(x), 0),
                                           final_scores(metric, x_adv)], 1), self.steps)
 
@@ -105,12 +110,13 @@ class Korhonen(MetricAttack):
 
     def run(self, metric: QualityMetric, x: torch.Tensor, eps: torch.Tensor) -> Attacked:
         mask = activity_map(x)
+        lo, hi = linf_box(x, eps, BOUNDS)
         x_adv, m, v, trace = x.clone(), torch.zeros_like(x), torch.zeros_like(x), []
         for t in range(1, self.steps + 1):
             scores, grad = score_and_grad(metric, x_adv)
             if t > 1:
                 trace.append(scores)
-            x_adv = clip(project(x_adv + adam_step(grad * mask, m, v, t, self.lr), x, eps, "linf"), BOUNDS)
+            x_adv = torch.clamp(x_adv + adam_step(grad.mul_(mask), m, v, t, self.lr), lo, hi)
         return Attacked(x_adv, torch.cat([torch.stack(trace, 1) if trace else x.new_zeros(len(x), 0),
                                           final_scores(metric, x_adv)], 1), self.steps)
 
