@@ -26,7 +26,8 @@ print(json.dumps(sorted({m.split(".")[0] for m in sys.modules} & set(%r))))
 
 @pytest.mark.parametrize("args", [["--help"], ["list"], ["list", "attack"], ["run", "--help"], ["plot", "--help"],
                                   ["check", "--help"], ["uap", "--help"], ["weights", "--help"],
-                                  ["iqa", "--help"], ["iqa", "run", "--help"], ["list", "iqa/attack"]], ids=" ".join)
+                                  ["iqa", "--help"], ["iqa", "run", "--help"], ["list", "iqa/attack"],
+                                  ["weights", "list"]], ids=" ".join)
 def test_help_and_list_import_no_heavy_library(args: list[str]) -> None:
     out = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []

@@ -296,3 +296,14 @@ def test_the_lock_file_says_how_each_file_was_checked(server, weights_dir):
     assert "keys and shapes only" in nima_row()
     (weights_dir / "nima.pth").write_bytes(body + b"\0")
     assert "not checked" in nima_row()
+
+
+def test_torchvision_entries_match_torchvision_s_own_table() -> None:
+    """The catalogue writes torchvision's URLs and sizes out (listing imports no torch); they must be its own."""
+    from torchvision import models
+
+    from advbench.cli.weights import TORCHVISION
+
+    for arch, (url, size_mb) in TORCHVISION.items():
+        published = models.get_model_weights(arch).IMAGENET1K_V1
+        assert (url, size_mb) == (published.url, published.meta["_file_size"]), arch

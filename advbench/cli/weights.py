@@ -70,9 +70,9 @@ class Published:
         """Where the config looks for the file."""
         if self.metric is None:
             return Path(location("weights")) / self.published_name
-        from advbench.quality.metrics.registry import metric_config
+        from advbench.core.catalog import load_option  # the YAML alone: listing needs no torch
 
-        return Path(os.path.expanduser(str(OmegaConf.select(metric_config(self.metric), self.option))))
+        return Path(os.path.expanduser(str(OmegaConf.select(load_option("metric", self.metric), self.option))))
 
     def sha256_prefix(self) -> str | None:
         """The published checksum: a full SHA-256, or torchvision's `<arch>-<first 8 hex>.pth` name."""
@@ -106,11 +106,18 @@ class Published:
                 build_metric(self.metric, **{self.option: str(path)}, **others)
 
 
-def _torchvision(arch: str) -> Published:
-    from torchvision import models
+TORCHVISION = {
+    "resnet50": ("https://download.pytorch.org/models/resnet50-0676ba61.pth", 97.781),
+    "resnet152": ("https://download.pytorch.org/models/resnet152-394f9c45.pth", 230.434),
+    "inception_v3": ("https://download.pytorch.org/models/inception_v3_google-0cc3c7bd.pth", 103.903),
+}
+"""torchvision's IMAGENET1K_V1 files (URL, MB), written out so that `advbench weights list` starts
+without importing torch; `tests/test_weights.py` checks them against torchvision's own table."""
 
-    weights = models.get_model_weights(arch).IMAGENET1K_V1
-    return Published(arch, weights.url, f"torchvision's ImageNet {arch}", weights.meta.get("_file_size"), model=arch)
+
+def _torchvision(arch: str) -> Published:
+    url, size_mb = TORCHVISION[arch]
+    return Published(arch, url, f"torchvision's ImageNet {arch}", size_mb, model=arch)
 
 
 _GITHUB = {"hosts": GITHUB_HOSTS}
@@ -135,7 +142,7 @@ def catalogue() -> dict[str, Published]:
         Published("spaq", "https://drive.google.com/file/d/1pXjXAIItViTFs7qUBY-b11WY50mzoVM2/view",
                   "BL_release.pt of h4nwei/SPAQ", direct=False, filename="BL_release.pt", metric="spaq"),
     ]
-    entries += [_torchvision(arch) for arch in ("resnet50", "resnet152", "inception_v3")]
+    entries += [_torchvision(arch) for arch in TORCHVISION]
     return {e.name: e for e in entries}
 
 
