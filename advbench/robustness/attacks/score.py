@@ -296,8 +296,12 @@ class GradientEstimateAttack(ScoreAttack):
     J is the margin `goal_margin`, descended: x ← Π_ε(x − α·dir(ĝ)), α = rel_stepsize·ε (the
     seed's 0.15). A step costs 2q + 1 queries per sample: the 2q probes (clipped to bounds) in
     one oracle call for all active samples, then one query of the new iterate, which decides
-    success. One first query checks the clean input. A sample stops at success or when another
-    step would pass `n_queries`; `first_success` is the queries spent at the succeeding check.
+    success. One first query checks the clean input. Steps of q = `samples` run while they fit
+    the budget, then one last step on fewer pairs spends what is left (`schedule`), so a sample
+    that survives uses all of `n_queries` but at most two; a sample stops at success, and
+    `first_success` is the queries spent at the succeeding check. The full steps do not depend
+    on the budget, so a run dates the success of every shorter run whose budget ends a full
+    step; a shorter budget that does not may break more (its last step is its own).
     Probes hold q·d numbers per active sample: large inputs want smaller batches.
     """
 
@@ -315,16 +319,21 @@ class GradientEstimateAttack(ScoreAttack):
         self.rel_stepsize = rel_stepsize
         self.seed = seed
 
+    def schedule(self) -> list[int]:
+        """Direction pairs of each step: `samples` while a step of them fits the budget left after
+        the clean check, then q' = ⌊(rest − 1)/2⌋ ≥ 1 for the 2q' + 1 ≤ rest queries still left."""
+        full, rest = divmod(self.n_queries - 1, 2 * self.samples + 1)
+        return [self.samples] * full + ([(rest - 1) // 2] if rest >= 3 else [])
+
     def run(self, oracle: ScoreOracle, x: torch.Tensor, y: torch.Tensor, *, eps: torch.Tensor, norm: str,
             target: torch.Tensor | None, sample_id: torch.Tensor) -> AttackResult:
-        n, q = x.shape[0], self.samples
-        everyone = torch.arange(n, device=x.device)
+        everyone = torch.arange(x.shape[0], device=x.device)
         first = torch.where(oracle.verdict(x, y, target, everyone), 1, -1)
         x_adv = x.clone()
         alpha = self.rel_stepsize * eps
-        cost = 2 * q + 1
+        spent = 1
         active = everyone[first < 0]
-        for t in range((self.n_queries - 1) // cost):
+        for t, q in enumerate(self.schedule()):
             if active.numel() == 0:
                 break
             xa, m = x_adv[active], active.numel()
@@ -340,7 +349,8 @@ class GradientEstimateAttack(ScoreAttack):
             xa = ascend(xa, x[active], unit_direction(-grad, norm), alpha[active], eps[active], norm, oracle.bounds)
             x_adv[active] = xa
             hit = oracle.verdict(xa, ya, ta, active, undated=first[active] < 0)
-            first[active[hit & (first[active] < 0)]] = 1 + (t + 1) * cost
+            spent += 2 * q + 1
+            first[active[hit & (first[active] < 0)]] = spent
             if oracle.stops_on_hit:
                 active = active[~hit]
         return AttackResult(x_adv=x_adv, success=first >= 0, first_success=first)
