@@ -8,10 +8,15 @@ option name or value still ends in one readable line instead of a Hydra stack tr
 from __future__ import annotations
 
 import difflib
+import functools
+import os
 import re
 import shutil
+import socket
 import sys
 import tempfile
+import threading
+import time
 from itertools import product
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -243,8 +248,11 @@ def run_hydra(config_name: str, task: Task, args: Sequence[str], prog: str) -> N
             if not names & _NO_WRITE_FLAGS:
                 check_writable(cfg)
 
+    launcher = (socket.gethostname(), os.getpid())  # travels with `_app` to the launcher's workers (pickled by value)
+
     @hydra.main(config_path=str(config_root(config_name)), config_name=config_name, version_base="1.3")
     def _app(cfg: DictConfig) -> Any:
+        watch_parent(launcher)
         return guarded(task, cfg)
 
     saved = sys.argv
@@ -273,6 +281,57 @@ def _check_launcher(overrides: Sequence[str]) -> None:
     if launcher == "submitit_slurm" and shutil.which("srun") is None:
         raise AdvbenchError("hydra/launcher=submitit_slurm submits jobs to Slurm, but there is no srun here: run it on a "
                             "Slurm login node, or use hydra/launcher=submitit_local or joblib (docs/cluster.md)")
+
+
+PARENT_POLL_S = 0.5
+"""How often a job in a worker process looks whether its parent is still there."""
+SCHEDULED = ("SUBMITIT_EXECUTOR", "SLURM_JOB_ID")
+"""Set in the jobs of schedulers that run them past the end of the session that submitted them."""
+
+
+@functools.cache
+def watch_parent(launcher: tuple[str, int]) -> None:
+    """In a worker process of the `advbench` process `launcher` (host, pid), such as joblib's loky
+    workers: end this process within `PARENT_POLL_S` of its parent's death.
+
+    A killed sweep (SIGKILL, SIGTERM: no chance to stop its workers) would otherwise leave its
+    workers computing, writing parts after it is gone, and idling for minutes. The parent is
+    gone when this process is handed to another (the init process or a subreaper); a worker
+    that starts its first job after the launcher died (importing torch takes seconds) ends at
+    once, unless a scheduler runs it (`SCHEDULED`). Ending at once (`os._exit`) keeps the records whole: a part or chunk appears only by
+    an atomic rename of a complete temporary file, and a leftover temporary file is removed by
+    the next run. A job run in the launching process itself (the basic launcher) is not
+    watched: `nohup advbench run ... &` outlives its shell. A job under another parent that still
+    runs (submitit's controller, which outlives the session by design; Slurm's on another host)
+    ends with that parent. Once per process: a worker runs many jobs, and the watch goes on between them.
+    """
+    host, pid = launcher
+    if os.getpid() == pid and socket.gethostname() == host:
+        return
+    parent = os.getppid()
+    if parent != pid and socket.gethostname() == host and not _running(pid) and not any(map(os.getenv, SCHEDULED)):
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="advbench-parent-watch", daemon=True).start()
+
+
+def _running(pid: int) -> bool:
+    """Whether process `pid` of this host runs (a killed one not yet reaped by its parent does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except OSError:  # no /proc (macOS): it exists
+        return True
 
 
 def guarded(task: Task, cfg: DictConfig) -> Any:
