@@ -42,10 +42,11 @@ class CountingModel(nn.Module):
         return self.model(x)
 
 
-# Short budgets: Square 60 queries; NES/SPSA q = 10 direction pairs, 5 steps of 21 queries + the clean check.
+# Short budgets: Square 60 queries; NES/SPSA q = 10 direction pairs: 5 steps of 21 queries + the clean check
+# + a last step of 1 pair (3 queries): 109 of 110.
 SHORT = {"square": (lambda: Square(n_queries=60), 60),
-         "nes": (lambda: NES(n_queries=110, samples=10), 106),
-         "spsa": (lambda: SPSA(n_queries=110, samples=10), 106)}
+         "nes": (lambda: NES(n_queries=110, samples=10), 109),
+         "spsa": (lambda: SPSA(n_queries=110, samples=10), 109)}
 
 
 @pytest.fixture(scope="module")
