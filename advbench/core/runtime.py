@@ -4,6 +4,7 @@ format and batch size on the device."""
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -61,6 +62,44 @@ AUTO_START = 256
 AUTO_MARGIN = 0.8
 """The fraction of the largest fitting forward+backward batch that `batch_size=auto` uses: headroom
 for the attack's own per-sample state (iterate, gradient, APGD's best point) and fragmentation."""
+
+
+CPU_PROBE_ROWS = 8 * CPU_AUTO_BATCH
+"""The most rows one forward-only call of probes (a decision attack's labels) takes on the CPU.
+The cost per row is flat from a few hundred to a few thousand rows (12-17 µs on the digits net,
+one thread) and 2.5-3× that from 12,800 rows, where a call's activations outgrow the memory
+the allocator reuses and are paged in afresh on every call."""
+
+PROBE_ELEMENTS = 1 << 24
+"""On CUDA, one forward-only call of probes takes as many rows as hold this many input elements
+(64 MB of float32): HopSkipJump's probe tensors were already bounded so, so device calls keep
+their size, which keeps the device full."""
+
+
+def probe_rows(sample: torch.Tensor) -> int:
+    """The most rows of inputs like `sample` (one row) that one forward-only call of probes takes."""
+    if sample.device.type != "cuda":
+        return CPU_PROBE_ROWS
+    return max(1, PROBE_ELEMENTS // max(1, sample.numel()))
+
+
+def grad_rows(batch: int, device: torch.device) -> int:
+    """The most rows one forward+backward takes when an attack evaluates several rows a sample
+    (DeepFool's candidate classes): on the CPU `CPU_AUTO_BATCH` (beyond it the cost per row does
+    not fall, the memory grows); on CUDA the batch itself, `batch` samples: `batch_size=auto` fit
+    one forward+backward a sample, so k rows a sample would need k times the memory it found."""
+    if device.type != "cuda":
+        return CPU_AUTO_BATCH
+    return max(1, batch)
+
+
+def pieces(rows: int, size: int) -> list[slice]:
+    """Consecutive slices of at most `size` rows covering `rows` rows, as few as may be and of
+    near-equal length: no small remainder, whose kernels (a BLAS path for few rows) may round a
+    row differently from a big call's. One (empty) slice for no rows: the call still runs once."""
+    count = max(1, math.ceil(rows / size))
+    step = max(1, math.ceil(rows / count))
+    return [slice(s, s + step) for s in range(0, count * step, step)]
 
 
 def deploy(model: torch.nn.Module, *, precision: str = "fp32", channels_last: bool = False) -> torch.nn.Module:

@@ -19,9 +19,10 @@ import math
 import torch
 import torch.nn.functional as F
 
+from advbench.core.runtime import grad_rows, pieces
 from advbench.core.steps import DUAL_NORM, adam_step, clip, lp_norm, per_sample, unit_direction
 from advbench.robustness.attacks.base import Attack, AttackResult
-from advbench.robustness.attacks.oracles import Oracle, TransferOracle
+from advbench.robustness.attacks.oracles import Objective, Oracle, TransferOracle
 
 
 def max_other(logits: torch.Tensor, cls: torch.Tensor) -> torch.Tensor:
@@ -82,9 +83,9 @@ class DeepFool(Attack):
     """DeepFool (Moosavi-Dezfooli et al.): step to the nearest linearised decision boundary.
 
     Per iteration and sample, every candidate class k gets f_k = Z_k − Z_y and its gradient
-    w_k (one batched backward over the samples replicated once per candidate); the step goes
-    to the closest linearised boundary, |f_k|/‖w_k‖_dual away, along the norm's steepest
-    direction. Steps accumulate and are overshot by (1 + overshoot), as in the original.
+    w_k (batched backwards over the samples replicated once per candidate, in memory-bounded
+    groups of whole samples: `_step`); the step goes to the closest linearised boundary,
+    |f_k|/‖w_k‖_dual away, along the norm's steepest direction. Steps accumulate and are overshot by (1 + overshoot), as in the original.
     Candidates are the `candidates` most likely classes at the clean input, label excluded.
     Targeted: the one candidate is the target and f = Z_t − max_{j≠t} Z_j.
 
@@ -126,7 +127,7 @@ class DeepFool(Attack):
             if t == self.steps or active.numel() == 0:
                 break
             r_total[active] += self._step(oracle, x_t[active], y[active], classes[active],
-                                          _rows(target, active), active, norm)
+                                          _rows(target, active), active, norm, n)
             x_t[active] = clip(x[active] + (1 + self.overshoot) * r_total[active], oracle.bounds)
         return best.result()
 
@@ -139,20 +140,32 @@ class DeepFool(Attack):
         return others.topk(k, dim=1).indices
 
     def _step(self, oracle: Oracle, xa: torch.Tensor, y: torch.Tensor, classes: torch.Tensor,
-              target: torch.Tensor | None, active: torch.Tensor, norm: str) -> torch.Tensor:
-        """The step of each active sample to its nearest linearised boundary."""
+              target: torch.Tensor | None, active: torch.Tensor, norm: str, batch: int) -> torch.Tensor:
+        """The step of each active sample to its nearest linearised boundary.
+
+        The replicated rows go through the backward in near-equal groups of whole samples, at
+        most `grad_rows` rows each (one sample's k at least) for a run on `batch` samples: one
+        backward over every candidate of the batch costs more per row and k times the memory.
+        The model sees each row alone and a sample's rows share one call (a randomized model's
+        draws are keyed per sample and call), so the result is one call's: bit for bit on groups
+        of a few dozen rows or more; smaller ones may take other CPU kernels, an ulp apart.
+        """
         m, k = classes.shape
         cls = classes.reshape(-1)
         ref = y.repeat_interleave(k)
 
-        def boundary(z: torch.Tensor) -> torch.Tensor:
-            """f < 0 on the sample's side of the boundary, 0 on it."""
+        def boundary(sl: slice) -> Objective:
+            """f < 0 on the sample's side of the boundary, 0 on it (rows `sl` of the replicated batch)."""
             if target is not None:
-                return -goal_margin(z, ref, cls)
-            return z.gather(1, cls[:, None]).squeeze(1) - z.gather(1, ref[:, None]).squeeze(1)
+                return lambda z: -goal_margin(z, ref[sl], cls[sl])
+            return lambda z: z.gather(1, cls[sl, None]).squeeze(1) - z.gather(1, ref[sl, None]).squeeze(1)
 
-        logits, grad = oracle.value_and_grad(xa.repeat_interleave(k, dim=0), boundary, active.repeat_interleave(k))
-        return nearest_boundary_step(boundary(logits).reshape(m, k), grad.reshape(m, k, *xa.shape[1:]), norm)
+        xr, rows = xa.repeat_interleave(k, dim=0), active.repeat_interleave(k)
+        per = max(1, grad_rows(batch, xa.device) // k)  # whole samples a backward
+        parts = [oracle.value_and_grad(xr[sl], boundary(sl), rows[sl])
+                 for sl in (slice(s.start * k, s.stop * k) for s in pieces(m, per))]
+        logits, grad = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+        return nearest_boundary_step(boundary(slice(None))(logits).reshape(m, k), grad.reshape(m, k, *xa.shape[1:]), norm)
 
 
 def nearest_boundary_step(f: torch.Tensor, grad: torch.Tensor, norm: str) -> torch.Tensor:

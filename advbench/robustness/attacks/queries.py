@@ -2,6 +2,10 @@
 
 Queries are counted by the oracle; the log reads them per sample, keeps the smallest
 adversarial example found so far and its norm at the query checkpoints the records keep.
+Probes travel to the oracle in near-equal pieces of at most `probe_rows` rows: the model sees
+each row alone (no batch interaction), a randomized one that keys its draws per row
+(`keyed_draws`) draws them in the same order, and every row is one query, so the pieces give
+the labels, counts and draws of one big call at the flat cost per row of a memory-sized call.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from collections.abc import Sequence
 
 import torch
 
+from advbench.core.runtime import pieces, probe_rows
 from advbench.core.steps import lp_norm, per_sample
 from advbench.robustness.attacks.base import Attack, AttackResult
 from advbench.robustness.attacks.optimized import SmallestAdversarial
@@ -36,6 +41,7 @@ class QueryLog:
                  eps: torch.Tensor, norm: str, max_queries: int, checkpoints: Sequence[int]) -> None:
         self.oracle, self.y, self.target, self.max_queries = oracle, y, target, max_queries
         self.start = oracle.queries.clone()
+        self.piece = probe_rows(x[0])
         self.best = SmallestAdversarial(x, eps, norm)
         self.checkpoints = sorted({int(c) for c in checkpoints if c <= max_queries} | {max_queries})
         self._marks = torch.tensor(self.checkpoints, device=x.device)
@@ -51,9 +57,13 @@ class QueryLog:
         """The samples of `idx` that may still ask one query."""
         return idx[self.left(idx) > 0]
 
+    def labels(self, x_cand: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        """The target's labels of the candidates (one query per row, `piece` rows an oracle call)."""
+        return torch.cat([self.oracle.labels(x_cand[sl], idx[sl]) for sl in pieces(idx.shape[0], self.piece)])
+
     def adversarial(self, x_cand: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         """Whether each candidate meets its sample's goal (one query per row)."""
-        labels = self.oracle.labels(x_cand, idx)
+        labels = self.labels(x_cand, idx)
         return goal_met(labels, self.y[idx], None if self.target is None else self.target[idx])
 
     def offer(self, idx: torch.Tensor, x_cand: torch.Tensor, adversarial: torch.Tensor) -> None:
@@ -80,7 +90,7 @@ def starting_points(log: QueryLog, x: torch.Tensor, y: torch.Tensor, target: tor
     """
     n = x.shape[0]
     everyone = torch.arange(n, device=x.device)
-    labels = log.oracle.labels(x, everyone)
+    labels = log.labels(x, everyone)
     clean_adv = goal_met(labels, y, target)
     log.offer(everyone, x, clean_adv)
     starts = x.clone()
