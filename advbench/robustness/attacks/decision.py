@@ -2,9 +2,10 @@
 
 They see a `DecisionOracle` and nothing else. Every labelled image is a query counted per
 sample by the oracle; a sample leaves the active set when its query budget is spent, and no
-call ever asks more of a sample than it has left. All samples' candidates of a step travel in
-one oracle call, and random draws come per sample from (seed, sample_id, stream), so an
-untargeted sample's result does not depend on its batch.
+call ever asks more of a sample than it has left. All samples' candidates of a step travel
+together (`QueryLog` hands them to the oracle in memory-sized pieces), and random draws
+come per sample from (seed, sample_id, stream), so an untargeted sample's result does not
+depend on its batch.
 
 `QueryLog` is the bookkeeping decision attacks share: the smallest verified adversarial
 example, `first_success` in queries, and the best norm at query checkpoints (info columns
@@ -23,6 +24,7 @@ from collections.abc import Sequence
 
 import torch
 
+from advbench.core.runtime import PROBE_ELEMENTS
 from advbench.core.steps import clip, lp_norm, per_sample
 from advbench.robustness.attacks.base import AttackResult
 from advbench.robustness.attacks.oracles import DecisionOracle
@@ -96,11 +98,12 @@ class HopSkipJump(DecisionAttack):
                   norm: str, bounds: tuple[float, float], sample_id: torch.Tensor, j: int) -> torch.Tensor:
         """Unit estimate of the boundary normal at each row of `xb` from its own random probes.
 
-        A sample with fewer than `evals` queries left uses what it has. One oracle call per
-        chunk of samples (chunks bound the memory of the probes, not the result).
+        A sample with fewer than `evals` queries left uses what it has. The probes are drawn per
+        chunk of samples, `PROBE_ELEMENTS` input elements at most (chunks bound the memory of the
+        probes, not the result).
         """
         m, shape = xb.shape[0], tuple(xb.shape[1:])
-        chunk = max(1, (1 << 24) // max(1, evals * xb[0].numel()))
+        chunk = max(1, PROBE_ELEMENTS // max(1, evals * xb[0].numel()))
         out = torch.empty_like(xb)
         for s in range(0, m, chunk):
             sl = slice(s, s + chunk)
