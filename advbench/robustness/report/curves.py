@@ -95,19 +95,28 @@ def _rates(goal: str, correct: np.ndarray, hits: Callable[[np.ndarray], np.ndarr
     return np.full(reached.shape, np.nan), reached / n
 
 
-def _curves(df: pd.DataFrame, x_name: str, per_cell: Callable[[pd.DataFrame, tuple], tuple[np.ndarray, Callable]]) -> pd.DataFrame:
-    """Apply a per-cell (x, hits) builder to every cell and stack the tidy result."""
+def _curves(df: pd.DataFrame, x_name: str, per_cell: Callable[[pd.DataFrame, tuple], tuple[np.ndarray, Callable]],
+            band: Callable[[pd.DataFrame, tuple], Callable] | None = None) -> pd.DataFrame:
+    """Apply a per-cell (x, hits) builder to every cell and stack the tidy result.
+
+    `band(g, key)`, where given, is a second `hits` at the same x: the curve's other edge,
+    written as `accuracy_from_lo` and `asr_from_lo`.
+    """
     _require_unique(df, "eps_budget")
     parts = []
     for key, g in df.groupby(NAMED, sort=True):
         x, hits = per_cell(g, key)
         goal = key[NAMED.index("goal")]
-        accuracy, asr = _rates(goal, g["clean_correct"].to_numpy(bool), hits)
+        correct = g["clean_correct"].to_numpy(bool)
+        accuracy, asr = _rates(goal, correct, hits)
         part = pd.DataFrame({x_name: x, "accuracy": accuracy, "asr": asr})
+        if band is not None:
+            part["accuracy_from_lo"], part["asr_from_lo"] = _rates(goal, correct, band(g, key))
         meta = dict(zip(NAMED, key)) | {"eps_budget": g["eps_budget"].iloc[0], "n_samples": len(g)}
         parts.append(part.assign(**meta))
     out = pd.concat(parts, ignore_index=True)
-    return out[[*NAMED, "eps_budget", "n_samples", x_name, "accuracy", "asr"]]
+    edges = ["accuracy_from_lo", "asr_from_lo"] if band is not None else []
+    return out[[*NAMED, "eps_budget", "n_samples", x_name, "accuracy", "asr", *edges]]
 
 
 def eps_grid(df: pd.DataFrame, n: int = 101) -> dict[tuple[str, str], np.ndarray]:
@@ -130,12 +139,20 @@ def eps_grid(df: pd.DataFrame, n: int = 101) -> dict[tuple[str, str], np.ndarray
 
 
 def budget_curve(df: pd.DataFrame, grid: Grid | None = None) -> pd.DataFrame:
-    """Accuracy / ASR vs. perturbation budget from ``min_eps``, one curve per cell.
+    """Accuracy / ASR vs. perturbation budget from ``min_eps``, one curve per cell, with the band
+    the search's resolution leaves.
 
     Untargeted: accuracy(ε) = mean over all N of (clean_correct & min_eps > ε);
     ASR(ε) = #(clean_correct & min_eps <= ε) / #clean_correct.
     Targeted: ASR(ε) = mean over all N of (min_eps <= ε); accuracy is NaN because a failed
     targeted attack says nothing about whether the prediction is still the true label.
+
+    The search brackets each sample's minimum ε in (min_eps_lo, min_eps], so the curve from
+    ``min_eps`` is one edge of the true curve and ``accuracy_from_lo`` / ``asr_from_lo``, which
+    count a sample broken once ε > min_eps_lo, the other: the true curve lies between them. A
+    sample without a bracket (NaN ``min_eps_lo``: a minimum-norm attack, a clean input that
+    already fools the model, records without the column) adds no width. Drawn as a band, the
+    mass of samples the search closes at the budget shows as the resolution it is, not a kink.
 
     ``grid`` is one array for every cell, or a mapping (dataset, norm) -> array as returned
     by :func:`eps_grid` (the default).
@@ -143,19 +160,31 @@ def budget_curve(df: pd.DataFrame, grid: Grid | None = None) -> pd.DataFrame:
     df = _validate(df, _BUDGET_COLUMNS, "budget curve")
     grids = eps_grid(df) if grid is None else grid
 
-    def per_cell(g: pd.DataFrame, key: tuple) -> tuple[np.ndarray, Callable]:
-        if isinstance(grids, Mapping):
-            where = (key[NAMED.index("dataset")], key[NAMED.index("norm")])
-            if where not in grids:
-                raise AdvbenchError(f"eps grid has no entry for dataset/norm {'/'.join(where)}; it has {sorted(grids)}")
-            eps = np.unique(np.asarray(grids[where], dtype=np.float64))
-        else:
-            eps = np.unique(np.asarray(grids, dtype=np.float64))
-        thresholds = g["min_eps"].to_numpy(np.float64)
-        thresholds = np.where(np.isnan(thresholds), np.inf, thresholds)
-        return eps, lambda mask: np.searchsorted(np.sort(thresholds[mask]), eps, side="right")
+    def cell_grid(key: tuple) -> np.ndarray:
+        if not isinstance(grids, Mapping):
+            return np.unique(np.asarray(grids, dtype=np.float64))
+        where = (key[NAMED.index("dataset")], key[NAMED.index("norm")])
+        if where not in grids:
+            raise AdvbenchError(f"eps grid has no entry for dataset/norm {'/'.join(where)}; it has {sorted(grids)}")
+        return np.unique(np.asarray(grids[where], dtype=np.float64))
 
-    return _curves(df, "eps", per_cell)
+    def thresholds(g: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+        hi = g["min_eps"].to_numpy(np.float64)
+        lo = g["min_eps_lo"].to_numpy(np.float64) if "min_eps_lo" in g else np.full(hi.shape, np.nan)
+        return np.where(np.isnan(hi), np.inf, hi), lo
+
+    def per_cell(g: pd.DataFrame, key: tuple) -> tuple[np.ndarray, Callable]:
+        eps, hi = cell_grid(key), thresholds(g)[0]
+        return eps, lambda mask: np.searchsorted(np.sort(hi[mask]), eps, side="right")
+
+    def band(g: pd.DataFrame, key: tuple) -> Callable:
+        eps, (hi, lo) = cell_grid(key), thresholds(g)
+        bracketed = ~np.isnan(lo)
+        # possibly broken at ε: above the largest failing probe, or (no bracket) at min_eps itself
+        return lambda mask: (np.searchsorted(np.sort(lo[mask & bracketed]), eps, side="left")
+                             + np.searchsorted(np.sort(hi[mask & ~bracketed]), eps, side="right"))
+
+    return _curves(df, "eps", per_cell, band)
 
 
 def strength_curve(df: pd.DataFrame) -> pd.DataFrame:
@@ -239,11 +268,16 @@ def checkpoint_curve(df: pd.DataFrame) -> pd.DataFrame:
     """Accuracy / ASR at the budget after q queries, from the `norm_at_<q>` checkpoints.
 
     A sample counts as broken after q queries when its best norm then (threat units) is within
-    `eps_budget`. Only cells whose records all hold a checkpoint use it; cells without any
-    (budgeted attacks) are left out, so the frame may be empty. Where both exist, these points
-    lie on :func:`query_curve`, which dates every success exactly.
+    `eps_budget` and its success is verified (`success_at_budget`), the judgement
+    :func:`query_curve` counts by: a randomized model's vote over fresh passes, where the
+    attack's checkpoints record what its own single passes saw, lucky draws included. A success
+    verified only through the projection of the final example onto the budget ball counts from
+    the last query on, as the query curve dates it.
+    Only cells whose records all hold a checkpoint use it; cells without any (budgeted attacks)
+    are left out, so the frame may be empty. Where both exist, these points lie on
+    :func:`query_curve`.
     """
-    df = _validate(df, [*_BUDGET_COLUMNS, "strength_budget"], "checkpoint curve")
+    df = _validate(df, [*_BUDGET_COLUMNS, "strength_budget", "success_at_budget"], "checkpoint curve")
     columns = checkpoint_columns(df)
     parts = []
     for key, g in df.groupby(NAMED, sort=True):
@@ -252,7 +286,8 @@ def checkpoint_curve(df: pd.DataFrame) -> pd.DataFrame:
             continue
         budget = float(g["eps_budget"].iloc[0])
         norms = g[list(held.values())].to_numpy(np.float64)            # (samples, checkpoints)
-        broken = norms <= budget
+        spent = np.asarray(list(held)) >= int(g["strength_budget"].iloc[0])
+        broken = g["success_at_budget"].to_numpy(bool)[:, None] & ((norms <= budget) | spent[None, :])
         goal = key[NAMED.index("goal")]
         accuracy, asr = _rates(goal, g["clean_correct"].to_numpy(bool), lambda mask: broken[mask].sum(axis=0))
         parts.append(pd.DataFrame({"queries": list(held), "accuracy": accuracy, "asr": asr})

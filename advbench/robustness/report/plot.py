@@ -16,8 +16,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from matplotlib import colormaps
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.layout_engine import ConstrainedLayoutEngine
 from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, MaxNLocator, PercentFormatter
 from rich.console import Console
 from rich.table import Table
@@ -48,50 +51,38 @@ labelled model with its defense: `shards.ROW`)."""
 NORM_LABELS = {"linf": "ℓ∞", "l2": "ℓ₂"}
 KNOWLEDGE_LABELS = {"white": "white-box", "transfer": "transfer-based", "score": "score-based", "decision": "decision-based"}
 GROUP_BY = ("defense", "category")
-"""What a line's colour stands for: each defense its own, or one per defense category (line
-styles then tell the defenses of a category apart, and the legend lists them by category)."""
+"""What the legend is grouped by: nothing (one entry per defense), or defense category (the
+defenses under a bold heading per category, whose members also differ in line style)."""
 LINESTYLES = ("-", "--", "-.", ":")
 MAX_COLUMNS = 2
 """Panels per row at most, so a figure stays legible at README width (four attacks: a 2 × 2
-grid, 1260 × 945 px at 150 dpi); rows are then filled evenly."""
+grid, about 1110 px wide at 150 dpi); rows are then filled evenly."""
 PANEL_SIZE = (3.4, 2.9)
 FEW_STEPS = 5
 """Strength axes up to this many iterations/queries mark every step (FGSM is one step)."""
+MAX_LEGEND_COLUMNS = 6
+BAND_ALPHA = 0.2
 
 
 def defense_styles(defenses: Iterable[str], categories: dict[str, str] | None = None) -> dict[str, dict[str, str | tuple | int]]:
-    """Colour and line style per defense, fixed by sorted name so every figure agrees.
-
-    tab10 up to ten defenses, tab20 beyond; past twenty the colours repeat with a new
-    line style so lines stay distinguishable. With `categories` (defense -> category) the
-    colour is the category's, and the defenses of one category take the line styles in turn.
+    """Colour and line style per defense, fixed by sorted name so every figure agrees:
+    every defense gets its own colour (a zoo of 14 must not read as a few lines); past twenty
+    colours repeat with a new line style. With `categories` (defense -> category) colours go in
+    (category, name) order and the defenses of one category take the line styles in turn, so
+    members of a category differ in style as well as colour.
     """
-    if categories is not None:
-        return _category_styles(sorted(set(defenses)), categories)
     names = sorted(set(defenses))
-    palette = colormaps["tab10" if len(names) <= 10 else "tab20"].colors
-    return {
-        name: {"color": palette[i % len(palette)], "linestyle": LINESTYLES[(i // len(palette)) % len(LINESTYLES)]}
-        for i, name in enumerate(names)
-    }
-
-
-def _category_styles(names: list[str], categories: dict[str, str]) -> dict[str, dict[str, str | tuple | int]]:
-    """Colour per category (sorted), line style (then marker) per defense within its category."""
-    missing = [d for d in names if d not in categories]
-    if missing:
-        raise AdvbenchError(f"no category for defense(s) {', '.join(missing)}")
-    groups = sorted({categories[d] for d in names})
-    palette = colormaps["tab10" if len(groups) <= 10 else "tab20"].colors
+    if categories is not None:
+        missing = [d for d in names if d not in categories]
+        if missing:
+            raise AdvbenchError(f"no category for defense(s) {', '.join(missing)}")
+        names.sort(key=lambda d: (categories[d], d))
+    shades = colormaps["tab20"].colors  # beyond ten: dark shades first, so neighbours never share a hue
+    palette = colormaps["tab10"].colors if len(names) <= 10 else [*shades[0::2], *shades[1::2]]
     styles: dict[str, dict[str, str | tuple | int]] = {}
-    for g, group in enumerate(groups):
-        members = [d for d in names if categories[d] == group]
-        for i, name in enumerate(members):
-            style: dict[str, str | tuple | int] = {"color": palette[g % len(palette)], "linestyle": LINESTYLES[i % len(LINESTYLES)]}
-            if i >= len(LINESTYLES):  # every fifth point marked, so the line style still shows
-                style["marker"] = "osD^v"[(i - len(LINESTYLES)) % 5]
-                style["markevery"] = 5
-            styles[name] = style
+    for i, name in enumerate(names):
+        rank = i // len(palette) + (0 if categories is None else [categories[d] for d in names[:i]].count(categories[name]))
+        styles[name] = {"color": palette[i % len(palette)], "linestyle": LINESTYLES[rank % len(LINESTYLES)]}
     return styles
 
 
@@ -118,12 +109,6 @@ def with_categories(df: pd.DataFrame) -> pd.DataFrame:
     return df.assign(**{CATEGORY: df["defense"].map(defense_categories(df))})
 
 
-def _title(key: Sequence[str]) -> str:
-    """'digits · ℓ∞ · untargeted · white-box'."""
-    dataset, norm, goal, knowledge = key
-    return " · ".join([dataset, NORM_LABELS.get(norm, norm), goal, KNOWLEDGE_LABELS.get(knowledge, knowledge)])
-
-
 def _single_key(curves: pd.DataFrame) -> tuple[str, ...]:
     """Figures take one (dataset, norm, goal, knowledge) group; say which came otherwise."""
     keys = curves[FIGURE_KEY].drop_duplicates()
@@ -132,105 +117,141 @@ def _single_key(curves: pd.DataFrame) -> tuple[str, ...]:
     return tuple(keys.iloc[0])
 
 
-def _legend(fig: Figure, present: list[str], styles: dict, categories: dict[str, str] | None,
-            extra: list[tuple[Line2D, str]]) -> None:
-    """One entry per defense (under a bold heading per category when grouped), then `extra`."""
-    handles, labels, headings = [], [], []
+Entry = tuple[Any, str, bool]
+"""A legend entry: handle, label, and whether it is a category heading (bold)."""
+
+
+def _legend_groups(present: list[str], styles: dict, categories: dict[str, str] | None,
+                   extra: list[tuple[Any, str]]) -> list[list[Entry]]:
+    """Legend entries in the groups a column never splits: each category's heading with its
+    defenses (each defense alone when not grouped), then `extra` (budget line, band, checkpoints)."""
+    def entry(d: str) -> Entry:
+        return Line2D([], [], linewidth=2, **styles[d]), d, False
     if categories is None:
-        handles = [Line2D([], [], linewidth=2, **styles[d]) for d in present]
-        labels = list(present)
+        groups = [[entry(d)] for d in present]
     else:
-        for group in sorted({categories[d] for d in present}):
-            headings.append(len(labels))
-            handles.append(Line2D([], [], linestyle="none", color="none"))
-            labels.append(group)
-            for d in sorted(d for d in present if categories[d] == group):
-                handles.append(Line2D([], [], linewidth=2, **styles[d]))
-                labels.append(d)
-    for handle, label in extra:
-        handles.append(handle)
-        labels.append(label)
-    legend = fig.legend(handles, labels, loc="outside right upper", frameon=False,
-                        title="defense" if categories is None else "category / defense")
-    for i in headings:
-        legend.get_texts()[i].set_fontweight("bold")
+        groups = [[(Line2D([], [], linestyle="none"), group, True), *(entry(d) for d in present if categories[d] == group)]
+                  for group in sorted({categories[d] for d in present})]
+    if extra:
+        groups.append([(handle, label, False) for handle, label in extra])
+    return groups
 
 
-def _queries(value: float, _: int) -> str:
-    """'1', '100', '20,000': whole query counts on a log axis."""
-    return f"{value:,.0f}" if value >= 1 else ""
+def _columns(groups: list[list[Entry]], ncols: int) -> list[Entry]:
+    """The entries laid out column by column in at most `ncols` columns of equal height, as few
+    rows as keep every group whole; blank entries pad the columns (matplotlib fills columns in turn)."""
+    blank: Entry = (Line2D([], [], linestyle="none"), "", False)
+    for rows in range(max(map(len, groups)), sum(map(len, groups)) + 1):
+        columns: list[list[Entry]] = [[]]
+        for group in groups:
+            if columns[-1] and len(columns[-1]) + len(group) > rows:
+                columns.append([])
+            columns[-1].extend(group)
+        if len(columns) <= ncols:
+            break
+    return [e for column in columns for e in column + [blank] * (rows - len(column))]
+
+
+def _legend(fig: Figure, groups: list[list[Entry]], title: str, panels: tuple[float, float]) -> None:
+    """The legend below the panels (it takes no width from them and meets no suptitle), in the
+    columns giving the smallest figure where it is no taller than the panels; the figure widens
+    to hold it and grows by its height."""
+    options = []
+    for ncols in range(1, min(MAX_LEGEND_COLUMNS, len(groups)) + 1):
+        entries = _columns(groups, ncols) if any(len(g) > 1 for g in groups) else [e for g in groups for e in g]
+        legend = _make_legend(fig, entries, ncols, title)
+        box = legend.get_window_extent(fig.canvas.get_renderer())
+        legend.remove()
+        width, height = max(panels[0], box.width / fig.dpi + 0.3), panels[1] + box.height / fig.dpi + 0.1
+        options.append((height - panels[1] > panels[1], width * height, ncols, (width, height), entries))
+    _, _, ncols, size, entries = min(options, key=lambda o: o[:3])
+    fig.set_size_inches(size)
+    _make_legend(fig, entries, ncols, title)
+
+
+def _make_legend(fig: Figure, entries: list[Entry], ncols: int, title: str) -> Any:
+    """The figure's legend of `entries` below the panels, category headings in bold."""
+    handles, labels, bold = (list(column) for column in zip(*entries))
+    legend = fig.legend(handles, labels, loc="outside lower center", ncols=ncols, frameon=False, title=title, fontsize=9,
+                        columnspacing=1.2, handlelength=1.8)
+    for text, heading in zip(legend.get_texts(), bold):
+        text.set_fontweight("bold" if heading else "normal")
+    return legend
 
 
 def _figure(curves: pd.DataFrame, x: str, xlabel: str, styles: dict, show_budget: bool,
             points: pd.DataFrame | None = None, categories: dict[str, str] | None = None) -> Figure:
-    """Grid of panels, one per attack, one line per model row, shared 0-100% y axis.
-
+    """Grid of panels, one per attack, one line per model row, shared 0-100% y axis, legend below;
     x = "queries" is drawn on a log axis from 1 to the budget; `points` (same x and metric)
     are drawn as open markers on the lines of their defense (the decision attacks' checkpoints).
     """
-    key = _single_key(curves)
-    goal = key[FIGURE_KEY.index("goal")]
+    dataset, norm, goal, knowledge = _single_key(curves)
     metric, ylabel = ("accuracy", "accuracy") if goal == "untargeted" else ("asr", "attack success rate")
     attacks = sorted(curves["attack"].unique())
-    present = sorted(curves[ROW].unique())
-    fig, axes, ncols = _canvas(len(attacks), present, categories, points is not None)
-    drawstyle = "default" if show_budget else "steps-post"
+    rows = -(-len(attacks) // MAX_COLUMNS)
+    ncols = -(-len(attacks) // rows)
+    fig = Figure(layout=ConstrainedLayoutEngine(w_pad=0.06, wspace=0.06))  # sized by `_legend`
+    FigureCanvasAgg(fig)  # Agg measures the legend
+    axes = fig.subplots(rows, ncols, sharey=True, squeeze=False).ravel()
+    for ax in axes[len(attacks):]:
+        fig.delaxes(ax)
     log_x = x == "queries"
-    marked = False
+    banded = marked = False
     for ax, attack in zip(axes, attacks):
         panel = curves[curves["attack"] == attack]
         top = panel[x].max()
         few = not show_budget and not log_x and top <= FEW_STEPS
-        for defense, line in panel.groupby(ROW, sort=True):
-            style = {"marker": "o" if few else None, **styles[defense]}
-            ax.plot(line[x], line[metric], drawstyle=drawstyle, linewidth=1.6, markersize=4, **style)
+        banded |= _lines(ax, panel, x, metric, styles, few=few, steps=not show_budget)
         if points is not None and not points.empty:
             for defense, dots in points[points["attack"] == attack].groupby(ROW, sort=True):
                 ax.plot(dots[x], dots[metric], linestyle="none", marker="o", markersize=5, markerfacecolor="white",
                         markeredgewidth=1.3, color=styles[defense]["color"])
                 marked = True
-        _x_axis(ax, panel, top, log_x=log_x, show_budget=show_budget, few=few)
-        _frame(ax, attack, xlabel)
+        _axes(ax, panel, attack, xlabel, top, log_x=log_x, show_budget=show_budget, few=few)
     for ax in axes[: len(attacks) : ncols]:
         ax.set_ylabel(ylabel)
-    extra = []
-    if show_budget:
-        extra.append((Line2D([], [], color="0.35", linestyle=":", linewidth=1.2), "budget"))
-    if marked:
-        extra.append((Line2D([], [], linestyle="none", marker="o", markerfacecolor="white", color="0.35"),
-                      "query checkpoint"))
-    _legend(fig, present, styles, categories, extra)
-    fig.suptitle(_title(key), fontsize=13)
+    marks = {"budget": (show_budget, Line2D([], [], color="0.35", linestyle=":", linewidth=1.2)),
+             "min-ε search bracket": (banded, Patch(color="0.35", alpha=BAND_ALPHA, linewidth=0)),
+             "query checkpoint": (marked, Line2D([], [], linestyle="none", marker="o", markerfacecolor="white", color="0.35"))}
+    extra = [(handle, label) for label, (shown, handle) in marks.items() if shown]
+    # 'digits · ℓ∞ · untargeted · white-box'
+    fig.suptitle(" · ".join([dataset, NORM_LABELS.get(norm, norm), goal, KNOWLEDGE_LABELS.get(knowledge, knowledge)]), fontsize=13)
+    groups = _legend_groups(sorted(curves[ROW].unique()), styles, categories, extra)
+    _legend(fig, groups, "defense" if categories is None else "category / defense",
+            (PANEL_SIZE[0] * ncols + 0.6, PANEL_SIZE[1] * rows + 0.5))
     return fig
 
 
-def _canvas(panels: int, present: list[str], categories: dict[str, str] | None,
-            with_points: bool) -> tuple[Figure, Any, int]:
-    """The figure, its panel axes (spares removed) and the number of columns.
-
-    The legend beside the panels sets the figure's size when it is longer or wider than they are
-    (a one-panel figure of many defenses under category headings): about 0.25 in a line, 0.075 a character.
-    """
-    nrows = -(-panels // MAX_COLUMNS)
-    ncols = -(-panels // nrows)
-    texts = [*present, *({categories[d] for d in present} if categories else ()),
-             "category / defense" if categories else "defense", "query checkpoint" if with_points else "budget"]
-    lines = len(present) + (len({categories[d] for d in present}) if categories else 0) + 3
-    fig = Figure(figsize=(PANEL_SIZE[0] * ncols + max(1.6, 0.075 * max(map(len, texts)) + 0.8),
-                          max(PANEL_SIZE[1] * nrows + 0.5, 0.25 * lines + 0.6)), layout="constrained")
-    fig.get_layout_engine().set(w_pad=0.06, wspace=0.06)
-    axes = fig.subplots(nrows, ncols, sharey=True, squeeze=False).ravel()
-    for ax in axes[panels:]:
-        fig.delaxes(ax)
-    return fig, axes, ncols
+def _lines(ax: Any, panel: pd.DataFrame, x: str, metric: str, styles: dict, *, few: bool, steps: bool) -> bool:
+    """One line per model row, over the band to its curve from `min_eps_lo` where the frame has
+    one that is not flat (see `curves.budget_curve`); whether a band was drawn."""
+    banded = False
+    for defense, line in panel.groupby(ROW, sort=True):
+        style = {"marker": "o" if few else None, **styles[defense]}
+        edge = line.get(f"{metric}_from_lo")
+        if edge is not None and not np.allclose(edge, line[metric], equal_nan=True):
+            ax.fill_between(line[x], edge, line[metric], color=style["color"], alpha=BAND_ALPHA, linewidth=0)
+            banded = True
+        ax.plot(line[x], line[metric], drawstyle="steps-post" if steps else "default", linewidth=1.6, markersize=4,
+                **style)
+    return banded
 
 
-def _x_axis(ax: Any, panel: pd.DataFrame, top: float, *, log_x: bool, show_budget: bool, few: bool) -> None:
-    """Queries on a log axis, budgets with their dotted line, a few steps as ticks, or whole iterations."""
+def _axes(ax: Any, panel: pd.DataFrame, attack: str, xlabel: str, top: float, *, log_x: bool, show_budget: bool,
+          few: bool) -> None:
+    """The panel's title, 0-100 % y axis, light grid and open frame; x: queries on a log axis,
+    budgets with their dotted line, a few steps as ticks, or whole iterations."""
+    ax.set_title(attack, fontsize=11)
+    ax.set_ylim(-0.02, 1.02)
+    ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
+    ax.grid(True, color="0.88", linewidth=0.8)
+    ax.set_axisbelow(True)
+    ax.spines[["top", "right"]].set_visible(False)
+    ax.set_xlabel(xlabel)
     if log_x:  # queries span orders of magnitude: 1 .. budget on a log axis
         ax.set_xscale("log")
         ax.set_xlim(1, max(top, 10))
-        ax.xaxis.set_major_formatter(FuncFormatter(_queries))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:,.0f}" if value >= 1 else ""))  # 1, 100, 20,000
     elif show_budget:
         for budget in panel["eps_budget"].unique():
             ax.axvline(budget, color="0.35", linestyle=":", linewidth=1.2)
@@ -241,17 +262,6 @@ def _x_axis(ax: Any, panel: pd.DataFrame, top: float, *, log_x: bool, show_budge
     else:  # iterations are whole numbers
         ax.xaxis.set_major_locator(MaxNLocator(nbins=6, integer=True))
         ax.set_xlim(0, top or 1)
-
-
-def _frame(ax: Any, attack: str, xlabel: str) -> None:
-    """The panel's title, 0-100 % y axis, light grid and open frame."""
-    ax.set_title(attack, fontsize=11)
-    ax.set_ylim(-0.02, 1.02)
-    ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
-    ax.grid(True, color="0.88", linewidth=0.8)
-    ax.set_axisbelow(True)
-    ax.spines[["top", "right"]].set_visible(False)
-    ax.set_xlabel(xlabel)
 
 
 def budget_figure(curves: pd.DataFrame, styles: dict | None = None, categories: dict[str, str] | None = None) -> Figure:
@@ -301,10 +311,8 @@ def _save_all(curves: pd.DataFrame, kind: str, build, out_dir: Path, formats: Se
 def plot_budget_curves(curves: pd.DataFrame, out_dir: Path | str, formats: Sequence[str] = ("png", "svg"), styles: dict | None = None,
                        categories: dict[str, str] | None = None) -> list[Path]:
     """Write every budget-curve figure of a :func:`advbench.robustness.report.curves.budget_curve` frame."""
-    def build(group: pd.DataFrame, styles: dict, key: tuple) -> Figure:
-        return budget_figure(group, styles, categories)
-
-    return _save_all(curves, "budget", build, Path(out_dir), formats, styles, categories)
+    return _save_all(curves, "budget", lambda group, styles, key: budget_figure(group, styles, categories),
+                     Path(out_dir), formats, styles, categories)
 
 
 def plot_strength_curves(curves: pd.DataFrame, out_dir: Path | str, formats: Sequence[str] = ("png", "svg"), styles: dict | None = None,
@@ -368,7 +376,7 @@ def render_all(df: pd.DataFrame, out_dir: Path | str, formats: Sequence[str] = (
     """Budget and strength figures plus Table 3 files from one record frame.
 
     Strength figures of score- and decision-based cells are query curves (log axis, with the
-    decision attacks' checkpoints). `group_by="category"` colours lines by defense category
+    decision attacks' checkpoints). `group_by="category"` lists the legend by defense category
     and heads the tables' defense columns with it; the CSV tables carry it either way. Cells of
     several runs that share a name are drawn apart, with one warning line per name on stderr.
     """
