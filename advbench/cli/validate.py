@@ -22,6 +22,8 @@ from advbench.core.names import safe_name
 from advbench.core.runtime import PRECISIONS
 from advbench.quality.iqa_run import check_iqa_config
 from advbench.quality.uap import check_amplitude, load_uap
+from advbench.quality.video import X264_PRESETS
+from advbench.robustness.defenses.wrappers import check_wrapper
 from advbench.robustness.evaluation.search import SEARCH_METHODS
 from advbench.robustness.models.user_models import check_config as check_model_config
 from advbench.robustness.report.gate import check_fraction
@@ -37,6 +39,7 @@ Check = Callable[[str, Any], None]
 
 
 _MAX_BUDGET = 1e6  # no two images in [0, 1] with fewer than 1e12 values are further apart
+_MAX_KBPS = 1e6  # libx264 refuses a rate its VBV arithmetic overflows (1e12 kbps: "avcodec_open2 ... returned 22")
 
 
 def _whole(low: int, nullable: bool = False, high: int | None = None) -> Check:
@@ -104,11 +107,20 @@ def _perturbation(key: str, value: Any) -> None:
         load_uap(value)
 
 
-def _positive_list(key: str, value: Any) -> None:
+def _bitrates(key: str, value: Any) -> None:
+    """Target bitrates x264 can aim at: from 1 kbps up to 1e6 kbps (1 Gbit/s, far above lossless HD)."""
     items = list(value) if isinstance(value, ListConfig) else []
-    if not items or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
-                            for v in items):
-        raise AdvbenchError(f"{key} must be a non-empty list of positive numbers, got {plain_value(value)!r}")
+    check = _real(1, _MAX_KBPS, open_low=False)
+    if not items:
+        raise AdvbenchError(f"{key} must be a non-empty list of bitrates in kbps, got {plain_value(value)!r}")
+    for item in items:
+        check(f"{key}: bitrate (kbps)", item)
+
+
+def _wrapper(key: str, value: Any) -> None:
+    """Each wrapper key with the type its constructor takes, before any model is trained or loaded."""
+    if value is not None:
+        check_wrapper(plain_value(value))
 
 
 def _gate_threshold(key: str, value: Any) -> None:
@@ -165,7 +177,8 @@ def _check_arguments(key: str, node: Any) -> None:
 
     A wrong type would otherwise surface as a TypeError deep inside the constructor
     ("'<' not supported between 'str' and 'int'"); annotations that are not plain
-    int/float/bool/str (or Optional of them) are left to the constructor.
+    int/float/bool/str (or Optional of them) are left to the constructor. NaN is refused for
+    every key: it passes each range check (`nan < 0` is false) and breaks only after the work ran.
     """
     if not isinstance(node, DictConfig) or not isinstance(node.get("_target_"), str):
         return
@@ -177,6 +190,8 @@ def _check_arguments(key: str, node: Any) -> None:
     except Exception:  # an unknown target or unresolvable annotation: Hydra and the constructor report it
         return
     for name, value in node.items():
+        if isinstance(value, float) and math.isnan(value):  # passes every `<` check, fails after the work ran
+            raise AdvbenchError(f"{key}.{name} must be a number, got nan")
         hint = hints.get(str(name))
         kinds = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
         if hint is None or not all(k in _SIMPLE for k in kinds) or isinstance(value, (DictConfig, ListConfig)):
@@ -190,6 +205,7 @@ CHECKS: dict[str, Check] = {
     # names that become file or folder names
     "dataset.name": _name, "model.name": _name, "defense.name": _name, "attack.name": _name, "metric.name": _name,
     "defense.category": _categories,
+    "defense.wrapper": _wrapper,
     "substitute.model.name": _name, "substitute.defense.name": _name,  # a substitute's cached checkpoint
     "substitute.fallback.model.name": _name, "substitute.fallback.defense.name": _name,
     "substitute.seed": _whole(0, nullable=True), "substitute.fallback.seed": _whole(0, nullable=True),
@@ -231,7 +247,8 @@ CHECKS: dict[str, Check] = {
     "csf": _flag,
     "amplitudes": _amplitudes,
     "perturbation": _perturbation,
-    "bitrates_kbps": _positive_list,
+    "bitrates_kbps": _bitrates,
+    "preset": _one_of(*X264_PRESETS),
     "validate.amplitudes": _amplitudes,
     "validate.n_images": _whole(1, nullable=True),
     "uap.size": _whole(1),

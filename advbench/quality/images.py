@@ -14,6 +14,7 @@ always judged on photos it never saw:
 from __future__ import annotations
 
 import math
+import warnings
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Literal
@@ -132,9 +133,12 @@ def center_resize(image: torch.Tensor, size: int) -> torch.Tensor:
 def read_image(path: Path) -> torch.Tensor:
     """An image file as (3, H, W) in [0, 1]; unreadable files are a one-line error."""
     try:
-        with Image.open(path) as im:
-            return to_tensor(np.asarray(im.convert("RGB")))
-    except (UnidentifiedImageError, OSError) as exc:
+        with warnings.catch_warnings():
+            # PIL only warns between its pixel limit and twice that; either way the file is refused
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(path) as im:
+                return to_tensor(np.asarray(im.convert("RGB")))
+    except (UnidentifiedImageError, OSError, Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
         raise AdvbenchError(f"cannot read image '{path}': {exc}") from None
 
 

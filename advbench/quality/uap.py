@@ -158,7 +158,9 @@ def save_uap(uap: torch.Tensor, path: str | Path, meta: Mapping[str, Any] | None
 
     Each file is opened without following a link, and a link at any of the three names
     (`.pt`, its `.pt.tmp` and `.png`) is refused before anything is written: the UAP never
-    overwrites a file elsewhere.
+    overwrites a file elsewhere. The `.pt` is written to its `.pt.tmp` and renamed; a write that
+    fails (a full disk) removes the temporary file, or the half-written `.png`, and lets the
+    OSError go on to the command's one line.
     """
     check_uap(uap, "uap")
     base = Path(path).expanduser()
@@ -167,12 +169,19 @@ def save_uap(uap: torch.Tensor, path: str | Path, meta: Mapping[str, Any] | None
     for file in (pt, tmp, png):
         refuse_link(file)
     base.parent.mkdir(parents=True, exist_ok=True)
-    with os.fdopen(open_no_follow(tmp, append=False), "wb") as out:
-        torch.save({"uap": uap.detach().cpu().float(), "meta": json.dumps(dict(meta or {}))}, out)
-    tmp.replace(pt)
+    try:
+        with os.fdopen(open_no_follow(tmp, append=False), "wb") as out:
+            torch.save({"uap": uap.detach().cpu().float(), "meta": json.dumps(dict(meta or {}))}, out)
+        tmp.replace(pt)
+    finally:
+        tmp.unlink(missing_ok=True)
     pixels = ((uap.detach().cpu().float() + 0.5) * 255).round().clamp(0, 255).byte()
-    with os.fdopen(open_no_follow(png, append=False), "wb") as out:
-        Image.fromarray(pixels.permute(1, 2, 0).numpy()).save(out, format="PNG")
+    try:
+        with os.fdopen(open_no_follow(png, append=False), "wb") as out:
+            Image.fromarray(pixels.permute(1, 2, 0).numpy()).save(out, format="PNG")
+    except OSError:
+        png.unlink(missing_ok=True)
+        raise
     return pt, png
 
 

@@ -180,6 +180,11 @@ def yuv_frames(images: np.ndarray, first: int, fps: Fraction | float) -> list[av
     return frames
 
 
+X264_PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow",
+                "placebo")
+"""libx264's speed presets; any other name makes the encoder refuse to open."""
+
+
 class H264Transcoder:
     """Encode yuv420p frames with libx264 at a target bitrate and decode them right back.
 
@@ -206,6 +211,11 @@ class H264Transcoder:
         self.encoder.framerate = self.fps
         self.encoder.bit_rate = int(bitrate_kbps * 1000)
         self.encoder.options = {"preset": preset, **x264_params()}
+        try:  # opened here, not at the first frame, so that a setting x264 refuses is said before any work
+            self.encoder.open()
+        except av.FFmpegError as exc:
+            raise AdvbenchError(f"libx264 refused preset={preset!r} at {bitrate_kbps:g} kbps for {width}x{height} "
+                                f"at {float(self.fps):g} fps: {exc}") from None
         self.decoder = av.CodecContext.create("h264", "r")
         self.decoder.thread_count = 1
         self.bytes = 0

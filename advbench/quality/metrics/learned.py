@@ -22,6 +22,8 @@ explicit `weights=` path that does not exist is an error.
 from __future__ import annotations
 
 import io
+import os
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -149,12 +151,19 @@ def train_cnnqa(*, steps: int = 200, batch_size: int = 16, crop: int = 64, lr: f
 
 
 def save_weights(net: QualityNet, path: str | Path) -> Path:
-    """Write the state dict atomically (a killed run never leaves a half file in the cache)."""
+    """Write the state dict atomically: a temporary file beside `path`, renamed into place.
+
+    A killed run never leaves a half file under the real name, and a failed write (a full
+    disk) removes its temporary file before the OSError goes on to the command's one line.
+    """
     out = Path(path).expanduser()
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
-    torch.save({"state_dict": net.state_dict(), "meta": {"metric": "cnnqa", "version": 1}}, tmp)
-    tmp.replace(out)
+    tmp = out.with_name(f".{out.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        torch.save({"state_dict": net.state_dict(), "meta": {"metric": "cnnqa", "version": 1}}, tmp)
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
     return out
 
 

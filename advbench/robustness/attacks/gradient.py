@@ -8,6 +8,8 @@ makes high-ε probes of the minimum-ε search cheap.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from advbench.core.steps import accumulate_momentum, ascend, unit_direction
@@ -34,10 +36,13 @@ class IterativeGradientAttack(Attack):
 
     def __init__(self, *, steps: int = 20, rel_stepsize: float = 0.15, random_init: bool = False,
                  decay: float | None = None, seed: int = 0) -> None:
+        # NaN passes every `<=` test and would only surface after the attack ran (NaN iterates).
         if steps < 1:
             raise ValueError(f"expected steps >= 1, got {steps}")
-        if rel_stepsize <= 0:
-            raise ValueError(f"expected rel_stepsize > 0, got {rel_stepsize}")
+        if not (math.isfinite(rel_stepsize) and rel_stepsize > 0):
+            raise ValueError(f"expected rel_stepsize a finite number > 0, got {rel_stepsize}")
+        if decay is not None and not (math.isfinite(decay) and decay >= 0):
+            raise ValueError(f"expected decay a finite number >= 0, got {decay}")
         self.steps = steps
         self.rel_stepsize = rel_stepsize
         self.random_init = random_init

@@ -7,6 +7,7 @@ subset (ImageNet's 1000 images) and `n_samples` takes a class-mixed prefix for s
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Callable
@@ -35,6 +36,9 @@ def scan_class_folders(root: Path, what: str) -> tuple[list[str], list[tuple[Pat
     ]
     if not files:
         raise AdvbenchError(f"{what} at '{root}' holds no images: expected '<class>/<image>' with {', '.join(IMAGE_EXTENSIONS)}")
+    if len(classes) < 2:  # one class trains to 100 % accuracy and nothing can be misclassified
+        raise AdvbenchError(f"{what} at '{root}' has {len(classes)} class folder ({', '.join(classes)}); "
+                            "a classifier needs at least two: '<root>/<class>/<image>'")
     return classes, files
 
 
@@ -52,9 +56,12 @@ class FolderImages(Dataset):
     def __getitem__(self, index: int) -> tuple:
         path, label = self.files[index]
         try:
-            with Image.open(path) as img:
-                x = self.transform(img.convert("RGB"))
-        except (UnidentifiedImageError, OSError) as exc:
+            with warnings.catch_warnings():
+                # PIL only warns between its pixel limit and twice that; either way the file is refused
+                warnings.simplefilter("error", Image.DecompressionBombWarning)
+                with Image.open(path) as img:
+                    x = self.transform(img.convert("RGB"))
+        except (UnidentifiedImageError, OSError, Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
             raise AdvbenchError(f"cannot decode image '{path}': {exc}") from None
         if self.ids is None:
             return x, label

@@ -24,6 +24,8 @@ batch, and reproducible within a process, but it restarts with the process.
 
 from __future__ import annotations
 
+import math
+import typing
 from typing import Any, ClassVar
 
 import torch
@@ -293,20 +295,38 @@ WRAPPERS: dict[str, type[InputTransform]] = {"jpeg": JPEG, "bit_depth": BitDepth
 """`defense.wrapper.type` -> wrapper class; the other wrapper keys are its arguments."""
 
 
+def check_wrapper(spec: dict[str, Any]) -> type[InputTransform]:
+    """The wrapper class `spec` names, once each of its keys has the type the class's argument takes.
+
+    A constructor's own range checks would otherwise meet `quality=high` as "'<=' not supported
+    between 'int' and 'str'", naming no key; NaN passes every range check, so it is refused here.
+    """
+    kind = spec.get("type")
+    if kind not in WRAPPERS:
+        raise AdvbenchError(f"defense.wrapper.type is '{kind}'; valid: {', '.join(WRAPPERS)}")
+    cls = WRAPPERS[kind]
+    hints = {k: v for k, v in typing.get_type_hints(cls.__init__).items() if k not in ("model", "return")}
+    for key, value in spec.items():
+        if key == "type":
+            continue
+        if key not in hints:
+            raise AdvbenchError(f"bad defense.wrapper for '{kind}': defense.wrapper.{key} is not one of its "
+                                f"arguments; valid: {', '.join(hints)}")
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if hints[key] is int and not (number and isinstance(value, int)):
+            raise AdvbenchError(f"defense.wrapper.{key} must be a whole number, got {value!r}")
+        if hints[key] is float and not (number and not math.isnan(value)):
+            raise AdvbenchError(f"defense.wrapper.{key} must be a number, got {value!r}")
+    return cls
+
+
 def wrap(model: nn.Module, spec: dict[str, Any] | None, *, seed: int) -> nn.Module:
     """`model` behind the wrapper `spec` (a plain `defense.wrapper` dict; None: unwrapped)."""
     if not spec:
         return model
-    spec = dict(spec)
-    kind = spec.pop("type", None)
-    if kind not in WRAPPERS:
-        raise AdvbenchError(f"defense.wrapper.type is '{kind}'; valid: {', '.join(WRAPPERS)}")
-    cls = WRAPPERS[kind]
+    cls = check_wrapper(spec)
+    spec = {k: v for k, v in spec.items() if k != "type"}
     if cls.randomized:
         spec.setdefault("seed", seed)
-    try:
-        wrapped = cls(model, **spec)
-    except TypeError as exc:
-        raise AdvbenchError(f"bad defense.wrapper for '{kind}': {exc}") from None
-    return wrapped.eval()
+    return cls(model, **spec).eval()
 

@@ -203,10 +203,14 @@ def run_cell(cfg: DictConfig, given: Given | None = None) -> Path | None:
 
 
 def expected_ids(cfg: DictConfig, dataset: Any) -> list[int]:
-    """The sample ids this cell (and shard) must hold."""
+    """The sample ids this cell (and shard) must hold; a shard that would hold none is the user's error."""
     eval_set = dataset.eval_set()
     ids = sample_ids(eval_set)
-    return [ids[p] for p in range(int(cfg.shard.index), len(eval_set), int(cfg.shard.count))]
+    index, count = int(cfg.shard.index), int(cfg.shard.count)
+    if index >= len(eval_set):
+        raise AdvbenchError(f"shard {index} of {count} holds no samples: the data set has {len(eval_set)} "
+                            f"(shard i takes samples i, i+{count}, ...); use shard.count <= {len(eval_set)}")
+    return [ids[p] for p in range(index, len(eval_set), count)]
 
 
 def evaluate_cell(cfg: DictConfig, dataset: Any, model: torch.nn.Module, attack: Attack, threat: ThreatModel,
