@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from advbench.cli.config import _running, watch_parent
+from advbench.cli.workers import _running, watch_parent
 from advbench.core.records import read_records
 
 
@@ -84,7 +84,7 @@ def test_running_tells_a_killed_unreaped_process_from_a_live_one():
 
 WORKER = textwrap.dedent("""
     import os, socket, sys, time
-    from advbench.cli.config import watch_parent
+    from advbench.cli.workers import watch_parent
     launcher = (socket.gethostname(), os.getppid())
     if sys.argv[1] == "late":  # its first job starts after the launcher died
         print("late imported", flush=True)

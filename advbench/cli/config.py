@@ -8,15 +8,13 @@ option name or value still ends in one readable line instead of a Hydra stack tr
 from __future__ import annotations
 
 import difflib
-import functools
+import importlib.util
 import os
 import re
 import shutil
 import socket
 import sys
 import tempfile
-import threading
-import time
 from itertools import product
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -28,6 +26,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 import advbench.core.paths  # noqa: F401  (registers the ${advbench:cache|data|weights} resolver the YAML uses)
 from advbench.cli.validate import _one_line, validate
+from advbench.cli.workers import watch_parent
 from advbench.core.catalog import conf_dir, config_root, group_options
 from advbench.core.errors import AdvbenchError, user_error
 
@@ -89,7 +88,19 @@ def _search_dirs(overrides: Sequence[str], config_name: str = "config") -> list[
                 item = item.strip().strip("'\"")
                 if item.startswith("file://"):
                     dirs.append(Path(item[len("file://"):]))
+                _check_search_entry(item)
     return dirs
+
+
+def _check_search_entry(item: str) -> None:
+    """A `hydra.searchpath` entry Hydra would skip without a word: a missing folder, a package not installed."""
+    scheme, sep, where = item.partition("://")
+    if not sep or scheme not in ("file", "pkg"):
+        raise AdvbenchError(f"hydra.searchpath entry '{item}' must start with file:// (a folder) or pkg:// (a package)")
+    if scheme == "file" and not Path(where).expanduser().is_dir():
+        raise AdvbenchError(f"hydra.searchpath entry '{item}': no folder '{where}'")
+    if scheme == "pkg" and importlib.util.find_spec(where.split("/")[0].replace("/", ".")) is None:
+        raise AdvbenchError(f"hydra.searchpath entry '{item}': no installed package '{where}'")
 
 
 def check_overrides(overrides: Sequence[str], config_name: str = "config") -> None:
@@ -247,6 +258,8 @@ def run_hydra(config_name: str, task: Task, args: Sequence[str], prog: str) -> N
             cfg = compose_config(config_name, combo)
             if not names & _NO_WRITE_FLAGS:
                 check_writable(cfg)
+        if names & {"-m", "--multirun"}:
+            _check_sweep_base(config_name, overrides)
 
     launcher = (socket.gethostname(), os.getpid())  # travels with `_app` to the launcher's workers (pickled by value)
 
@@ -261,6 +274,30 @@ def run_hydra(config_name: str, task: Task, args: Sequence[str], prog: str) -> N
         _app()
     finally:
         sys.argv = saved
+
+
+def _check_sweep_base(config_name: str, overrides: Sequence[str]) -> None:
+    """Hydra first composes a sweep without its swept overrides (the sweeper's own config): a key that
+    only the swept options have (`+experiment/blackbox_row=square,hsj attack.params.seed=0`) fails
+    there in six lines, though every job would compose. Say so in one line, with the fix."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except (OverrideParseException, ValueError):
+        return
+    swept = [o.input_line for o in parsed if o.is_sweep_override()]
+    try:
+        _compose(config_name, [o.input_line for o in parsed if not o.is_sweep_override()])
+    except (HydraException, OmegaConfBaseException, ValueError) as exc:
+        found = _NO_OVERRIDE.search(str(exc))
+        if found is None or not swept:
+            return
+        key = found.group(1)
+        raise AdvbenchError(f"{key} is a key of some swept options only: Hydra applies it first to the config "
+                            f"without the sweep ({', '.join(swept)}), which lacks it; write ++{key}=... "
+                            "(set it where present, add it where not)") from None
 
 
 def _check_config_name(flags: Sequence[str], overrides: Sequence[str]) -> None:
@@ -281,57 +318,6 @@ def _check_launcher(overrides: Sequence[str]) -> None:
     if launcher == "submitit_slurm" and shutil.which("srun") is None:
         raise AdvbenchError("hydra/launcher=submitit_slurm submits jobs to Slurm, but there is no srun here: run it on a "
                             "Slurm login node, or use hydra/launcher=submitit_local or joblib (docs/cluster.md)")
-
-
-PARENT_POLL_S = 0.5
-"""How often a job in a worker process looks whether its parent is still there."""
-SCHEDULED = ("SUBMITIT_EXECUTOR", "SLURM_JOB_ID")
-"""Set in the jobs of schedulers that run them past the end of the session that submitted them."""
-
-
-@functools.cache
-def watch_parent(launcher: tuple[str, int]) -> None:
-    """In a worker process of the `advbench` process `launcher` (host, pid), such as joblib's loky
-    workers: end this process within `PARENT_POLL_S` of its parent's death.
-
-    A killed sweep (SIGKILL, SIGTERM: no chance to stop its workers) would otherwise leave its
-    workers computing, writing parts after it is gone, and idling for minutes. The parent is
-    gone when this process is handed to another (the init process or a subreaper); a worker
-    that starts its first job after the launcher died (importing torch takes seconds) ends at
-    once, unless a scheduler runs it (`SCHEDULED`). Ending at once (`os._exit`) keeps the records whole: a part or chunk appears only by
-    an atomic rename of a complete temporary file, and a leftover temporary file is removed by
-    the next run. A job run in the launching process itself (the basic launcher) is not
-    watched: `nohup advbench run ... &` outlives its shell. A job under another parent that still
-    runs (submitit's controller, which outlives the session by design; Slurm's on another host)
-    ends with that parent. Once per process: a worker runs many jobs, and the watch goes on between them.
-    """
-    host, pid = launcher
-    if os.getpid() == pid and socket.gethostname() == host:
-        return
-    parent = os.getppid()
-    if parent != pid and socket.gethostname() == host and not _running(pid) and not any(map(os.getenv, SCHEDULED)):
-        os._exit(1)
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(PARENT_POLL_S)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="advbench-parent-watch", daemon=True).start()
-
-
-def _running(pid: int) -> bool:
-    """Whether process `pid` of this host runs (a killed one not yet reaped by its parent does not)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
-    except OSError:  # no /proc (macOS): it exists
-        return True
 
 
 def guarded(task: Task, cfg: DictConfig) -> Any:
