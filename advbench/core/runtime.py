@@ -67,8 +67,8 @@ for the attack's own per-sample state (iterate, gradient, APGD's best point) and
 CPU_PROBE_ROWS = 8 * CPU_AUTO_BATCH
 """The most rows one forward-only call of probes (a decision attack's labels) takes on the CPU.
 The cost per row is flat from a few hundred to a few thousand rows (12-17 µs on the digits net,
-one thread) and 2.5-3× that from 12,800 rows, where a call's activations outgrow the memory
-the allocator reuses and are paged in afresh on every call."""
+one thread) and 2-3× that from 12,800 rows, where a call's activations outgrow the memory the
+allocator reuses and are paged in afresh on every call (90k page faults a call)."""
 
 PROBE_ELEMENTS = 1 << 24
 """On CUDA, one forward-only call of probes takes as many rows as hold this many input elements
