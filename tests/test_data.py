@@ -194,9 +194,11 @@ def test_resize_then_centre_crop(tmp_path: Path) -> None:
     img.paste((0, 255, 0), (20, 0, 40, 30))  # green middle third
     (tmp_path / "a").mkdir()
     img.save(tmp_path / "a" / "wide.png")
+    (tmp_path / "b").mkdir()  # a classifier's folder needs two classes; the same image in both
+    img.save(tmp_path / "b" / "wide.png")
     x, _, _ = _eval_tensors(ImageFolderDataset(root=str(tmp_path), image_size=16, crop_fraction=1.0))
     # Shorter side -> 16 (32 x 16), centre 16 columns = columns 8..24 of 32: green in the middle.
-    assert x.shape == (1, 3, 16, 16)
+    assert x.shape == (2, 3, 16, 16)
     assert x[0, 1, :, 4:12].min() > 0.9 and x[0, 0, :, 4:12].max() < 0.1
     assert x[0, 0, :, 0].mean() > 0.5
 

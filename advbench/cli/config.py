@@ -337,7 +337,8 @@ def check_writable(cfg: DictConfig) -> None:
     """Create the job's output folder and write a scratch file there, or fail in one line.
 
     `out_dir` and `records_dir` for the jobs that have them; the cache for `advbench train`,
-    which writes only there.
+    which writes only there. A read-only folder is refused even when every cell in it is done:
+    a rerun takes each cell's lock to skip it safely beside a concurrent run of the same cell.
     """
     keys = [k for k in ("out_dir", "records_dir") if cfg.get(k)] or [k for k in ("cache_dir",) if cfg.get(k)]
     for key in keys:
@@ -347,4 +348,6 @@ def check_writable(cfg: DictConfig) -> None:
             with tempfile.TemporaryFile(dir=folder):
                 pass
         except OSError as exc:
-            raise AdvbenchError(f"{key} '{folder}' is not a writable folder: {exc.strerror or exc}") from None
+            done = " (even to skip finished cells: it takes each cell's lock there; to read finished records use " \
+                "advbench plot or check)" if key in ("out_dir", "records_dir") and folder.is_dir() else ""
+            raise AdvbenchError(f"{key} '{folder}' is not a writable folder: {exc.strerror or exc}{done}") from None
