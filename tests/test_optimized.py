@@ -212,12 +212,12 @@ class ConstSpy(WhiteBoxOracle):
 
     def __init__(self, model: nn.Module, y: torch.Tensor) -> None:
         super().__init__(model, len(y))
-        self.y, self.calls = y, []
+        self.y, self.seen = y, []
 
     def value_and_grad(self, x, objective, idx):
         logits, grad = super().value_and_grad(x, objective, idx)
         unit = torch.zeros_like(logits).scatter(1, self.y[idx][:, None], 1.0)  # margin 1
-        self.calls.append((idx, objective(unit).detach(), logits.argmax(dim=1) != self.y[idx]))
+        self.seen.append((idx, objective(unit).detach(), logits.argmax(dim=1) != self.y[idx]))
         return logits, grad
 
 
@@ -228,7 +228,7 @@ def test_cw_const_falls_after_a_success_and_rises_after_a_failure(tiny_model, ba
     spy = ConstSpy(tiny_model, y)
     fast_cw(initial_const=0.05, binary_search_steps=4)(spy, x, y, eps=torch.full((N,), 0.8), norm="l2")
     phases: dict[int, list[tuple[float, bool]]] = {}
-    for idx, c, adv in spy.calls:
+    for idx, c, adv in spy.seen:
         for i, ci, ai in zip(idx.tolist(), c.tolist(), adv.tolist()):
             seq = phases.setdefault(i, [])
             if seq and seq[-1][0] == ci:

@@ -269,6 +269,7 @@ def _static_columns(cfg: DictConfig, identity: dict[str, Any], threat: ThreatMod
         "dataset": identity["dataset"],
         "model": identity["model"],
         "model_label": model_label(cfg),
+        "weights": json.dumps(identity.get("weights"), sort_keys=True, default=str),
         "defense": identity["defense"],
         "defense_category": category_label(plain(cfg.defense).get("category")),
         "attack": identity["attack"],

@@ -31,7 +31,7 @@ NAME: list[str] = ["dataset", ROW, "attack", "norm", "goal", "knowledge"]
 """How messages name a cell: 'digits/natural/bim/linf/untargeted/white'."""
 
 SETTINGS = ("seed", "attack_params", "eps_budget", "strength_budget", "judge_draws", "precision", "channels_last",
-            "cell_samples", "shard_count", "model", "device", "advbench_version")
+            "cell_samples", "shard_count", "model", "weights", "device", "advbench_version")
 """Record columns that name a setting, to say which one differs between cells of one name."""
 _ID = "_cell"
 
