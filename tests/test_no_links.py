@@ -192,3 +192,19 @@ def test_a_linked_uap_file_is_refused_and_the_outside_file_kept(suffix: str, tmp
         save_uap(torch.zeros(3, 8, 8), tmp_path / "uaps" / "u")
     _one_line_link_error(excinfo, link)
     assert _snapshot(outside) == before
+
+
+def test_a_linked_videos_folder_of_the_stability_job_is_refused(tmp_path: Path) -> None:
+    from omegaconf import OmegaConf
+
+    from advbench.quality.tasks import _videos
+
+    outside, before = _outside(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "videos").symlink_to(outside, target_is_directory=True)
+    cfg = OmegaConf.create({"videos": None, "out_dir": str(out), "synthetic": {"n": 1, "size": [16, 16], "frames": 2}})
+    with pytest.raises(AdvbenchError) as excinfo:
+        _videos(cfg)
+    _one_line_link_error(excinfo, out / "videos")
+    assert _snapshot(outside) == before

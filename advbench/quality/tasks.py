@@ -19,6 +19,7 @@ from rich.table import Table
 
 from advbench.core.digests import tensor_digest
 from advbench.core.errors import AdvbenchError
+from advbench.core.paths import no_links
 from advbench.core.records import write_part
 from advbench.core.terminal import print_table
 from advbench.quality.clips import MOTIONS, make_synthetic_videos
@@ -216,7 +217,8 @@ def _videos(cfg: DictConfig) -> list[Path]:
 
     if cfg.videos is None:
         s = cfg.synthetic
-        return make_synthetic_videos(Path(cfg.out_dir).expanduser() / "videos", n=s.n, size=tuple(s.size),
+        out_dir = Path(cfg.out_dir).expanduser()
+        return make_synthetic_videos(no_links(out_dir / "videos", out_dir), n=s.n, size=tuple(s.size),
                                      frames=s.frames, motions=tuple(s.get("motions", MOTIONS)))
     source = Path(cfg.videos).expanduser()
     if source.is_file():
