@@ -65,6 +65,7 @@ def digest(*tensors: torch.Tensor) -> str:
 
 
 def digits(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The digits and labels (all of them; callers slice the held-out ones after 1,297)."""
     from sklearn.datasets import load_digits
     d = load_digits()
     x = torch.tensor(d.images, dtype=torch.float32).unsqueeze(1) / 16.0
@@ -72,17 +73,11 @@ def digits(n: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def train_digits(path: Path) -> None:
-    """small_cnn, 10 epochs on the first 1,297 digits (bench_square's model), saved to `path`."""
-    from advbench.robustness.models import build_model
-    x, y = digits(0)
-    torch.manual_seed(0)
-    model = build_model("small_cnn", num_classes=10, in_channels=1)
-    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-    for _ in range(10):
-        for i in range(0, 1297, 64):
-            opt.zero_grad()
-            torch.nn.functional.cross_entropy(model(x[i:i + 64]), y[i:i + 64]).backward()
-            opt.step()
+    """bench_square's model (small_cnn, 10 epochs on the first 1,297 digits), saved to `path`."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_square import digits_model
+
+    model, _, _ = digits_model(0)
     torch.save(model.state_dict(), path)
 
 
