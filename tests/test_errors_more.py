@@ -273,3 +273,15 @@ def test_read_only_out_dir_with_every_cell_done_says_why_and_what_to_use(
     assert result.exit_code == 1
     lines = [ln for ln in result.output.strip().splitlines() if ln]
     assert len(lines) == 1 and "not a writable folder" in lines[0] and "advbench plot or check" in lines[0]
+
+
+def test_a_uap_png_over_the_decompression_limit_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from PIL import Image
+
+    from advbench.quality.uap import load_uap
+
+    Image.new("RGB", (64, 64), (128, 128, 128)).save(tmp_path / "uap.png")
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 64 * 64 // 4)  # over twice the limit: PIL's error, not a warning
+    with pytest.raises(AdvbenchError) as caught:
+        load_uap(tmp_path / "uap.png")
+    assert "cannot read image" in str(caught.value) and "\n" not in str(caught.value)

@@ -42,6 +42,7 @@ from advbench.core.download import open_no_follow
 from advbench.core.errors import AdvbenchError
 from advbench.core.paths import refuse_link
 from advbench.core.torchfile import read_torch_file
+from advbench.quality.images import read_image
 from advbench.quality.metrics.base import QualityMetric
 
 CLAMP = 0.1  # the seed's perturbation bound; apply_uap scales by amplitude / CLAMP (= 10 a)
@@ -203,12 +204,7 @@ def load_uap(path: str | Path) -> torch.Tensor:
         raise AdvbenchError(f"no UAP at '{file}': expected a .pt or .png written by `advbench uap train`")
     suffix = file.suffix.lower()
     if suffix == ".png":
-        try:
-            with Image.open(file) as im:
-                pixels = np.asarray(im.convert("RGB"), dtype=np.float32)
-        except OSError as exc:
-            raise AdvbenchError(f"cannot read UAP image '{file}': {exc}") from None
-        uap = torch.from_numpy(pixels).permute(2, 0, 1) / 255 - 0.5
+        uap = read_image(file) - 0.5  # one reader for every image file: its decompression-bomb and format checks
     elif suffix in (".pt", ".pth"):
         obj = read_torch_file(file, "UAP")
         uap = obj.get("uap") if isinstance(obj, dict) else obj
