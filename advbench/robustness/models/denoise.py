@@ -18,7 +18,6 @@ from typing import Any, Optional
 
 import torch
 from torch import nn
-from torchvision.models import ResNet
 
 from advbench.core.errors import AdvbenchError
 from advbench.robustness.models.preact_resnet import PreActResNet
@@ -104,6 +103,8 @@ def add_denoising(net: nn.Module, arch: str, options: Mapping[str, Any]) -> nn.M
 
 def _stages(net: nn.Module, arch: str) -> list[tuple[nn.Sequential, int]]:
     """(Sequential, index of the stage's last module) for each residual stage of `net`, in order."""
+    from torchvision.models import ResNet  # here, not at import: torchvision.models pulls in torch._dynamo (~2 s)
+
     if isinstance(net, (ResNet, PreActResNet)):
         return [(seq, len(seq) - 1) for seq in (net.layer1, net.layer2, net.layer3, net.layer4)]
     if isinstance(net, WideResNet):

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from torch import nn
-from torchvision import models
 
 from advbench.core.errors import AdvbenchError
 from advbench.core.torchfile import read_torch_file
@@ -20,6 +19,8 @@ _FETCHABLE = ("resnet50", "resnet152", "inception_v3")
 
 def torchvision_net(name: str, num_classes: int, in_channels: int, weights_path: str | None = None) -> nn.Module:
     """Build torchvision's `name`; load a torchvision state dict from `weights_path` if given."""
+    from torchvision import models  # here, not at import: torchvision.models pulls in torch._dynamo (~2 s)
+
     if in_channels != 3:
         raise AdvbenchError(f"{name} takes 3-channel images, the data set has {in_channels}")
     kwargs = _NO_AUX if name in _DROPPED_PREFIXES else {}
@@ -30,6 +31,8 @@ def torchvision_net(name: str, num_classes: int, in_channels: int, weights_path:
 
 
 def _load_weights(net: nn.Module, name: str, path: Path) -> None:
+    from torchvision import models
+
     if not path.is_file():
         published = list(models.get_model_weights(name))
         url = f"download {published[0].url}" if published else "save its state dict"

@@ -30,7 +30,6 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, ListConfig
 from torch import nn
-from torchvision import models as tv_models
 
 from advbench.core.errors import AdvbenchError
 from advbench.core.keys import content_key, file_digest, plain_value
@@ -49,6 +48,8 @@ _HALF_NORMALISED = ("inception_v3", "googlenet")
 
 def torchvision_archs() -> list[str]:
     """torchvision's classification architectures (detection, video, ... models live in submodules)."""
+    from torchvision import models as tv_models  # here: torchvision.models pulls in torch._dynamo (~2 s)
+
     return list(tv_models.list_models(module=tv_models))
 
 
