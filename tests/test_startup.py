@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 HEAVY = ("torch", "torchvision", "pandas", "pyarrow", "sklearn", "hydra", "matplotlib")
@@ -39,3 +40,53 @@ def test_the_probe_sees_an_import() -> None:
                                                                "import torch\nfrom advbench.cli.main import main"),
                           "--help"], capture_output=True, text=True, check=True)
     assert "torch" in json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# ---------------------------------------------------------------- the digits without scikit-learn
+
+
+def test_digits_file_reads_as_sklearn_loads_it() -> None:
+    from sklearn.datasets import load_digits as sklearn_digits
+
+    from advbench.robustness.data.digits import load_digits
+
+    images, target = load_digits()
+    bunch = sklearn_digits()
+    for ours, theirs in ((images, bunch.images), (target, bunch.target)):
+        assert ours.dtype == theirs.dtype and ours.shape == theirs.shape
+        assert ours.tobytes() == theirs.tobytes()
+
+
+TIED = np.repeat(np.arange(5), [7, 7, 7, 4, 4])  # equal shares: every remainder tie is broken by the RNG
+
+
+@pytest.mark.parametrize(("labels", "fraction", "seed"), [
+    ("digits", 0.3, 0), ("digits", 0.3, 1), ("digits", 0.25, 7), ("digits", 0.1, 3), ("digits", 0.5, 42),
+    ("digits", 0.99, 0), ("tied", 0.3, 0), ("tied", 0.5, 5), ("tied", 0.37, 11), ("tied", 0.2, 2),
+], ids=str)
+def test_stratified_split_is_sklearns(labels: str, fraction: float, seed: int) -> None:
+    from sklearn.model_selection import train_test_split
+
+    from advbench.robustness.data.digits import load_digits, stratified_split
+
+    y = load_digits()[1] if labels == "digits" else TIED
+    ours = stratified_split(y, fraction, seed)
+    theirs = train_test_split(np.arange(len(y)), test_size=fraction, stratify=y, random_state=seed)
+    for mine, sk in zip(ours, theirs):
+        assert mine.dtype == sk.dtype and mine.tobytes() == sk.tobytes()
+
+
+@pytest.mark.parametrize("fraction", [0.0, 1.0, 1.5, 1, True, 0.001])
+def test_a_bad_test_fraction_is_one_line(fraction: float) -> None:
+    from advbench.core.errors import AdvbenchError
+    from advbench.robustness.data.digits import Digits
+
+    with pytest.raises(AdvbenchError, match="test_fraction"):
+        Digits(test_fraction=fraction)
+
+
+def test_the_digits_load_without_sklearn() -> None:
+    probe = ("import sys; from advbench.robustness.data.digits import Digits; Digits(n_samples=8).eval_set(); "
+             "print(sorted(m for m in ('sklearn', 'scipy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
