@@ -219,6 +219,7 @@ CHECKS: dict[str, Check] = {
     "precision": _one_of(*PRECISIONS),
     "channels_last": _flag,
     "chunk_size": _whole(1),
+    "probe_pool": _whole(1),
     "threads": _whole(1, nullable=True),
     "training_threads": _whole(1),
     "threat.norm": _one_of(*NORMS), "threat.goal": _one_of(*GOALS), "threat.knowledge": _one_of(*KNOWLEDGE),

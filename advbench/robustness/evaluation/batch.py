@@ -1,12 +1,21 @@
-"""One batch under attack: the attack called at per-sample ε, its contract checked, its examples judged.
+"""One pool of samples under attack: the attack called at per-sample ε, its contract checked, its examples judged.
 
 ε values are float64 threat units throughout; only the attack is handed raw norms in the input's
 dtype. Judging is the deployed model's verdict, uncounted (a vote over draws on a randomized model).
+
+A pool may hold more samples than one call should take (`call_rows`, the cell's `batch_size`):
+every attack call and verdict then runs on consecutive pieces of at most `call_rows` of the rows
+asked for. The minimum-ε search asks for all of a round's pending samples across the pool at once,
+so its calls stay near the configured batch size while the pool drains, where a batch's own
+probes would shrink with its pending samples. A sample's records do not depend on its companions
+(its probes, random draws and noise follow its sample id), so pooling changes no record.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 
@@ -15,6 +24,7 @@ from advbench.core.steps import lp_norm
 from advbench.robustness.attacks.base import Attack, AttackResult
 from advbench.robustness.attacks.optimized import goal_margin
 from advbench.robustness.attacks.oracles import Oracle, Vote, vote
+from advbench.robustness.attacks.random import RowCalls
 from advbench.robustness.threat import ThreatModel
 
 # Budget and bounds checks allow float rounding of the projection, nothing more.
@@ -45,6 +55,8 @@ class _Batch:
     """The clean input's verdict under the cell's goal (the probe at ε = 0)."""
     clean_pred: torch.Tensor
     """The clean prediction: the label most draws give, when it is the true one the majority's."""
+    call_rows: int | None = None
+    """The most rows one attack call or verdict takes (None: the whole pool)."""
 
     @property
     def scale(self) -> float:
@@ -55,7 +67,11 @@ class _Batch:
         return (eps * self.scale).to(self.x.dtype)
 
     def attack_at(self, idx: torch.Tensor, eps: torch.Tensor) -> AttackResult:
-        """The attack on samples `idx` at per-sample ε (threat units), its cost counted per sample."""
+        """The attack on samples `idx` at per-sample ε (threat units), its cost counted per sample,
+        in calls of at most `call_rows` samples."""
+        return concat([self._attack_call(idx[s], eps[s]) for s in self._calls(idx)])
+
+    def _attack_call(self, idx: torch.Tensor, eps: torch.Tensor) -> AttackResult:
         budgeted = self.attack.kind == "budgeted"
         t = None if self.target is None else self.target[idx]
         res = self.attack(self.oracle.subset(idx), self.x[idx], self.y[idx], eps=self.raw(eps), norm=self.threat.norm,
@@ -67,10 +83,14 @@ class _Batch:
     def judge(self, x_adv: torch.Tensor, idx: torch.Tensor) -> Vote:
         """The deployed model's verdict on `x_adv` (a vote over `oracle.draws` passes), uncounted."""
         target = None if self.target is None else self.target[idx]
-        verdict = vote(self.model, x_adv, self.y[idx], target, self.oracle.draws, calls=self.oracle.calls, rows=idx)
+        verdict = pooled_vote(self.model, x_adv, self.y[idx], target, self.oracle.draws, calls=self.oracle.calls,
+                              rows=idx, call_rows=self.call_rows)
         if not bool(torch.isfinite(verdict.logits).all()):
             raise AdvbenchError(f"the model returned NaN or infinite logits on {type(self.attack).__name__}'s examples")
         return verdict
+
+    def _calls(self, idx: torch.Tensor) -> list[slice]:
+        return call_slices(idx.shape[0], self.call_rows)
 
     def margin(self, verdict: Vote, idx: torch.Tensor) -> torch.Tensor:
         """How far the verdict's mean logits are from the goal (float64, < 0 once met): the search's guide."""
@@ -86,6 +106,35 @@ class _Batch:
         success it did not date, -1 for failures (so the strength curve ends at Table 3)."""
         full = torch.full_like(first, int(getattr(self.attack, "steps", 1)))
         return torch.where(success, torch.where(first >= 0, first, full), torch.full_like(first, -1))
+
+
+def call_slices(rows: int, call_rows: int | None) -> list[slice]:
+    """Consecutive slices of at most `call_rows` rows covering `rows` (a cell's batches, when the
+    rows are its pool); one slice for no rows, so a call still runs once."""
+    size = max(1, rows if call_rows is None else call_rows)
+    return [slice(s, s + size) for s in range(0, max(rows, 1), size)]
+
+
+_Part = TypeVar("_Part", AttackResult, Vote)
+
+
+def concat(parts: list[_Part]) -> _Part:
+    """Per-row results of consecutive calls as one: tensor fields (and dicts of them) concatenated."""
+    if len(parts) == 1:
+        return parts[0]
+    joined = {}
+    for f in dataclasses.fields(parts[0]):
+        values = [getattr(p, f.name) for p in parts]
+        joined[f.name] = ({k: torch.cat([v[k] for v in values]) for k in values[0]} if isinstance(values[0], dict)
+                          else torch.cat(values))
+    return type(parts[0])(**joined)
+
+
+def pooled_vote(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, target: torch.Tensor | None, draws: int,
+                *, calls: RowCalls, rows: torch.Tensor, call_rows: int | None) -> Vote:
+    """`vote` over rows `rows` of a pool, in calls of at most `call_rows` rows."""
+    return concat([vote(model, x[s], y[s], None if target is None else target[s], draws, calls=calls, rows=rows[s])
+                   for s in call_slices(rows.shape[0], call_rows)])
 
 
 def check_contract(x_adv: torch.Tensor, x: torch.Tensor, eps: torch.Tensor | None, norm: str,

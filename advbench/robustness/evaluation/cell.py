@@ -219,6 +219,7 @@ def evaluate_cell(cfg: DictConfig, dataset: Any, model: torch.nn.Module, attack:
     """Evaluate the cell chunk by chunk, reusing the verified chunks a killed run wrote, and write its part.
 
     `substitute` is the model transfer attacks craft on (None for other knowledge levels).
+    Samples go to `evaluate_batch` in pools of `probe_pool` batches, each call of `batch_size`.
     """
     eval_set = dataset.eval_set()
     positions = list(range(int(cfg.shard.index), len(eval_set), int(cfg.shard.count)))
@@ -231,6 +232,7 @@ def evaluate_cell(cfg: DictConfig, dataset: Any, model: torch.nn.Module, attack:
               "shard_group": content_key({k: v for k, v in identity.items() if k != "shard"})}
     batch = batch_size(cfg.batch_size, model, eval_set[positions[0]][0] if positions else torch.zeros(0),
                        min(len(positions), chunk), device)
+    pool = int(cfg.get("probe_pool", 1))  # batches whose search probes share calls (see `batch._Batch`)
     if cfg.batch_size == "auto":
         console.print(f"[dim]{label}: batch_size=auto -> {batch} on {device}[/dim]", soft_wrap=True)
     static.update(cell_flags(model, eval_set, positions[:batch], device, label=label,
@@ -242,14 +244,14 @@ def evaluate_cell(cfg: DictConfig, dataset: Any, model: torch.nn.Module, attack:
         def compute(todo: list[int]) -> pd.DataFrame:
             progress.update(task, completed=len(positions) - len(todo))
             rows = []
-            loader = DataLoader(Subset(eval_set, [positions[i] for i in todo]), batch_size=batch, shuffle=False)
+            loader = DataLoader(Subset(eval_set, [positions[i] for i in todo]), batch_size=batch * pool, shuffle=False)
             for x, y, sample_id in loader:
                 tic = time.perf_counter()
                 x, y = as_input(model, x.to(device)), y.to(device)
                 target = target_classes(sample_id, y.cpu(), dataset.num_classes, int(cfg.seed)).to(device) \
                     if threat.targeted else None
                 measured = evaluate_batch(attack, model, x, y, target, threat, search, sample_id=sample_id,
-                                          substitute=substitute, draws=judge_draws(cfg))
+                                          substitute=substitute, draws=judge_draws(cfg), call_rows=batch)
                 seconds = (time.perf_counter() - tic) / len(y)
                 rows.append(_batch_frame(measured, y.cpu(), sample_id, target, seconds))
                 progress.advance(task, len(y))

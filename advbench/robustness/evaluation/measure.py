@@ -14,10 +14,10 @@ import torch
 from advbench.core.errors import AdvbenchError
 from advbench.core.steps import clip, per_sample, project
 from advbench.robustness.attacks.base import Attack, AttackResult
-from advbench.robustness.attacks.oracles import build_oracle, vote
+from advbench.robustness.attacks.oracles import build_oracle
 from advbench.robustness.attacks.random import RowCalls
 from advbench.robustness.defenses.certify import certified_column
-from advbench.robustness.evaluation.batch import _Batch
+from advbench.robustness.evaluation.batch import _Batch, call_slices, pooled_vote
 from advbench.robustness.evaluation.search import SearchSettings, min_eps_search
 from advbench.robustness.report.curves import NORM_AT
 from advbench.robustness.threat import ThreatModel, distances
@@ -34,8 +34,11 @@ adversarial when at least half of them meet the goal. Deterministic models are j
 def evaluate_batch(attack: Attack, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
                    target: torch.Tensor | None, threat: ThreatModel, search: SearchSettings, *,
                    sample_id: torch.Tensor | None = None, substitute: torch.nn.Module | None = None,
-                   draws: int = JUDGE_DRAWS) -> dict[str, torch.Tensor | str]:
+                   draws: int = JUDGE_DRAWS, call_rows: int | None = None) -> dict[str, torch.Tensor | str]:
     """All per-sample measurements of one batch, keyed by record column (CPU tensors, one str).
+
+    `call_rows`: the most samples one attack call or verdict takes (None: the whole batch); a
+    cell hands in a pool of several batches with its `batch_size` here (`batch._Batch`).
 
     The attack sees only the oracle of `threat.knowledge`; success is judged here, on the
     deployed `model` itself, uncounted. The clean input counts as the probe at ε = 0: a sample
@@ -56,14 +59,18 @@ def evaluate_batch(attack: Attack, model: torch.nn.Module, x: torch.Tensor, y: t
         raise AdvbenchError(f"{type(attack).__name__} has kind '{attack.kind}'; valid: {', '.join(_MEASURES)}")
     draws = draws if getattr(model, "randomized", False) else 1
     calls, everyone = RowCalls(ids), torch.arange(n, device=x.device)
-    correct = vote(model, x, y, None, draws, calls=calls, rows=everyone)
+    correct = pooled_vote(model, x, y, None, draws, calls=calls, rows=everyone, call_rows=call_rows)
     if not bool(torch.isfinite(correct.logits).all()):
         raise AdvbenchError("the model returned NaN or infinite logits on clean inputs; check the checkpoint")
-    clean = correct if target is None else vote(model, x, y, target, draws, calls=calls, rows=everyone)
+    clean = correct if target is None else pooled_vote(model, x, y, target, draws, calls=calls, rows=everyone,
+                                                       call_rows=call_rows)
     oracle = build_oracle(threat.knowledge, model, n, substitute, num_classes=correct.logits.shape[1], draws=draws,
                           calls=calls)
-    measured = measure(_Batch(attack, oracle, model, x, y, target, threat, ids, clean, correct.pred), search)
-    measured["certified"] = certified_column(model, x, y, threat.norm, threat.eps * threat.scale(x))
+    measured = measure(_Batch(attack, oracle, model, x, y, target, threat, ids, clean, correct.pred, call_rows),
+                       search)
+    radius = threat.eps * threat.scale(x)
+    measured["certified"] = torch.cat([certified_column(model, x[s], y[s], threat.norm, radius)
+                                       for s in call_slices(n, call_rows)])
     return measured
 
 
