@@ -90,3 +90,41 @@ def test_the_digits_load_without_sklearn() -> None:
              "print(sorted(m for m in ('sklearn', 'scipy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# ---------------------------------------------------------------- one composition per plain run
+
+
+def _run_and_read(tmp_path, monkeypatch, through_main: bool) -> tuple[int, list, dict]:
+    """run_hydra on a task that only records what it was given; the number of compositions and the job's files."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    from advbench.cli import config
+
+    folder = tmp_path / ("main" if through_main else "once")
+    folder.mkdir()
+    monkeypatch.chdir(folder)
+    if through_main:
+        monkeypatch.setattr(config, "_run_once", lambda *args: False)
+    composed = []
+    load = ConfigLoaderImpl.load_configuration
+    monkeypatch.setattr(ConfigLoaderImpl, "load_configuration", lambda self, *a, **k: composed.append(1) or load(self, *a, **k))
+    seen = []
+    config.run_hydra("config", lambda cfg: seen.append((OmegaConf.to_yaml(cfg), HydraConfig.get().job.name)),
+                     ["experiment=smoke", "attack=fgsm"], prog="advbench run")
+    (job,) = (folder / "advbench-out" / "smoke" / "hydra").iterdir()
+    files = {p.name: OmegaConf.load(p) for p in (job / ".hydra").iterdir()}
+    for key in ("cwd", "output_dir"):
+        files["hydra.yaml"].hydra.runtime.pop(key)
+    assert (job / "config.log").is_file()
+    return len(composed), seen, {name: OmegaConf.to_yaml(cfg) for name, cfg in files.items()}
+
+
+def test_a_plain_run_composes_its_config_once_and_runs_as_hydras_main(tmp_path, monkeypatch) -> None:
+    once = _run_and_read(tmp_path, monkeypatch, through_main=False)
+    main = _run_and_read(tmp_path, monkeypatch, through_main=True)
+    assert (once[0], main[0]) == (1, 3)  # Hydra's main: the check, hydra.mode, the run
+    assert once[1] == main[1] and once[1][0][1] == "config"
+    assert once[2] == main[2] and set(once[2]) == {"config.yaml", "hydra.yaml", "overrides.yaml"}

@@ -1,0 +1,73 @@
+"""Start-up time of the command line against its floor: `python -c "import torch"` plus the attack.
+
+Runs, interleaved so that load on the machine hits every command alike, `python -c "import torch"`,
+`advbench --help`, `advbench list` and `advbench run experiment=smoke`, each in a fresh temporary
+folder (the smoke writes its records under the working folder). The smoke's attack time is read
+from its records (`seconds` is a cell's time per sample). Prints each command's median and the
+smoke's ratio to the target: 1.5 x (import torch + attack time).
+
+    python scripts/bench_startup.py --rounds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+
+ADVBENCH = [sys.executable, "-m", "advbench"]
+COMMANDS = {
+    "import torch": [sys.executable, "-c", "import torch"],
+    "advbench --help": [*ADVBENCH, "--help"],
+    "advbench list": [*ADVBENCH, "list"],
+    "advbench run experiment=smoke": [*ADVBENCH, "run", "experiment=smoke"],
+}
+TARGET = 1.5
+
+
+def timed(command: list[str]) -> tuple[float, Path]:
+    """Wall seconds of `command` run in a fresh folder, and that folder."""
+    folder = Path(tempfile.mkdtemp(prefix="bench_startup_"))
+    start = time.perf_counter()
+    subprocess.run(command, cwd=folder, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - start, folder
+
+
+def attack_seconds(folder: Path) -> float:
+    """The smoke cell's attack time: its records' seconds per sample times its samples."""
+    frame = pd.read_parquet(folder / "advbench-out" / "smoke" / "records")
+    return float(frame["seconds"].iloc[0] * len(frame))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of the four commands (at least 5 for a median)")
+    rounds = parser.parse_args().rounds
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    times: dict[str, list[float]] = {name: [] for name in COMMANDS}
+    attack: list[float] = []
+    for _ in range(rounds):
+        for name, command in COMMANDS.items():
+            seconds, folder = timed(command)
+            times[name].append(seconds)
+            if name.startswith("advbench run"):
+                attack.append(attack_seconds(folder))
+    median = {name: statistics.median(values) for name, values in times.items()}
+    for name, values in times.items():
+        print(f"{name:32s} median {median[name]:5.2f} s   (min {min(values):.2f}, max {max(values):.2f}, n={len(values)})")
+    floor = median["import torch"] + statistics.median(attack)
+    smoke = median["advbench run experiment=smoke"]
+    print(f"{'smoke attack time':32s} median {statistics.median(attack):5.2f} s")
+    print(f"target {TARGET} x (import torch + attack) = {TARGET * floor:.2f} s; smoke / (import torch + attack) = "
+          f"{smoke / floor:.2f} ({'within' if smoke <= TARGET * floor else 'over'} the target)")
+
+
+if __name__ == "__main__":
+    main()
