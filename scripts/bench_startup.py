@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -59,6 +60,7 @@ def main() -> None:
             times[name].append(seconds)
             if name.startswith("advbench run"):
                 attack.append(attack_seconds(folder))
+            shutil.rmtree(folder)
     median = {name: statistics.median(values) for name, values in times.items()}
     for name, values in times.items():
         print(f"{name:32s} median {median[name]:5.2f} s   (min {min(values):.2f}, max {max(values):.2f}, n={len(values)})")
