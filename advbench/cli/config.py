@@ -7,7 +7,6 @@ option name or value still ends in one readable line instead of a Hydra stack tr
 
 from __future__ import annotations
 
-import copy
 import difflib
 import importlib.util
 import os
@@ -20,15 +19,9 @@ from itertools import product
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from hydra import initialize_config_dir
-from hydra._internal.callbacks import Callbacks
-from hydra._internal.utils import run_and_report
-from hydra.core.global_hydra import GlobalHydra
-from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.utils import configure_log, run_job
-from hydra.errors import HydraException, OverrideParseException
-from hydra.types import HydraContext, RunMode
-from omegaconf import DictConfig, OmegaConf, open_dict
+from hydra import compose, initialize_config_dir
+from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 import advbench.core.paths  # noqa: F401  (registers the ${advbench:cache|data|weights} resolver the YAML uses)
@@ -144,6 +137,9 @@ def _first_choices(overrides: Sequence[str]) -> list[list[str]]:
     sweeps are checked like comma lists; an override it cannot parse is left for `compose`
     to report.
     """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
     parser = OverridesParser.create()
     options = []
     for ov in overrides:
@@ -162,15 +158,9 @@ def _first_choices(overrides: Sequence[str]) -> list[list[str]]:
 
 def compose_config(config_name: str, overrides: Sequence[str]) -> DictConfig:
     """Compose like Hydra does and check every value; errors become one-line AdvbenchErrors."""
-    return _checked(config_name, overrides)[1]
-
-
-def _checked(config_name: str, overrides: Sequence[str], job_name: str = "app") -> tuple[DictConfig, DictConfig]:
-    """Hydra's whole composition for a run and the job's part of it (resolved), every value checked."""
     check_overrides(overrides, config_name)
     try:
-        whole = _compose(config_name, overrides, job_name)
-        cfg = _job_part(whole)
+        cfg = _compose(config_name, overrides)
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
         raise (_unknown_key(config_name, overrides, exc) or AdvbenchError(_one_line(exc))) from None
     missing = sorted(OmegaConf.missing_keys(cfg))
@@ -178,20 +168,12 @@ def _checked(config_name: str, overrides: Sequence[str], job_name: str = "app") 
         raise AdvbenchError(f"missing required value(s): {', '.join(missing)}; set them on the command line, "
                             f"e.g. {missing[0]}=...")
     validate(cfg)
-    return whole, cfg
+    return cfg
 
 
-def _compose(config_name: str, overrides: Sequence[str], job_name: str = "app") -> DictConfig:
-    """The composition of a run, hydra node included, as `hydra.compose` makes it (Hydra set up and torn down)."""
-    with initialize_config_dir(config_dir=str(config_root(config_name)), version_base="1.3", job_name=job_name):
-        return GlobalHydra.instance().hydra.compose_config(config_name, list(overrides), RunMode.RUN, from_shell=False)
-
-
-def _job_part(whole: DictConfig) -> DictConfig:
-    """What the job sees (all but the hydra node), with every interpolation resolved."""
-    cfg = copy.deepcopy(whole)
-    with open_dict(cfg):
-        cfg.pop("hydra", None)
+def _compose(config_name: str, overrides: Sequence[str]) -> DictConfig:
+    with initialize_config_dir(config_dir=str(config_root(config_name)), version_base="1.3"):
+        cfg = compose(config_name=config_name, overrides=list(overrides), return_hydra_config=False)
     OmegaConf.resolve(cfg)
     return cfg
 
@@ -216,7 +198,7 @@ def _unknown_key(config_name: str, overrides: Sequence[str], exc: BaseException)
     for kept in ([o for o in overrides if o.partition("=")[0].lstrip("+~") != key],
                  [o for o in overrides if o.startswith("hydra.")]):
         try:
-            base = _job_part(_compose(config_name, kept))
+            base = _compose(config_name, kept)
             break
         except (HydraException, OmegaConfBaseException, ValueError):
             continue
@@ -260,8 +242,6 @@ def run_hydra(config_name: str, task: Task, args: Sequence[str], prog: str) -> N
     import hydra
 
     flags, overrides = split_args(args)
-    if not flags and not any(re.match(r"[+~]*hydra\b", ov) for ov in overrides) and _run_once(config_name, task, overrides):
-        return  # a plain run, no flag and no override of Hydra's own config: run here on one composition
     names = {f.partition("=")[0] for f in flags}
     _check_config_name(flags, overrides)
     modes = [group[0] for group in _HYDRA_MODES if names & set(group)]
@@ -281,62 +261,35 @@ def run_hydra(config_name: str, task: Task, args: Sequence[str], prog: str) -> N
         if names & {"-m", "--multirun"}:
             _check_sweep_base(config_name, overrides)
 
-    app = hydra.main(config_path=str(config_root(config_name)), config_name=config_name, version_base="1.3")(_job(task))
-    saved, sys.argv = sys.argv, [prog, *flags, *overrides]  # Hydra parses flags only before the first override
-    try:
-        app()
-    finally:
-        sys.argv = saved
-
-
-def _job(task: Task) -> Task:
-    """The function Hydra runs in each job: the config checked, then `task`, ended when the launching process is."""
     launcher = (socket.gethostname(), os.getpid())  # travels with `_app` to the launcher's workers (pickled by value)
 
+    @hydra.main(config_path=str(config_root(config_name)), config_name=config_name, version_base="1.3")
     def _app(cfg: DictConfig) -> Any:
         watch_parent(launcher)
         return guarded(task, cfg)
 
-    return _app
-
-
-def _run_once(config_name: str, task: Task, overrides: Sequence[str]) -> bool:
-    """Compose once, check, and run the job on that composition as Hydra's `run` does; Hydra's main would
-    compose twice more (once only to read hydra.mode), ~0.25 s of a start. False, having run nothing,
-    where the config sets hydra.mode or hydra.verbose itself: Hydra's main handles those."""
-    whole, cfg = _checked(config_name, overrides, "config")  # hydra.main's job name (this module's): its log is config.log
-    if whole.hydra.mode is not None or whole.hydra.verbose:
-        return False
-    check_writable(cfg)
-    whole.hydra.mode = RunMode.RUN  # what Hydra's main sets when no config does, by this override
-    whole.hydra.overrides.hydra.append("hydra.mode=RUN")
-    with initialize_config_dir(config_dir=str(config_root(config_name)), version_base="1.3", job_name=whole.hydra.job.name):
-        loader = GlobalHydra.instance().hydra.config_loader
-
-        def launch() -> None:
-            configure_log(whole.hydra.hydra_logging, whole.hydra.verbose)
-            callbacks = Callbacks(whole)
-            callbacks.on_run_start(config=whole, config_name=config_name)
-            ret = run_job(task_function=_job(task), config=whole, job_dir_key="hydra.run.dir", job_subdir_key=None,
-                          hydra_context=HydraContext(config_loader=loader, callbacks=callbacks))
-            callbacks.on_run_end(config=whole, config_name=config_name, job_return=ret)
-            _ = ret.return_value  # raises the job's exception, which run_and_report reports as Hydra's main does
-
-        run_and_report(launch)
-    return True
+    saved = sys.argv
+    sys.argv = [prog, *flags, *overrides]  # Hydra parses flags only before the first override
+    try:
+        _app()
+    finally:
+        sys.argv = saved
 
 
 def _check_sweep_base(config_name: str, overrides: Sequence[str]) -> None:
     """Hydra first composes a sweep without its swept overrides (the sweeper's own config): a key that
     only the swept options have (`+experiment/blackbox_row=square,hsj attack.params.seed=0`) fails
     there in six lines, though every job would compose. Say so in one line, with the fix."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
     try:
         parsed = OverridesParser.create().parse_overrides(list(overrides))
     except (OverrideParseException, ValueError):
         return
     swept = [o.input_line for o in parsed if o.is_sweep_override()]
     try:
-        _job_part(_compose(config_name, [o.input_line for o in parsed if not o.is_sweep_override()]))
+        _compose(config_name, [o.input_line for o in parsed if not o.is_sweep_override()])
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
         found = _NO_OVERRIDE.search(str(exc))
         if found is None or not swept:
