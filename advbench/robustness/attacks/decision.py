@@ -1,4 +1,5 @@
-"""Decision-based minimum-norm attacks on top-1 labels only: HopSkipJump (ℓ2, ℓ∞), Boundary (ℓ2).
+"""Decision-based minimum-norm attacks on top-1 labels only: HopSkipJump (ℓ2, ℓ∞); Boundary (ℓ2) lives in
+`boundary.py` and is imported here too for the callers that import it from this module.
 
 They see a `DecisionOracle` and nothing else. Every labelled image is a query counted per
 sample by the oracle; a sample leaves the active set when its query budget is spent, and no
@@ -27,9 +28,12 @@ import torch
 from advbench.core.runtime import PROBE_ELEMENTS
 from advbench.core.steps import clip, lp_norm, per_sample
 from advbench.robustness.attacks.base import AttackResult
+from advbench.robustness.attacks.boundary import Boundary
 from advbench.robustness.attacks.oracles import DecisionOracle
-from advbench.robustness.attacks.queries import CHECKPOINTS, DecisionAttack, QueryLog, Window, bisect, starting_points
+from advbench.robustness.attacks.queries import CHECKPOINTS, DecisionAttack, QueryLog, bisect, starting_points
 from advbench.robustness.attacks.random import normal, uniform
+
+__all__ = ["Boundary", "HopSkipJump"]
 
 
 class HopSkipJump(DecisionAttack):
@@ -148,96 +152,3 @@ class HopSkipJump(DecisionAttack):
             rows = rows[~hit]
         return size, found
 
-
-class Boundary(DecisionAttack):
-    """Boundary attack (Brendel, Rauber & Bethge 2018), ℓ2, with the authors' defaults.
-
-    From an adversarial start (`starting_points`, then a blend search towards x), each step
-    draws one candidate per sample: an orthogonal step on the sphere around x (relative size
-    `spherical_step`), then a step of relative size `source_step` towards x; it replaces the
-    sample's point if adversarial and closer. Every `update_stats_every_k` steps the spherical
-    candidate alone is judged too (a second query), and the step sizes adapt per sample by
-    ×/÷ `step_adaptation` from the success rates of the last 100 spherical / 30 full
-    candidates (the reference implementation's thresholds). A sample stops when its source
-    step falls below `source_step_convergence` or its `max_queries` are spent.
-    """
-
-    norms = ("l2",)
-
-    def __init__(self, *, max_queries: int = 20000, spherical_step: float = 1e-2, source_step: float = 1e-2,
-                 source_step_convergence: float = 1e-7, step_adaptation: float = 1.5, update_stats_every_k: int = 10,
-                 init_tries: int = 100, checkpoints: Sequence[int] = CHECKPOINTS,
-                 seed: int = 0) -> None:
-        super().__init__(max_queries=max_queries, init_tries=init_tries, checkpoints=checkpoints, seed=seed,
-                         update_stats_every_k=update_stats_every_k)
-        if min(spherical_step, source_step, source_step_convergence) <= 0 or step_adaptation <= 1:
-            raise ValueError("expected positive step sizes and step_adaptation > 1")
-        self.spherical_step = spherical_step
-        self.source_step = source_step
-        self.source_step_convergence = source_step_convergence
-        self.step_adaptation = step_adaptation
-        self.update_stats_every_k = update_stats_every_k
-
-    def run(self, oracle: DecisionOracle, x: torch.Tensor, y: torch.Tensor, *, eps: torch.Tensor, norm: str,
-            target: torch.Tensor | None, sample_id: torch.Tensor) -> AttackResult:
-        n = x.shape[0]
-        log, cur, active = self.start_on_boundary(oracle, x, y, target, eps, norm, sample_id)
-        spherical = torch.full((n,), self.spherical_step, dtype=x.dtype, device=x.device)
-        source = torch.full((n,), self.source_step, dtype=x.dtype, device=x.device)
-        stats_sph, stats_step = Window(n, 100, x.device), Window(n, 30, x.device)
-        step = 0
-        while True:
-            active = log.affordable(active[source[active] >= self.source_step_convergence])
-            if active.numel() == 0:
-                break
-            step += 1
-            cand, sph = self._proposals(x[active], cur[active], spherical[active], source[active],
-                                        sample_id[active], step, oracle.bounds)
-            adv = log.adversarial(cand, active)
-            closer = lp_norm(cand - x[active], "l2") < lp_norm(cur[active] - x[active], "l2")
-            better = adv & closer
-            cur[active[better]] = cand[better]
-            log.offer(active, cand, better)
-            if step % self.update_stats_every_k == 0:
-                self._adapt(log, active, sph, adv, spherical, source, stats_sph, stats_step)
-        return log.result()
-
-    def _proposals(self, x: torch.Tensor, cur: torch.Tensor, spherical: torch.Tensor, source: torch.Tensor,
-                   sample_id: torch.Tensor, step: int,
-                   bounds: tuple[float, float]) -> tuple[torch.Tensor, torch.Tensor]:
-        """(candidate, spherical candidate) per row, as the reference draws them (per-sample noise)."""
-        shape = x.shape
-        xf, cf = x.flatten(1), cur.flatten(1)
-        src = xf - cf
-        src_norm = src.norm(dim=1)
-        src_dir = src / src_norm[:, None]
-        eta = normal(self.seed, sample_id, (xf.shape[1],), step, device=x.device, dtype=x.dtype)
-        eta = eta - (eta * src_dir).sum(1, keepdim=True) * src_dir
-        eta = eta * (spherical * src_norm / eta.norm(dim=1).clamp_min(1e-12))[:, None]
-        sph = (xf + (eta - src) / torch.sqrt(spherical ** 2 + 1)[:, None]).clamp(*bounds)
-        new_src = xf - sph
-        new_norm = new_src.norm(dim=1)
-        length = (source * src_norm + new_norm - src_norm).clamp_min(0) / new_norm.clamp_min(1e-12)
-        cand = (sph + length[:, None] * new_src).clamp(*bounds)
-        return cand.reshape(shape), sph.reshape(shape)
-
-    def _adapt(self, log: QueryLog, active: torch.Tensor, sph: torch.Tensor, adv: torch.Tensor,
-               spherical: torch.Tensor, source: torch.Tensor, stats_sph: Window, stats_step: Window) -> None:
-        """Judge the spherical candidates of the samples with a query left and adapt their steps."""
-        can = log.left(active) > 0
-        idx = active[can]
-        stats_sph.push(idx, log.adversarial(sph[can], idx))
-        stats_step.push(idx, adv[can])
-        a = self.step_adaptation
-        full = stats_sph.full(idx)
-        p = stats_sph.mean(idx)
-        up, down = full & (p > 0.5), full & (p < 0.2)
-        factor = torch.where(up, a, torch.where(down, 1 / a, 1.0)).to(spherical.dtype)
-        spherical[idx] *= factor
-        source[idx] *= factor
-        stats_sph.clear(idx[up | down])
-        full = stats_step.full(idx)
-        p = stats_step.mean(idx)
-        up, down = full & (p > 0.25), full & (p < 0.1)
-        source[idx] *= torch.where(up, a, torch.where(down, 1 / a, 1.0)).to(source.dtype)
-        stats_step.clear(idx[up | down])
