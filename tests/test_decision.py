@@ -17,7 +17,8 @@ from torch import nn
 
 from advbench.core.errors import AdvbenchError
 from advbench.core.steps import lp_norm
-from advbench.robustness.attacks.decision import Boundary, HopSkipJump
+from advbench.robustness.attacks.boundary import Boundary
+from advbench.robustness.attacks.decision import HopSkipJump
 from advbench.robustness.attacks.oracles import DecisionOracle, WhiteBoxOracle
 from advbench.robustness.data.targets import target_classes
 

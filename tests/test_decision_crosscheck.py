@@ -14,7 +14,8 @@ import torch
 from contract import Counting
 
 from advbench.core.steps import lp_norm
-from advbench.robustness.attacks.decision import Boundary, HopSkipJump
+from advbench.robustness.attacks.boundary import Boundary
+from advbench.robustness.attacks.decision import HopSkipJump
 from advbench.robustness.attacks.oracles import DecisionOracle
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]

@@ -15,10 +15,10 @@ from collections.abc import Sequence
 
 import torch
 
-from advbench.core.steps import lp_norm, per_sample
+from advbench.core.steps import lp_norm
 from advbench.robustness.attacks.base import AttackResult
 from advbench.robustness.attacks.oracles import DecisionOracle
-from advbench.robustness.attacks.queries import CHECKPOINTS, DecisionAttack, QueryLog, Window, bisect, starting_points
+from advbench.robustness.attacks.queries import CHECKPOINTS, DecisionAttack, QueryLog, Window
 from advbench.robustness.attacks.random import normal
 
 SCHEDULES = ("trust_region", "paper")
@@ -89,17 +89,11 @@ class Boundary(DecisionAttack):
 
     def run(self, oracle: DecisionOracle, x: torch.Tensor, y: torch.Tensor, *, eps: torch.Tensor, norm: str,
             target: torch.Tensor | None, sample_id: torch.Tensor) -> AttackResult:
+        log, start, on_boundary, active = self.start_on_boundary(oracle, x, y, target, eps, norm, sample_id)
         if self.schedule == "paper":
-            log, cur, active = self.start_on_boundary(oracle, x, y, target, eps, norm, sample_id)
-            self._paper(log, x, cur, active, sample_id, oracle.bounds)
-        else:  # ART's start: the adversarial draw itself, whose far side the first source steps cross fast
-            log = QueryLog(oracle, x, y, target, eps, norm, self.max_queries, self.checkpoints)
-            start, ok = starting_points(log, x, y, target, norm=norm, bounds=oracle.bounds, seed=self.seed,
-                                        sample_id=sample_id, tries=self.init_tries)
-            active = torch.nonzero(ok).squeeze(1)
-            near, _ = bisect(log, x[active], start[active], active, "l2", 1e-3)
-            log.offer(active, near, torch.ones_like(active, dtype=torch.bool))
-            self._trust_region(log, x, torch.where(per_sample(ok, x), start, x), active, sample_id, oracle.bounds)
+            self._paper(log, x, on_boundary, active, sample_id, oracle.bounds)
+        else:  # ART's: from the adversarial draw itself, whose far side the first source steps cross fast
+            self._trust_region(log, x, start, active, sample_id, oracle.bounds)
         return log.result()
 
     def _adapted(self, value: torch.Tensor, ratio: torch.Tensor) -> torch.Tensor:

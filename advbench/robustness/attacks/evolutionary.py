@@ -80,7 +80,7 @@ class Evolutionary(DecisionAttack):
     def run(self, oracle: DecisionOracle, x: torch.Tensor, y: torch.Tensor, *, eps: torch.Tensor, norm: str,
             target: torch.Tensor | None, sample_id: torch.Tensor) -> AttackResult:
         n, (ch, height, width) = x.shape[0], tuple(x.shape[1:])
-        log, cur, active = self.start_on_boundary(oracle, x, y, target, eps, norm, sample_id)
+        log, _, cur, active = self.start_on_boundary(oracle, x, y, target, eps, norm, sample_id)
 
         small = (ch, max(1, round(self.search_scale * height)), max(1, round(self.search_scale * width)))
         m = math.prod(small)

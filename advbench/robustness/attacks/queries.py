@@ -182,9 +182,10 @@ class DecisionAttack(Attack):
 
     def start_on_boundary(self, oracle: DecisionOracle, x: torch.Tensor, y: torch.Tensor, target: torch.Tensor | None,
                           eps: torch.Tensor, norm: str, sample_id: torch.Tensor
-                          ) -> tuple[QueryLog, torch.Tensor, torch.Tensor]:
-        """The query log, each sample's start bisected to the boundary in l2 (x where none was found),
-        and the samples that have one: where Boundary and Evolutionary begin their walk."""
+                          ) -> tuple[QueryLog, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The query log, each sample's adversarial start and that start bisected to the boundary in
+        l2 (both x where none was found), and the samples that have one: where Boundary and
+        Evolutionary begin their walk (the paper's from the boundary, ART's from the start)."""
         log = QueryLog(oracle, x, y, target, eps, norm, self.max_queries, self.checkpoints)
         start, ok = starting_points(log, x, y, target, norm=norm, bounds=oracle.bounds, seed=self.seed,
                                     sample_id=sample_id, tries=self.init_tries)
@@ -192,7 +193,7 @@ class DecisionAttack(Attack):
         cur = x.clone()
         cur[active], _ = bisect(log, x[active], start[active], active, "l2", 1e-3)
         log.offer(active, cur[active], torch.ones_like(active, dtype=torch.bool))
-        return log, cur, active
+        return log, torch.where(per_sample(ok, x), start, x), cur, active
 
 
 class Window:
