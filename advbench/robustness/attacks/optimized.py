@@ -24,6 +24,14 @@ from advbench.core.steps import DUAL_NORM, adam_step, clip, lp_norm, per_sample,
 from advbench.robustness.attacks.base import Attack, AttackResult
 from advbench.robustness.attacks.oracles import Objective, Oracle, TransferOracle
 
+CPU_GRAD_ELEMENTS = 1 << 18
+"""On the CPU, the most input elements one of DeepFool's candidate backwards takes (85 CIFAR-size
+rows, 4,096 digits). A backward holds the model's activations for every row, and they grow with
+the input (ResNet-56: ~5 MB a CIFAR-size row): under `grad_rows` alone, a batch of 64 went
+through 198-row backwards and peaked at 1.65 GB resident, 1.55× Foolbox's DeepFool (one backward
+of the batch per candidate); under this cap 0.97 GB (scripts/bench_probes.py --peer). The cost
+per row does not rise at a few dozen rows, and the results stay one backward's (`_step`)."""
+
 
 def max_other(logits: torch.Tensor, cls: torch.Tensor) -> torch.Tensor:
     """Largest logit of any class but `cls`, per row.
@@ -144,7 +152,7 @@ class DeepFool(Attack):
         """The step of each active sample to its nearest linearised boundary.
 
         The replicated rows go through the backward in near-equal groups of whole samples, at
-        most `grad_rows` rows each (one sample's k at least) for a run on `batch` samples: one
+        most `_backward_rows` rows each (one sample's k at least) for a run on `batch` samples: one
         backward over every candidate of the batch costs more per row and k times the memory.
         The model sees each row alone and a sample's rows share one call (a randomized model's
         draws are keyed per sample and call), so the result is one call's: bit for bit on groups
@@ -161,11 +169,18 @@ class DeepFool(Attack):
             return lambda z: z.gather(1, cls[sl, None]).squeeze(1) - z.gather(1, ref[sl, None]).squeeze(1)
 
         xr, rows = xa.repeat_interleave(k, dim=0), active.repeat_interleave(k)
-        per = max(1, grad_rows(batch, xa.device) // k)  # whole samples a backward
+        per = max(1, _backward_rows(batch, xa) // k)  # whole samples a backward
         parts = [oracle.value_and_grad(xr[sl], boundary(sl), rows[sl])
                  for sl in (slice(s.start * k, s.stop * k) for s in pieces(m, per))]
         logits, grad = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
         return nearest_boundary_step(boundary(slice(None))(logits).reshape(m, k), grad.reshape(m, k, *xa.shape[1:]), norm)
+
+
+def _backward_rows(batch: int, xa: torch.Tensor) -> int:
+    """The most rows one of DeepFool's backwards takes: `grad_rows`, on the CPU at most `CPU_GRAD_ELEMENTS`
+    input elements too (on CUDA `grad_rows` is what `batch_size=auto` found to fit the device)."""
+    rows = grad_rows(batch, xa.device)
+    return rows if xa.device.type == "cuda" else min(rows, max(1, CPU_GRAD_ELEMENTS // max(1, xa[0].numel())))
 
 
 def nearest_boundary_step(f: torch.Tensor, grad: torch.Tensor, norm: str) -> torch.Tensor:
