@@ -17,7 +17,6 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 
 from advbench.core.runtime import grad_rows, pieces
 from advbench.core.steps import DUAL_NORM, adam_step, clip, lp_norm, per_sample, unit_direction
@@ -37,10 +36,10 @@ def max_other(logits: torch.Tensor, cls: torch.Tensor) -> torch.Tensor:
     """Largest logit of any class but `cls`, per row.
 
     Masks with −inf: multiplying by a zero mask (a known peer bug) returns 0 instead of the
-    true maximum whenever all other logits are negative.
+    true maximum whenever all other logits are negative. A scatter, not a one-hot mask: Square
+    takes this every query, and `one_hot` scans its indices for their range first.
     """
-    mask = F.one_hot(cls, logits.shape[1]).bool()
-    return logits.masked_fill(mask, -math.inf).amax(dim=1)
+    return logits.scatter(1, cls[:, None], -math.inf).amax(dim=1)
 
 
 def goal_margin(logits: torch.Tensor, y: torch.Tensor, target: torch.Tensor | None) -> torch.Tensor:

@@ -192,12 +192,15 @@ class Square(ScoreAttack):
         draws = _Draws(self.seed, sample_id, 2 if linf else 5, (_RESAMPLES, x.shape[1]) if linf else (x.shape[1], 1, 1),
                        x, self.n_queries - 1, (lambda u: u < 0.5) if linf else (lambda u: _signs(u, x)))
         # The searching samples' state, compact (rows of the batch: `rows`); written back when they stop.
-        xa, xb, ya, ea, la, fa = (v[rows] for v in (x, x_best, y, eps, loss, first))
+        # `ref` is what a step builds on besides the best iterate: ℓ∞ the recoloured images x ± ε,
+        # fixed per sample, so made once and not every step; ℓ2 x.
+        xb, ya, ea, la, fa = (v[rows] for v in (x_best, y, eps, loss, first))
+        ref = _recoloured(x[rows], ea, oracle.bounds) if linf else x[rows]
         ta = None if target is None else target[rows]
         for t in range(1, self.n_queries):
             if rows.numel() == 0:
                 break
-            cand = step(xa, xb, ea, p_schedule(self.p_init, t - 1, self.n_queries), oracle.bounds, *draws.at(t, rows))
+            cand = step(ref, xb, ea, p_schedule(self.p_init, t - 1, self.n_queries), oracle.bounds, *draws.at(t, rows))
             logits = oracle.logits(cand, rows)
             new = goal_margin(logits, ya, ta)
             hit = oracle.verdict(cand, ya, ta, rows, logits, undated=fa < 0)
@@ -208,7 +211,7 @@ class Square(ScoreAttack):
             if oracle.stops_on_hit and bool(hit.any()):
                 x_best[rows], first[rows] = xb, fa
                 keep = ~hit
-                rows, xa, xb, ya, ea, la, fa = (v[keep] for v in (rows, xa, xb, ya, ea, la, fa))
+                rows, ref, xb, ya, ea, la, fa = (v[keep] for v in (rows, ref, xb, ya, ea, la, fa))
                 ta = None if ta is None else ta[keep]
                 draws.keep(keep)
         x_best[rows], first[rows] = xb, fa
@@ -232,24 +235,23 @@ class Square(ScoreAttack):
             delta[:, :, i:i + s, j:j + s] += block * signs[:, :, k, None, None]
         return clip(x + _to_radius(delta, eps), bounds)
 
-    def _linf_step(self, x: torch.Tensor, x_best: torch.Tensor, eps: torch.Tensor, p: float,
+    def _linf_step(self, moved: torch.Tensor, x_best: torch.Tensor, eps: torch.Tensor, p: float,
                    bounds: tuple[float, float], u: torch.Tensor, minus: torch.Tensor) -> torch.Tensor:
         """Recolour one random square with ±ε per channel, redrawing colours that change nothing.
 
-        `u`: the corner's two uniforms; `minus` (m, R, c): R colours per sample (True: −ε), all
-        drawn at once. A colour leaves a channel unchanged iff its clipped value equals x_best
-        over the square, so the first useful draw is picked without extra passes.
+        `moved` (m, 2, c, h, w): x + ε and x − ε, clipped (`_recoloured`); `u`: the corner's two
+        uniforms; `minus` (m, R, c): R colours per sample (True: −ε), all drawn at once. A colour
+        leaves a channel unchanged iff its clipped value equals x_best over the square, so the
+        first useful draw is picked without extra passes.
         """
-        m, c, h, w = x.shape
+        m, c, h, w = x_best.shape
         s = min(max(round(math.sqrt(p * h * w)), 1), h - 1)
         inside = _window(u[:, 0], u[:, 1], s, h, w)
-        e = per_sample(eps, x)
-        moved = clip(torch.stack([x + e, x - e]), bounds)                # (2, m, c, h, w): +ε, −ε
-        changes = (((moved - x_best).abs() * inside).flatten(3).amax(dim=3) >= 1e-7).to(x.dtype)
-        useful = torch.where(minus, changes[1, :, None], changes[0, :, None]).amax(dim=2)  # (m, R)
+        changes = (((moved - x_best[:, None]).abs() * inside[:, None]).flatten(3).amax(dim=3) >= 1e-7).to(x_best.dtype)
+        useful = torch.where(minus, changes[:, 1, None], changes[:, 0, None]).amax(dim=2)  # (m, R)
         useful[:, -1] = 1                                        # the last draw when none is useful
         pick = minus.gather(1, useful.argmax(dim=1)[:, None, None].expand(m, 1, c)).view(m, c, 1, 1)
-        return torch.where(inside, torch.where(pick, moved[1], moved[0]), x_best)
+        return torch.where(inside, torch.where(pick, moved[:, 1], moved[:, 0]), x_best)
 
     def _l2_step(self, x: torch.Tensor, x_best: torch.Tensor, eps: torch.Tensor, p: float,
                  bounds: tuple[float, float], u: torch.Tensor, sign: torch.Tensor) -> torch.Tensor:
@@ -271,6 +273,12 @@ class Square(ScoreAttack):
         new = new / (new.square().sum(dim=(2, 3), keepdim=True).sqrt() + _TINY) * (free / c + both_norm.square()).sqrt()
         delta = delta * ~both + new * mask1
         return clip(x + _to_radius(delta, eps), bounds)
+
+
+def _recoloured(x: torch.Tensor, eps: torch.Tensor, bounds: tuple[float, float]) -> torch.Tensor:
+    """(m, 2, c, h, w): x + ε and x − ε per sample, clipped to the bounds: the two colours of an ℓ∞ square."""
+    e = per_sample(eps, x)
+    return clip(torch.stack([x + e, x - e], dim=1), bounds)
 
 
 def _to_radius(delta: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
