@@ -29,16 +29,23 @@ _M2 = _i64(0x94D049BB133111EB)
 _UNIFORM, _NORMAL = 0x5BD1E995, 0x1B873593
 
 
-def _shr(v: torch.Tensor, k: int) -> torch.Tensor:
-    """Logical right shift of int64 bits (torch's >> is arithmetic)."""
-    return (v >> k) & ((1 << (64 - k)) - 1)
+def _shr(v: torch.Tensor, k: int, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Logical right shift of int64 bits (torch's >> is arithmetic), into `out` if given."""
+    return torch.bitwise_right_shift(v, k, out=out).bitwise_and_((1 << (64 - k)) - 1)
 
 
 def _mix(v: torch.Tensor) -> torch.Tensor:
     """splitmix64's finaliser: a bijection on 64-bit words with full avalanche (int64 wraps)."""
-    v = (v ^ _shr(v, 30)) * _M1
-    v = (v ^ _shr(v, 27)) * _M2
-    return v ^ _shr(v, 31)
+    return _mix_(v.clone())
+
+
+def _mix_(v: torch.Tensor) -> torch.Tensor:
+    """`_mix` in place, with one scratch tensor: the draws' words are the bulk of a draw's memory
+    traffic, and eleven fresh tensors of them cost three times the arithmetic (page faults)."""
+    scratch = torch.empty_like(v)
+    v.bitwise_xor_(_shr(v, 30, scratch)).mul_(_M1)
+    v.bitwise_xor_(_shr(v, 27, scratch)).mul_(_M2)
+    return v.bitwise_xor_(_shr(v, 31, scratch))
 
 
 def _bits(seed: int, sample_id: torch.Tensor, count: int, streams: int | torch.Tensor, domain: int,
@@ -60,13 +67,13 @@ def _bits(seed: int, sample_id: torch.Tensor, count: int, streams: int | torch.T
     key = _mix(key ^ (sid * _GOLDEN + stream))                        # (n, S)
     key = _mix(key + stream_m1)
     counter = (torch.arange(1, count + 1, device=sid.device, dtype=torch.int64) * _GOLDEN)
-    return _mix(key[:, :, None] + counter)
+    return _mix_(key[:, :, None] + counter)
 
 
 def _unit(bits: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """Top mantissa-many bits as a float in [0, 1), exact in `dtype` (never rounds up to 1)."""
     m = min(round(-math.log2(torch.finfo(dtype).eps)) + 1, 53)
-    return (_shr(bits, 64 - m).to(torch.float64) * 2.0 ** -m).to(dtype)
+    return _shr(bits, 64 - m).to(torch.float64).mul_(2.0 ** -m).to(dtype)
 
 
 def uniform(seed: int, sample_id: torch.Tensor, shape: tuple[int, ...], stream: int, *,
@@ -89,8 +96,8 @@ def normal(seed: int, sample_id: torch.Tensor, shape: tuple[int, ...], stream: i
     count = math.prod(shape)
     bits = _bits(seed, sample_id, 2 * count, stream, _NORMAL, device)[:, 0]
     u = _unit(bits, torch.float64)
-    u1, u2 = 1.0 - u[:, :count], u[:, count:]          # u1 in (0, 1]: the log is finite
-    z = torch.sqrt(-2.0 * torch.log(u1)) * torch.cos(2.0 * math.pi * u2)
+    radius = u[:, :count].neg_().add_(1.0).log_().mul_(-2.0).sqrt_()   # 1 - u in (0, 1]: the log is finite
+    z = radius.mul_(u[:, count:].mul_(2.0 * math.pi).cos_())           # in place: u is this call's own
     return z.to(dtype).reshape(-1, *shape)
 
 
