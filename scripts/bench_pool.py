@@ -30,8 +30,8 @@ from bench_attacks import environment, forward_backward, interleaved
 from bench_square import digits_model
 from torch import nn
 
+from advbench.core.runtime import call_slices
 from advbench.robustness.attacks.gradient import BIM, PGD
-from advbench.robustness.evaluation.batch import call_slices
 from advbench.robustness.evaluation.measure import evaluate_batch
 from advbench.robustness.evaluation.search import SearchSettings
 from advbench.robustness.threat import ThreatModel

@@ -1,8 +1,9 @@
 """A pool of several batches: the search's probes share calls, the records stay those of its batches.
 
-A cell hands `evaluate_batch` `probe_pool` batches at once with `call_rows` = its batch size: every
-attack call and verdict takes at most that many rows, and each search round gathers the pending
-samples of the whole pool, so the calls stay full while the pool drains.
+A cell hands `evaluate_batch` `probe_pool` batches at once with `call_rows` = its batch size: no
+model pass takes more rows, and each search round gathers the pending samples of the whole pool,
+so the calls stay full while the pool drains. A pooled attack (BIM, PGD, ...) gets the whole pool
+in one call and its oracle splits the gradient calls, so its early stopping refills them too.
 """
 
 from __future__ import annotations
@@ -10,10 +11,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from advbench.core.runtime import call_slices
 from advbench.robustness.attacks.base import AttackResult
 from advbench.robustness.attacks.gradient import BIM, PGD
 from advbench.robustness.attacks.score import Square
-from advbench.robustness.evaluation.batch import call_slices, concat
+from advbench.robustness.evaluation.batch import concat
 from advbench.robustness.evaluation.measure import evaluate_batch
 from advbench.robustness.evaluation.search import SearchSettings
 from advbench.robustness.threat import ThreatModel
@@ -26,7 +28,7 @@ class CallSizes:
 
     def __init__(self, attack) -> None:
         self.attack, self.rows = attack, []
-        self.kind, self.steps = attack.kind, getattr(attack, "steps", 1)
+        self.kind, self.steps, self.pooled_calls = attack.kind, getattr(attack, "steps", 1), attack.pooled_calls
 
     def __call__(self, oracle, x, y, **kwargs) -> AttackResult:
         self.rows.append(x.shape[0])
@@ -34,6 +36,18 @@ class CallSizes:
 
     def unsupported(self, *args):
         return self.attack.unsupported(*args)
+
+
+class PassSizes(torch.nn.Module):
+    """The model, keeping the rows of each pass and whether it built a graph (a gradient call)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model, self.passes = model, []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.passes.append((x.shape[0], torch.is_grad_enabled()))
+        return self.model(x)
 
 
 def in_batches(attack, model, x, y, threat, search, ids, batch: int) -> dict[str, torch.Tensor]:
@@ -53,19 +67,23 @@ def test_a_pool_gives_its_batches_records_in_fewer_fuller_calls(attack, norm, kn
     threat = ThreatModel(norm=norm, goal="untargeted", knowledge=knowledge, eps=0.1 if norm == "linf" else 0.8)
     search = SearchSettings()
     batched, pooled = CallSizes(attack), CallSizes(attack)
-    alone = in_batches(batched, tiny_model, x, y, threat, search, ids, batch=16)
-    together = evaluate_batch(pooled, tiny_model, x, y, None, threat, search, sample_id=ids, call_rows=16)
+    alone_model, pool_model = PassSizes(tiny_model), PassSizes(tiny_model)
+    alone = in_batches(batched, alone_model, x, y, threat, search, ids, batch=16)
+    together = evaluate_batch(pooled, pool_model, x, y, None, threat, search, sample_id=ids, call_rows=16)
     # ℓ2 steps pass the model's last-bit differences between call sizes on to the measured norms (see test_engine).
     measured = ("adv_norm", "dist_linf", "dist_l2", "dist_l2_norm") if norm == "l2" else ()
     for column, value in alone.items():
         torch.testing.assert_close(together[column], value, rtol=0, atol=1e-5 if column in measured else 0.0,
                                    equal_nan=True, msg=column)
-    assert max(pooled.rows) <= 16 and pooled.rows[:4] == [16, 16, 16, 12], "the budget run keeps the batches"
-    assert sum(pooled.rows) == sum(batched.rows), "the same probes, in other calls"
-    assert len(pooled.rows) < len(batched.rows), (pooled.rows, batched.rows)
-    short = sum(r < 16 for r in pooled.rows[4:])
-    assert short <= search.max_probes, "a round's calls are full but its last"
-    assert short < sum(r < 16 for r in batched.rows[4:])
+    assert max(rows for rows, _ in pool_model.passes) <= 16, "no pass takes more than the batch size"
+    assert sum(r for r, _ in pool_model.passes) == sum(r for r, _ in alone_model.passes), "the same rows, other calls"
+    # Passes under 16 rows: gradient calls of a pooled attack (forward passes of the others) at least halve.
+    small = [sum(r < 16 for r, grad in m.passes if grad == attack.pooled_calls) for m in (pool_model, alone_model)]
+    assert small[0] < small[1] / (2 if attack.pooled_calls else 1), small
+    if attack.pooled_calls:  # one attack call for the budget run and one per search round
+        assert pooled.rows[0] == 60 and len(pooled.rows) <= 1 + search.max_probes
+    else:  # the budget run keeps the batches, a round's calls are full but its last
+        assert pooled.rows[:4] == [16, 16, 16, 12] and sum(r < 16 for r in pooled.rows[4:]) <= search.max_probes
 
 
 def test_results_of_consecutive_calls_concatenate_field_by_field() -> None:

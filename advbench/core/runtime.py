@@ -102,6 +102,13 @@ def pieces(rows: int, size: int) -> list[slice]:
     return [slice(s, s + step) for s in range(0, count * step, step)]
 
 
+def call_slices(rows: int, call_rows: int | None) -> list[slice]:
+    """Consecutive slices of at most `call_rows` rows covering `rows` (a cell's batches, when the
+    rows are its pool); one slice for no rows, so a call still runs once."""
+    size = max(1, rows if call_rows is None else call_rows)
+    return [slice(s, s + size) for s in range(0, max(rows, 1), size)]
+
+
 def deploy(model: torch.nn.Module, *, precision: str = "fp32", channels_last: bool = False) -> torch.nn.Module:
     """Set how the model runs wherever the benchmark evaluates it (oracles and the engine's
     success judgement, through `forward`): bf16 autocast or fp32, channels_last or contiguous.

@@ -45,6 +45,11 @@ class Attack:
     knowledge: ClassVar[tuple[str, ...]] = ("white",)
     norms: ClassVar[tuple[str, ...]] = ("linf", "l2")
     goals: ClassVar[tuple[str, ...]] = GOALS
+    pooled_calls: ClassVar[bool] = False
+    """Whether every model call of the attack that can need a batch's memory goes through the
+    oracle's `loss_grad`, which splits calls beyond `Oracle.call_rows`: the engine then hands it
+    a whole pool at once (`evaluation.batch`), so samples that stop early leave room for others
+    instead of shrinking the calls. Attacks with their own objectives (`value_and_grad`) cannot."""
 
     def __call__(self, oracle: Oracle, x: torch.Tensor, y: torch.Tensor, *, eps: torch.Tensor,
                  norm: str, target: torch.Tensor | None = None,

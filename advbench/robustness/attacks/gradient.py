@@ -33,6 +33,7 @@ class IterativeGradientAttack(Attack):
 
     knowledge = ("white", "transfer")
     early_stop = True
+    pooled_calls = True  # every gradient is `oracle.loss_grad`'s (DIM's and TI's too)
 
     def __init__(self, *, steps: int = 20, rel_stepsize: float = 0.15, random_init: bool = False,
                  decay: float | None = None, seed: int = 0) -> None:

@@ -37,7 +37,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from advbench.core.errors import AdvbenchError
-from advbench.core.runtime import forward
+from advbench.core.runtime import call_slices, forward
+from advbench.robustness.attacks.clean_gradients import CleanGradients
 from advbench.robustness.attacks.random import Drawing, RowCalls
 from advbench.robustness.threat import goal_met
 
@@ -101,8 +102,11 @@ class Oracle:
     """What the oracle's gradients are (records' `grad_mode`): none without gradients."""
 
     def __init__(self, model: nn.Module, n: int, *, substitute: nn.Module | None = None,
-                 num_classes: int | None = None, draws: int = 1, calls: RowCalls | None = None) -> None:
+                 num_classes: int | None = None, draws: int = 1, calls: RowCalls | None = None,
+                 call_rows: int | None = None) -> None:
         self._target = model
+        self.call_rows = call_rows
+        """The most rows one gradient call takes (`loss_grad` splits larger ones); None: any."""
         self.draws = int(draws) if getattr(model, "randomized", False) else 1
         """Passes `verdict` votes over: `judge.draws` for a randomized target, else 1."""
         self.bounds: tuple[float, float] = tuple(getattr(model, "bounds", (0.0, 1.0)))  # type: ignore[assignment]
@@ -189,6 +193,13 @@ class Oracle:
         rows = idx.to(self._grad_evals.device)
         return rows if self._rows is None else self._rows[rows]
 
+    def _in_calls(self, model: nn.Module, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        """`model`'s logits at rows `idx`, forward only, in calls of at most `call_rows` rows (a
+        pooled attack's, see `Attack.pooled_calls`), each pass keyed by its own rows."""
+        size = x.shape[0] if self.call_rows is None else self.call_rows
+        return torch.cat([_forward(model, x[s], self.calls.pass_of(model, self._batch_rows(idx[s])))
+                          for s in call_slices(x.shape[0], size)])
+
     def _count(self, counter: torch.Tensor, x: torch.Tensor, idx: torch.Tensor) -> None:
         if idx.dim() != 1 or idx.shape[0] != x.shape[0]:
             raise ValueError(f"idx must have shape ({x.shape[0]},) like the rows of x, got {tuple(idx.shape)}")
@@ -202,9 +213,11 @@ class WhiteBoxOracle(Oracle):
     knowledge = "white"
 
     def __init__(self, model: nn.Module, n: int, *, substitute: nn.Module | None = None,
-                 num_classes: int | None = None, draws: int = 1, calls: RowCalls | None = None) -> None:
-        super().__init__(model, n, substitute=substitute, num_classes=num_classes, draws=draws, calls=calls)
-        self._memo: _CleanGradients | None = None
+                 num_classes: int | None = None, draws: int = 1, calls: RowCalls | None = None,
+                 call_rows: int | None = None) -> None:
+        super().__init__(model, n, substitute=substitute, num_classes=num_classes, draws=draws, calls=calls,
+                         call_rows=call_rows)
+        self._memo: CleanGradients | None = None
 
     @property
     def _white(self) -> nn.Module:
@@ -229,13 +242,13 @@ class WhiteBoxOracle(Oracle):
             raise ValueError("remember_clean takes the whole batch of the oracle, not a view's rows")
         if getattr(self._white, "randomized", False) or int(getattr(self._white, "eot_samples", 1)) > 1:
             return False
-        self._memo = _CleanGradients(x.detach())
+        self._memo = CleanGradients(x.detach())
         return True
 
     def logits(self, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         """Logits, forward only (+1 query per row)."""
         self._count(self._queries, x, idx)
-        return _forward(self._white, x, self.calls.pass_of(self._white, self._batch_rows(idx)))
+        return self._in_calls(self._white, x, idx)
 
     def value_and_grad(self, x: torch.Tensor, objective: Objective,
                        idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -269,6 +282,9 @@ class WhiteBoxOracle(Oracle):
         Untargeted: CE(logits, y). Targeted: −CE(logits, target), so ascending moves towards
         the target class.
         """
+        if self.call_rows is not None and x.shape[0] > self.call_rows:  # a pooled attack's call: in pieces
+            parts = [self.loss_grad(x[s], labels[s], targeted, idx[s]) for s in call_slices(x.shape[0], self.call_rows)]
+            return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
         sign = -1.0 if targeted else 1.0
 
         def loss(rows: torch.Tensor | slice) -> Objective:
@@ -294,49 +310,17 @@ class WhiteBoxOracle(Oracle):
         return logits, grad
 
 
-class _CleanGradients:
-    """Logits and loss gradients at the clean inputs of an oracle's batch, per sample, once evaluated."""
-
-    def __init__(self, x: torch.Tensor) -> None:
-        n = x.shape[0]
-        self.x = x
-        self.logits: torch.Tensor | None = None  # (n, classes) once a row is stored
-        self.grad = torch.zeros_like(x)
-        self.labels = torch.zeros(n, dtype=torch.long, device=x.device)
-        self.targeted = torch.zeros(n, dtype=torch.bool, device=x.device)
-        self.filled = torch.zeros(n, dtype=torch.bool, device=x.device)
-
-    def lookup(self, x: torch.Tensor, rows: torch.Tensor, labels: torch.Tensor,
-               targeted: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        """Which rows are remembered (same input bits, labels and goal), and which are at their clean input."""
-        clean = (x == self.x[rows]).flatten(1).all(dim=1)
-        hit = clean & self.filled[rows] & (self.labels[rows] == labels) & (self.targeted[rows] == targeted)
-        return hit, clean
-
-    def store(self, rows: torch.Tensor, labels: torch.Tensor, targeted: bool, logits: torch.Tensor,
-              grad: torch.Tensor) -> None:
-        if self.logits is None:
-            self.logits = logits.new_zeros((self.x.shape[0], logits.shape[1]))
-        self.logits[rows], self.grad[rows] = logits, grad
-        self.labels[rows], self.targeted[rows], self.filled[rows] = labels, targeted, True
-
-    def recall(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Copies of the stored rows (meaningful where filled)."""
-        if self.logits is None:
-            raise RuntimeError("nothing stored yet")
-        return self.logits[rows], self.grad[rows]
-
-
 class TransferOracle(WhiteBoxOracle):
     """White-box access to a substitute model; only top-1 labels of the target."""
 
     knowledge = "transfer"
 
     def __init__(self, model: nn.Module, n: int, *, substitute: nn.Module | None = None,
-                 num_classes: int | None = None, draws: int = 1, calls: RowCalls | None = None) -> None:
+                 num_classes: int | None = None, draws: int = 1, calls: RowCalls | None = None,
+                 call_rows: int | None = None) -> None:
         if substitute is None:
             raise AdvbenchError("transfer knowledge needs a substitute model; set substitute=...")
-        super().__init__(model, n, num_classes=num_classes, draws=draws, calls=calls)
+        super().__init__(model, n, num_classes=num_classes, draws=draws, calls=calls, call_rows=call_rows)
         sub_bounds = tuple(getattr(substitute, "bounds", (0.0, 1.0)))
         if sub_bounds != self.bounds:
             raise AdvbenchError(f"substitute input bounds {sub_bounds} differ from the target's {self.bounds}")
@@ -348,12 +332,12 @@ class TransferOracle(WhiteBoxOracle):
 
     def logits(self, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         """The substitute's logits: the attacker's own model, so no target query is counted."""
-        return _forward(self._substitute, x, self.calls.pass_of(self._substitute, self._batch_rows(idx)))
+        return self._in_calls(self._substitute, x, idx)
 
     def labels(self, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         """Top-1 labels of the target (+1 query per row)."""
         self._count(self._queries, x, idx)
-        return _forward(self._target, x, self.calls.pass_of(self._target, self._batch_rows(idx))).argmax(dim=1)
+        return self._in_calls(self._target, x, idx).argmax(dim=1)
 
     def _top1(self, x: torch.Tensor, idx: torch.Tensor, logits: torch.Tensor | None) -> torch.Tensor:
         """The target's labels (counted): the logits an attack holds are the substitute's."""
@@ -389,12 +373,15 @@ ORACLES: dict[str, type[Oracle]] = {cls.knowledge: cls for cls in (WhiteBoxOracl
 
 
 def build_oracle(knowledge: str, model: nn.Module, n: int, substitute: nn.Module | None = None, *,
-                 num_classes: int | None = None, draws: int = 1, calls: RowCalls | None = None) -> Oracle:
+                 num_classes: int | None = None, draws: int = 1, calls: RowCalls | None = None,
+                 call_rows: int | None = None) -> Oracle:
     """The oracle of a knowledge level over `model`, counting cost for a batch of `n` samples.
 
     `substitute` is used by the transfer oracle only; `draws` is the vote of `verdict` on a
-    randomized model (`judge.draws`); `calls` its passes per sample (the engine's; None: ids 0..n-1).
+    randomized model (`judge.draws`); `calls` its passes per sample (the engine's; None: ids 0..n-1);
+    `call_rows` the most rows one gradient call takes (a pool's batch size).
     """
     if knowledge not in ORACLES:
         raise AdvbenchError(f"unknown knowledge level '{knowledge}'; valid: {', '.join(ORACLES)}")
-    return ORACLES[knowledge](model, n, substitute=substitute, num_classes=num_classes, draws=draws, calls=calls)
+    return ORACLES[knowledge](model, n, substitute=substitute, num_classes=num_classes, draws=draws, calls=calls,
+                              call_rows=call_rows)

@@ -20,6 +20,7 @@ from typing import TypeVar
 import torch
 
 from advbench.core.errors import AdvbenchError
+from advbench.core.runtime import call_slices
 from advbench.core.steps import lp_norm
 from advbench.robustness.attacks.base import Attack, AttackResult
 from advbench.robustness.attacks.optimized import goal_margin
@@ -68,7 +69,10 @@ class _Batch:
 
     def attack_at(self, idx: torch.Tensor, eps: torch.Tensor) -> AttackResult:
         """The attack on samples `idx` at per-sample ε (threat units), its cost counted per sample,
-        in calls of at most `call_rows` samples."""
+        in calls of at most `call_rows` samples, or in one for an attack whose model calls the
+        oracle splits (`Attack.pooled_calls`): early stopping then refills its calls from the pool."""
+        if self.attack.pooled_calls:  # its gradient calls split themselves (`Oracle.call_rows`): one call
+            return self._attack_call(idx, eps)
         return concat([self._attack_call(idx[s], eps[s]) for s in self._calls(idx)])
 
     def _attack_call(self, idx: torch.Tensor, eps: torch.Tensor) -> AttackResult:
@@ -106,13 +110,6 @@ class _Batch:
         success it did not date, -1 for failures (so the strength curve ends at Table 3)."""
         full = torch.full_like(first, int(getattr(self.attack, "steps", 1)))
         return torch.where(success, torch.where(first >= 0, first, full), torch.full_like(first, -1))
-
-
-def call_slices(rows: int, call_rows: int | None) -> list[slice]:
-    """Consecutive slices of at most `call_rows` rows covering `rows` (a cell's batches, when the
-    rows are its pool); one slice for no rows, so a call still runs once."""
-    size = max(1, rows if call_rows is None else call_rows)
-    return [slice(s, s + size) for s in range(0, max(rows, 1), size)]
 
 
 _Part = TypeVar("_Part", AttackResult, Vote)

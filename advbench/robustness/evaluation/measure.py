@@ -12,12 +12,13 @@ from collections.abc import Callable
 import torch
 
 from advbench.core.errors import AdvbenchError
+from advbench.core.runtime import call_slices
 from advbench.core.steps import clip, per_sample, project
 from advbench.robustness.attacks.base import Attack, AttackResult
 from advbench.robustness.attacks.oracles import build_oracle
 from advbench.robustness.attacks.random import RowCalls
 from advbench.robustness.defenses.certify import certified_column
-from advbench.robustness.evaluation.batch import _Batch, call_slices, pooled_vote
+from advbench.robustness.evaluation.batch import _Batch, pooled_vote
 from advbench.robustness.evaluation.search import SearchSettings, min_eps_search
 from advbench.robustness.report.curves import NORM_AT
 from advbench.robustness.threat import ThreatModel, distances
@@ -65,7 +66,7 @@ def evaluate_batch(attack: Attack, model: torch.nn.Module, x: torch.Tensor, y: t
     clean = correct if target is None else pooled_vote(model, x, y, target, draws, calls=calls, rows=everyone,
                                                        call_rows=call_rows)
     oracle = build_oracle(threat.knowledge, model, n, substitute, num_classes=correct.logits.shape[1], draws=draws,
-                          calls=calls)
+                          calls=calls, call_rows=call_rows)
     measured = measure(_Batch(attack, oracle, model, x, y, target, threat, ids, clean, correct.pred, call_rows),
                        search)
     radius = threat.eps * threat.scale(x)
