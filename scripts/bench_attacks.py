@@ -57,7 +57,7 @@ from advbench.core.runtime import autocast as runtime_autocast
 from advbench.core.steps import lp_norm
 from advbench.robustness.attacks.apgd import APGD
 from advbench.robustness.attacks.base import Attack
-from advbench.robustness.attacks.decision import Boundary
+from advbench.robustness.attacks.boundary import Boundary
 from advbench.robustness.attacks.evolutionary import Evolutionary
 from advbench.robustness.attacks.gradient import BIM
 from advbench.robustness.attacks.optimized import CarliniWagnerL2, DeepFool

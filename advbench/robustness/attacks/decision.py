@@ -1,5 +1,4 @@
-"""Decision-based minimum-norm attacks on top-1 labels only: HopSkipJump (ℓ2, ℓ∞); Boundary (ℓ2) lives in
-`boundary.py` and is imported here too for the callers that import it from this module.
+"""HopSkipJump, the decision-based minimum-norm attack on top-1 labels only (ℓ2, ℓ∞); Boundary is in `boundary.py`.
 
 They see a `DecisionOracle` and nothing else. Every labelled image is a query counted per
 sample by the oracle; a sample leaves the active set when its query budget is spent, and no
@@ -28,12 +27,9 @@ import torch
 from advbench.core.runtime import PROBE_ELEMENTS
 from advbench.core.steps import clip, lp_norm, per_sample
 from advbench.robustness.attacks.base import AttackResult
-from advbench.robustness.attacks.boundary import Boundary
 from advbench.robustness.attacks.oracles import DecisionOracle
 from advbench.robustness.attacks.queries import CHECKPOINTS, DecisionAttack, QueryLog, bisect, starting_points
 from advbench.robustness.attacks.random import normal, uniform
-
-__all__ = ["Boundary", "HopSkipJump"]
 
 
 class HopSkipJump(DecisionAttack):
