@@ -1,6 +1,6 @@
 """HopSkipJump, the decision-based minimum-norm attack on top-1 labels only (ℓ2, ℓ∞); Boundary is in `boundary.py`.
 
-They see a `DecisionOracle` and nothing else. Every labelled image is a query counted per
+It sees a `DecisionOracle` and nothing else. Every labelled image is a query counted per
 sample by the oracle; a sample leaves the active set when its query budget is spent, and no
 call ever asks more of a sample than it has left. All samples' candidates of a step travel
 together (`QueryLog` hands them to the oracle in memory-sized pieces), and random draws
