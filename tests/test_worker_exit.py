@@ -121,10 +121,11 @@ def test_a_worker_ends_within_a_second_of_its_parents_death():
 
 
 def sweep(out: Path, cache: Path) -> subprocess.Popen:
-    """A two-job joblib sweep whose jobs run for seconds, in its own session (as a terminal's job)."""
-    args = [sys.executable, "-m", "advbench", "run", "-m", "experiment=smoke", "attack=bim,pgd", "attack.params.steps=100",
-            "dataset.n_samples=200", "defense.recipe.epochs=4", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
-            f"out_dir={out}"]
+    """A two-job joblib sweep whose jobs run for tens of seconds, in its own session (as a terminal's job):
+    at a budget no sample breaks at, every sample runs every iteration of every probe."""
+    args = [sys.executable, "-m", "advbench", "run", "-m", "experiment=smoke", "attack=bim,pgd", "attack.params.steps=1000",
+            "threat.eps=0.001", "dataset.n_samples=200", "defense.recipe.epochs=4", "hydra/launcher=joblib",
+            "hydra.launcher.n_jobs=2", f"out_dir={out}"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "ADVBENCH_CACHE": str(cache)}
     return subprocess.Popen(args, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
