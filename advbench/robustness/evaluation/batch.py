@@ -73,7 +73,7 @@ class _Batch:
         oracle splits (`Attack.pooled_calls`): early stopping then refills its calls from the pool."""
         if self.attack.pooled_calls:  # its gradient calls split themselves (`Oracle.call_rows`): one call
             return self._attack_call(idx, eps)
-        return concat([self._attack_call(idx[s], eps[s]) for s in self._calls(idx)])
+        return concat([self._attack_call(idx[s], eps[s]) for s in call_slices(idx.shape[0], self.call_rows)])
 
     def _attack_call(self, idx: torch.Tensor, eps: torch.Tensor) -> AttackResult:
         budgeted = self.attack.kind == "budgeted"
@@ -92,9 +92,6 @@ class _Batch:
         if not bool(torch.isfinite(verdict.logits).all()):
             raise AdvbenchError(f"the model returned NaN or infinite logits on {type(self.attack).__name__}'s examples")
         return verdict
-
-    def _calls(self, idx: torch.Tensor) -> list[slice]:
-        return call_slices(idx.shape[0], self.call_rows)
 
     def margin(self, verdict: Vote, idx: torch.Tensor) -> torch.Tensor:
         """How far the verdict's mean logits are from the goal (float64, < 0 once met): the search's guide."""
