@@ -128,7 +128,24 @@ def sweep(out: Path, cache: Path) -> subprocess.Popen:
             "threat.eps=0.001", "dataset.n_samples=200", "defense.recipe.epochs=4", "hydra/launcher=joblib",
             "hydra.launcher.n_jobs=2", f"out_dir={out}"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "ADVBENCH_CACHE": str(cache)}
-    return subprocess.Popen(args, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(args, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            preexec_fn=_as_a_terminals_job)
+
+
+def _as_a_terminals_job() -> None:
+    """Ctrl-C delivered and handled, as in a terminal's job, whatever the test process inherited or
+    was left with (a child inherits an ignored or blocked SIGINT)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def _signals(pid: int) -> str:
+    """The ignored and blocked signal masks of process `pid` (for a failure's message)."""
+    try:
+        return " ".join(line.strip() for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                        if line.startswith(("SigIgn", "SigBlk", "State")))
+    except OSError:
+        return "gone"
 
 
 def started(proc: subprocess.Popen, out: Path) -> set[int]:
@@ -154,7 +171,8 @@ def test_killing_a_joblib_sweep_ends_its_workers(how: str, tmp_path: Path, train
             proc.kill()
         else:
             os.killpg(proc.pid, signal.SIGINT)
-        assert wait_gone(workers, 15.0) == set()  # seconds on a loaded machine (another test process beside it)
+        left = wait_gone(workers, 15.0)  # seconds on a loaded machine (another test process beside it)
+        assert left == set(), {pid: _signals(pid) for pid in {proc.pid, *left}}
         assert proc.wait(timeout=10) != 0
         parts = sorted((tmp_path / "out" / "records").glob("*.parquet"))
         time.sleep(2.0)  # nothing writes a part after its sweep is gone
