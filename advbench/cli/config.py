@@ -7,6 +7,7 @@ option name or value still ends in one readable line instead of a Hydra stack tr
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import importlib.util
 import os
@@ -17,7 +18,7 @@ import sys
 import tempfile
 from itertools import product
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
@@ -163,18 +164,26 @@ def compose_config(config_name: str, overrides: Sequence[str]) -> DictConfig:
         cfg = _compose(config_name, overrides)
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
         raise (_unknown_key(config_name, overrides, exc) or AdvbenchError(_one_line(exc))) from None
+    check_composed(cfg)
+    return cfg
+
+
+def check_composed(cfg: DictConfig) -> None:
+    """Every value set, every interpolation resolvable (resolved in place), every value valid."""
+    try:
+        OmegaConf.resolve(cfg)
+    except (OmegaConfBaseException, ValueError) as exc:
+        raise AdvbenchError(_one_line(exc)) from None
     missing = sorted(OmegaConf.missing_keys(cfg))
     if missing:
         raise AdvbenchError(f"missing required value(s): {', '.join(missing)}; set them on the command line, "
                             f"e.g. {missing[0]}=...")
     validate(cfg)
-    return cfg
 
 
 def _compose(config_name: str, overrides: Sequence[str]) -> DictConfig:
     with initialize_config_dir(config_dir=str(config_root(config_name)), version_base="1.3"):
         cfg = compose(config_name=config_name, overrides=list(overrides), return_hydra_config=False)
-    OmegaConf.resolve(cfg)
     return cfg
 
 
@@ -235,9 +244,12 @@ _NO_WRITE_FLAGS = {"--cfg", "-c", "--help", "--hydra-help", "--info", "-i", "--s
 def run_hydra(config_name: str, task: Task, args: Sequence[str], prog: str) -> None:
     """Run `task(cfg)` as a Hydra app over `args` (overrides, `-m`, `--cfg job`, ...).
 
-    Every job's config is composed and checked first, and its output folder tried for
-    writing, so a bad value fails in one line before any job starts (and before Hydra
-    creates its own folders, whose failure would be a traceback).
+    A sweep's (and a printed config's) jobs are composed and checked first, and their output
+    folders tried for writing, so a bad value fails in one line before any job starts. A
+    single run is composed once, by Hydra (a composition costs a quarter of a second):
+    each job checks its config and folder before its task, and when Hydra itself fails
+    before the job (an unknown key, a folder it cannot create), the run is composed here
+    to say why in one line.
     """
     import hydra
 
@@ -250,7 +262,7 @@ def run_hydra(config_name: str, task: Task, args: Sequence[str], prog: str) -> N
                             f"to see a sweep's config, drop -m and give one value per swept key")
     if names & {"-m", "--multirun"} and not names & _NO_WRITE_FLAGS:  # a sweep that launches jobs
         _check_launcher(overrides)
-    if names & _OWN_COMPOSITION_FLAGS:
+    if names & _OWN_COMPOSITION_FLAGS or not flags:
         check_overrides(overrides, config_name)
     else:
         combos = _first_choices(overrides) if names & {"-m", "--multirun"} else [list(overrides)]
@@ -263,17 +275,42 @@ def run_hydra(config_name: str, task: Task, args: Sequence[str], prog: str) -> N
 
     launcher = (socket.gethostname(), os.getpid())  # travels with `_app` to the launcher's workers (pickled by value)
 
+    started: list[bool] = []
+
     @hydra.main(config_path=str(config_root(config_name)), config_name=config_name, version_base="1.3")
     def _app(cfg: DictConfig) -> Any:
+        started.append(True)
         watch_parent(launcher)
         return guarded(task, cfg)
 
-    saved = sys.argv
-    sys.argv = [prog, *flags, *overrides]  # Hydra parses flags only before the first override
     try:
-        _app()
+        with _hydra_command_line([prog, *flags, *overrides], raise_errors=not flags):
+            _app()
+    except Exception as exc:
+        if flags or started:
+            raise
+        check_writable(compose_config(config_name, overrides))  # says in one line what Hydra failed on
+        if isinstance(exc, OSError):  # the folders Hydra makes for itself: hydra.run.dir, its log file
+            raise AdvbenchError(f"Hydra cannot write its run folder (hydra.run.dir): {exc}") from None
+        raise
+
+
+@contextlib.contextmanager
+def _hydra_command_line(argv: list[str], *, raise_errors: bool) -> Iterator[None]:
+    """`sys.argv` as Hydra reads it (flags only before the first override) and, with `raise_errors`,
+    `HYDRA_FULL_ERROR=1`, under which Hydra raises what fails instead of printing it; both restored."""
+    saved, saved_full_error = sys.argv, os.environ.get("HYDRA_FULL_ERROR")
+    sys.argv = argv
+    if raise_errors:
+        os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        yield
     finally:
         sys.argv = saved
+        if saved_full_error is None:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = saved_full_error
 
 
 def _check_sweep_base(config_name: str, overrides: Sequence[str]) -> None:
@@ -321,9 +358,10 @@ def _check_launcher(overrides: Sequence[str]) -> None:
 
 
 def guarded(task: Task, cfg: DictConfig) -> Any:
-    """Inside a Hydra job: check the config, run; a user-facing error becomes one line and exit 1."""
+    """Inside a Hydra job: check the config and output folder, run; a user-facing error becomes one line and exit 1."""
     try:
-        validate(cfg)
+        check_composed(cfg)
+        check_writable(cfg)
         return task(cfg)
     except Exception as exc:
         cause = user_error(exc)

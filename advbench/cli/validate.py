@@ -20,9 +20,6 @@ from advbench.core.errors import AdvbenchError, user_error
 from advbench.core.keys import plain_value
 from advbench.core.names import safe_name
 from advbench.core.runtime import PRECISIONS
-from advbench.quality.iqa_run import check_iqa_config
-from advbench.quality.uap import check_amplitude, load_uap
-from advbench.quality.video import X264_PRESETS
 from advbench.robustness.defenses.wrappers import check_wrapper
 from advbench.robustness.evaluation.search import SEARCH_METHODS
 from advbench.robustness.models.user_models import check_config as check_model_config
@@ -84,6 +81,8 @@ def _flag(key: str, value: Any) -> None:
 
 def _amplitudes(key: str, value: Any) -> None:
     """A non-empty list of pixel amplitudes in (0, 1] (0, the unperturbed level, is allowed too)."""
+    from advbench.quality.uap import check_amplitude  # the quality half loads only for its own commands
+
     levels = list(value) if isinstance(value, ListConfig) else []
     if not levels:
         raise AdvbenchError(f"{key} must be a non-empty list of amplitudes in (0, 1], e.g. {key}=[0.02,0.04]; "
@@ -103,6 +102,8 @@ def _batch_size(key: str, value: Any) -> None:
 
 def _perturbation(key: str, value: Any) -> None:
     """A UAP file given on the command line must load (shape, range) before metrics are built."""
+    from advbench.quality.uap import load_uap
+
     if value is not None:
         load_uap(value)
 
@@ -115,6 +116,13 @@ def _bitrates(key: str, value: Any) -> None:
         raise AdvbenchError(f"{key} must be a non-empty list of bitrates in kbps, got {plain_value(value)!r}")
     for item in items:
         check(f"{key}: bitrate (kbps)", item)
+
+
+def _preset(key: str, value: Any) -> None:
+    """An x264 preset name (PyAV, the video half, loads only for the commands that encode)."""
+    from advbench.quality.video import X264_PRESETS
+
+    _one_of(*X264_PRESETS)(key, value)
 
 
 def _wrapper(key: str, value: Any) -> None:
@@ -249,7 +257,7 @@ CHECKS: dict[str, Check] = {
     "amplitudes": _amplitudes,
     "perturbation": _perturbation,
     "bitrates_kbps": _bitrates,
-    "preset": _one_of(*X264_PRESETS),
+    "preset": _preset,
     "validate.amplitudes": _amplitudes,
     "validate.n_images": _whole(1, nullable=True),
     "uap.size": _whole(1),
@@ -273,6 +281,8 @@ def validate(cfg: DictConfig) -> None:
         if value is not _ABSENT:
             check(key, value)
     if cfg.get("task") == "iqa":
+        from advbench.quality.iqa_run import check_iqa_config
+
         check_iqa_config(cfg)
     if cfg.get("batch_size") == "auto" and "attack" not in cfg:
         raise AdvbenchError("batch_size=auto applies to advbench run only; give a whole number >= 1")
