@@ -9,7 +9,8 @@ attack × norm, on `small_cnn` trained for a few seconds on scikit-learn's digit
   * wall time of the cell's evaluation, one batch at a time (`probe_pool=1`) and pooled;
   * the gradient calls (forward+backward to the input) by rows: how many had fewer than 32;
   * the limit: the records' gradient evaluations × one forward+backward's cost per row at
-    `--batch` rows, and the wall time as a multiple of it;
+    `--batch` rows, timed in the same rounds (so load changes cancel), and the wall time as a
+    multiple of it (the median over rounds);
   * whether the two give the same records (largest difference per column).
 
 Variants are interleaved over `--rounds` (medians), one torch thread.
@@ -23,7 +24,7 @@ import argparse
 import json
 import statistics
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from bench_attacks import environment, forward_backward, interleaved
@@ -45,7 +46,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--samples", type=int, default=360, help="held-out digits (the benchmark's cells hold 360)")
     p.add_argument("--batch", type=int, default=256, help="batch_size (the default)")
     p.add_argument("--pool", type=int, default=4, help="probe_pool (the default)")
-    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds per variant (median)")
+    p.add_argument("--rounds", type=int, default=5, help="interleaved rounds per variant (median)")
     p.add_argument("--out", type=Path, default=Path("bench_pool.json"))
     return p.parse_args(argv)
 
@@ -75,12 +76,13 @@ def cell(attack, model: GradCalls, x: torch.Tensor, y: torch.Tensor, norm: str, 
     return records, list(model.rows)
 
 
-def floor_per_row(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch: int, rounds: int) -> float:
-    """Seconds per row of one forward+backward at `batch` rows (the median of `rounds` loops of 20)."""
+def floor(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch: int) -> Callable[[], None]:
+    """20 forward+backward passes at `batch` rows: timed beside the cells, the per-row cost of their limit."""
     xb, yb = x[:batch].repeat(-(-batch // x.shape[0]), 1, 1, 1)[:batch], y.repeat(-(-batch // y.shape[0]))[:batch]
-    loop = {"fb": lambda: [forward_backward(model, xb, yb) for _ in range(20)]}
-    times = interleaved(loop, torch.device("cpu"), 1, rounds)["fb"][0]
-    return statistics.median(times) / (20 * batch)
+    return lambda: [forward_backward(model, xb, yb) for _ in range(FLOOR_LOOPS)]
+
+
+FLOOR_LOOPS = 20
 
 
 def difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> dict[str, float]:
@@ -98,26 +100,26 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     net, x, y = digits_model(args.samples)
     model = GradCalls(net)
-    per_row = floor_per_row(net, x, y, args.batch, args.rounds)
     rows: dict[str, Any] = {"environment": environment(torch.device("cpu")), "args": {k: str(v) for k, v in vars(args).items()},
-                            "fb_us_per_row": per_row * 1e6, "cells": {}}
-    print(f"forward+backward at {args.batch} rows: {per_row * 1e6:.1f} µs/row")
+                            "cells": {}}
     print("| cell | variant | wall s | grad calls | < 32 rows | grad evals | wall / limit |")
     print("|---|---|---|---|---|---|---|")
     for name, attack in (("bim", BIM(steps=20, rel_stepsize=0.15)), ("pgd", PGD(steps=20, rel_stepsize=0.125))):
         for norm in BUDGETS:
             variants = {"batches": lambda a=attack, n=norm: cell(a, model, x, y, n, args.batch, 1),
-                        "pool": lambda a=attack, n=norm: cell(a, model, x, y, n, args.batch, args.pool)}
-            timed = interleaved(variants, torch.device("cpu"), 0, args.rounds)
-            entry = {}
+                        "pool": lambda a=attack, n=norm: cell(a, model, x, y, n, args.batch, args.pool),
+                        "fb": floor(net, x, y, args.batch)}
+            timed = interleaved(variants, torch.device("cpu"), 1, args.rounds)
+            per_row = [t / (FLOOR_LOOPS * args.batch) for t in timed.pop("fb")[0]]  # each round's own floor
+            entry = {"fb_us_per_row": statistics.median(per_row) * 1e6}
             for variant, (times, (records, calls)) in timed.items():
-                wall, evals = statistics.median(times), int(records["grad_evals"].sum())
-                entry[variant] = {"times": times, "wall": wall, "grad_calls": len(calls),
-                                  "small_calls": sum(r < 32 for r in calls), "grad_evals": evals,
-                                  "over_limit": wall / (evals * per_row)}
+                evals = int(records["grad_evals"].sum())
+                over = statistics.median(t / (evals * r) for t, r in zip(times, per_row))
+                entry[variant] = {"times": times, "wall": statistics.median(times), "grad_calls": len(calls),
+                                  "small_calls": sum(r < 32 for r in calls), "grad_evals": evals, "over_limit": over}
                 e = entry[variant]
-                print(f"| {name} {norm} | {variant} | {wall:.2f} | {e['grad_calls']} | {e['small_calls']} | {evals} "
-                      f"| {e['over_limit']:.2f}× |")
+                print(f"| {name} {norm} | {variant} | {e['wall']:.2f} | {e['grad_calls']} | {e['small_calls']} | {evals} "
+                      f"| {over:.2f}× |")
             entry["records_differ"] = difference(timed["batches"][1][0], timed["pool"][1][0])
             print(f"|  | records differ in | {entry['records_differ'] or 'nothing'} | | | | |")
             rows["cells"][f"{name}_{norm}"] = entry
