@@ -47,6 +47,17 @@ def test_a_good_run_is_not_composed_ahead(tmp_path: Path, trained_digits_cache: 
     assert len(pd.read_parquet(tmp_path / "out" / "records")) == 8
 
 
+def test_a_run_leaves_no_hydra_job_behind(tmp_path: Path, trained_digits_cache: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hydra keeps its last job's config set; a later run or `advbench.evaluate` in the same
+    process would take that job's mode (multirun?) and overrides (the train line) for its own."""
+    from hydra.core.hydra_config import HydraConfig
+
+    code, output, _ = _invoke(tmp_path, monkeypatch, trained_digits_cache, *SMOKE, f"out_dir={tmp_path}/out")
+    assert code == 0, output
+    assert not HydraConfig.initialized()
+
+
 def test_a_printed_config_is_still_composed_ahead(tmp_path: Path, trained_digits_cache: Path,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     code, output, composed = _invoke(tmp_path, monkeypatch, trained_digits_cache, *SMOKE, "--cfg", "job")

@@ -298,14 +298,19 @@ def run_hydra(config_name: str, task: Task, args: Sequence[str], prog: str) -> N
 @contextlib.contextmanager
 def _hydra_command_line(argv: list[str], *, raise_errors: bool) -> Iterator[None]:
     """`sys.argv` as Hydra reads it (flags only before the first override) and, with `raise_errors`,
-    `HYDRA_FULL_ERROR=1`, under which Hydra raises what fails instead of printing it; both restored."""
-    saved, saved_full_error = sys.argv, os.environ.get("HYDRA_FULL_ERROR")
+    `HYDRA_FULL_ERROR=1`, under which Hydra raises what fails instead of printing it; both restored,
+    and so is Hydra's job config, which Hydra leaves set (a later command or `advbench.evaluate` in
+    the same process would read the finished job's mode and overrides as its own)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    saved, saved_full_error, saved_job = sys.argv, os.environ.get("HYDRA_FULL_ERROR"), HydraConfig.instance().cfg
     sys.argv = argv
     if raise_errors:
         os.environ["HYDRA_FULL_ERROR"] = "1"
     try:
         yield
     finally:
+        HydraConfig.instance().cfg = saved_job
         sys.argv = saved
         if saved_full_error is None:
             os.environ.pop("HYDRA_FULL_ERROR", None)

@@ -105,7 +105,8 @@ def _training_overrides() -> list[str]:
     if not HydraConfig.initialized():
         return []
     given = HydraConfig.get().overrides
-    return [shlex.quote(o) for o in (*given.hydra, *given.task) if o.startswith(_TRAINING_KEYS)
+    typed = [*OmegaConf.to_container(given.hydra), *OmegaConf.to_container(given.task)]  # as typed: not resolved
+    return [shlex.quote(o) for o in typed if o.startswith(_TRAINING_KEYS)
             and not o.startswith(("model.arch=", "model.target=", "model.name="))]
 
 
