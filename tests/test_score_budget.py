@@ -1,7 +1,8 @@
-"""NES and SPSA spend their whole query budget: full steps while they fit, then a smaller last step.
+"""Score attacks spend their whole query budget: full steps while they fit, then a smaller last step.
 
-Counts are checked against the rows the model itself saw per sample; budgets that end a full
-step run exactly as before the last step existed (results recorded from commit e1256c3).
+NES and SPSA (direction pairs), NATTACK (draws) and ZOO (coordinates). Counts are checked
+against the rows the model itself saw per sample; budgets that end a full step run exactly as
+before the last step existed (results recorded from commits e1256c3 and 9a441fe).
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ import torch
 from sklearn.datasets import load_digits
 from torch import nn
 
+from advbench.robustness.attacks.nattack import NATTACK
 from advbench.robustness.attacks.oracles import ScoreOracle
 from advbench.robustness.attacks.score import NES, SPSA
+from advbench.robustness.attacks.zoo import ZOO
 from advbench.robustness.models import build_model
 
 
@@ -108,3 +111,64 @@ def test_the_last_step_only_adds_to_the_full_steps(cls, norm: str, eps: float, n
     assert torch.equal(long.x_adv[short.success], short.x_adv[short.success])
     extra = long.success & ~short.success
     assert extra.any() and (long.first_success[extra] == 153).all(), "the last step breaks more, dated at its check"
+
+
+@pytest.mark.parametrize("n_queries,samples,steps", [(1000, 100, [100] * 9 + [89]), (56, 10, [10] * 5),
+                                                     (57, 10, [10] * 5), (58, 10, [10] * 5 + [1]), (2, 10, []),
+                                                     (3, 10, [1])])
+def test_nattack_draws_fill_the_budget(n_queries: int, samples: int, steps: list[int]) -> None:
+    schedule = NATTACK(n_queries=n_queries, samples=samples).schedule()
+    assert schedule == steps
+    assert n_queries - 1 <= 1 + sum(q + 1 for q in schedule) <= n_queries or not steps
+
+
+@pytest.mark.parametrize("d,steps", [(64, [64] * 7 + [47]), (1000, [128] * 3 + [113]), (5, [5] * 90 + [4])])
+def test_zoo_coordinates_fill_the_budget(d: int, steps: list[int]) -> None:
+    schedule = ZOO(n_queries=1000).schedule(d)
+    assert schedule == steps
+    assert 998 <= 1 + sum(2 * b + 1 for b in schedule) <= 1000
+
+
+@pytest.mark.parametrize("make,norm,eps,cost", [
+    (lambda q: NATTACK(n_queries=q, samples=10), "linf", 0.1, lambda a, d: [q + 1 for q in a.schedule()]),
+    (lambda q: NATTACK(n_queries=q, samples=10), "l2", 0.5, lambda a, d: [q + 1 for q in a.schedule()]),
+    (lambda q: ZOO(n_queries=q, coordinates=10), "l2", 1.0, lambda a, d: [2 * b + 1 for b in a.schedule(d)]),
+], ids=["nattack-linf", "nattack-l2", "zoo-l2"])
+@pytest.mark.parametrize("n_queries", [100, 163])
+def test_nattack_and_zoo_survivors_spend_the_budget(make, norm: str, eps: float, cost, n_queries: int, net,
+                                                    one_thread) -> None:
+    model, x, y = net
+    stub = RowsSeen(model, x)
+    oracle = ScoreOracle(stub, len(y))
+    attack = make(n_queries)
+    res = attack(oracle, x, y, eps=torch.full((len(y),), eps), norm=norm, sample_id=torch.arange(len(y)))
+    assert torch.equal(oracle.queries, stub.seen), "the oracle counts every row the model saw, per sample"
+    spend = 1 + sum(cost(attack, x[0].numel()))
+    assert n_queries - 2 <= spend <= n_queries
+    runs_on = ~res.success if isinstance(attack, NATTACK) else res.first_success != 1  # ZOO minimizes: all run on
+    assert runs_on.any() and (oracle.queries[runs_on] == spend).all()
+
+
+# first_success, the sum of x_adv and the queries before the last step existed (commit 9a441fe), at
+# budgets that end a full step (NATTACK 56, ZOO 85) or leave too little for another (57, 86).
+RECORDED_MORE = {
+    ("nattack", "linf"): ([-1, 45, 12, -1, -1, 12, 45, -1, -1, -1, -1, -1, -1, -1, 34, -1], 314.10672932863235),
+    ("nattack", "l2"): ([56, 34, 12, -1, -1, 12, 34, -1, -1, -1, -1, -1, 56, -1, 34, -1], 314.60754799842834),
+    ("zoo", "l2"): ([-1, -1, -1, -1, -1, 22, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1], 312.30025333492085),
+}
+
+
+@pytest.mark.parametrize("key", list(RECORDED_MORE), ids=["nattack-linf", "nattack-l2", "zoo-l2"])
+@pytest.mark.parametrize("extra", [0, 1])
+def test_nattack_and_zoo_budgets_that_end_a_full_step_run_as_before(key, extra: int, net, one_thread) -> None:
+    (name, norm), (first, total) = key, RECORDED_MORE[key]
+    model, x, y = net
+    full = 56 if name == "nattack" else 85
+    attack = NATTACK(n_queries=full + extra, samples=10) if name == "nattack" else ZOO(n_queries=full + extra,
+                                                                                      coordinates=10)
+    oracle = ScoreOracle(model, len(y))
+    res = attack(oracle, x, y, eps=torch.full((len(y),), 0.1 if norm == "linf" else 1.0), norm=norm,
+                 sample_id=torch.arange(len(y)))
+    assert res.first_success.tolist() == first
+    assert float(res.x_adv.double().sum()) == pytest.approx(total, abs=1e-9)
+    assert (oracle.queries <= full).all()

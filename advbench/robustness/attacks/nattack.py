@@ -9,9 +9,9 @@ puts the Gaussian over δ itself (x' = Π(x + z)), as `cw_clip` does for C&W: th
 pre-image of a pixel at 0 or 1 sits at ±7.25, where σ = 0.1 moves it by ~1e-6.
 
 Batched across samples: each step is ONE oracle call carrying every active sample's mean
-point and population; a sample leaves at success or when another step would pass its query
-budget. Draws come from (seed, sample_id, step), so a sample's search does not depend on its
-batch. Strength is queries (`ScoreAttack`).
+point and population; a sample leaves at success or when its query budget is spent. Draws
+come from (seed, sample_id, step), so a sample's search does not depend on its batch.
+Strength is queries (`ScoreAttack`).
 """
 
 from __future__ import annotations
@@ -36,7 +36,9 @@ class NATTACK(ScoreAttack):
     sample stops with it: it is inside the budget and was paid for. Otherwise
     μ ← μ + lr/(samples·σ)·Σ_i A_i ε_i, A the standardised rewards of the draws. One first
     query checks the clean input; `first_success` is the queries spent at the succeeding call.
-    A sample that never succeeds returns its last queried mean point. Draws hold samples·d
+    Steps of `samples` draws run while they fit the budget, then one last step of fewer draws
+    spends what is left (`schedule`), so a sample that survives uses all of `n_queries`; it
+    returns its last queried mean point. Draws hold samples·d
     numbers per active sample: large inputs want smaller batches.
     """
 
@@ -56,21 +58,25 @@ class NATTACK(ScoreAttack):
         self.box = box
         self.seed = seed
 
+    def schedule(self) -> list[int]:
+        """Draws of each step (they and the mean point: q + 1 queries): `samples` while they fit, then the rest's."""
+        return self.step_sizes(self.samples, 1)
+
     def run(self, oracle: ScoreOracle, x: torch.Tensor, y: torch.Tensor, *, eps: torch.Tensor, norm: str,
             target: torch.Tensor | None, sample_id: torch.Tensor) -> AttackResult:
-        n, q, shape = x.shape[0], self.samples, tuple(x.shape[1:])
+        n, shape = x.shape[0], tuple(x.shape[1:])
         everyone = torch.arange(n, device=x.device)
         first = torch.where(oracle.verdict(x, y, target, everyone), 1, -1)
         x_adv = x.clone()
         box = BOXES[self.box]
         pre = box.start(x, oracle.bounds)
         mu = self.init_std * normal(self.seed, sample_id, shape, 0, device=x.device, dtype=x.dtype)
-        cost = q + 1
+        spent = 1
         active = everyone[first < 0]
-        for t in range((self.n_queries - 1) // cost):
+        for t, q in enumerate(self.schedule()):
             if active.numel() == 0:
                 break
-            k = active.numel()
+            k, cost = active.numel(), q + 1
             ya, ta = y[active], None if target is None else target[active]
             noise = normal(self.seed, sample_id[active], (q, *shape), t + 1, device=x.device, dtype=x.dtype)
             draws = torch.cat([torch.zeros_like(noise[:, :1]), noise], dim=1)      # row 0: the mean itself
@@ -85,7 +91,8 @@ class NATTACK(ScoreAttack):
             won = hit.any(dim=1)
             pick = hit.long().argmax(dim=1)  # 0, the mean itself, where nothing hit
             x_adv[active] = images[torch.arange(k, device=x.device), pick]
-            first[active[won & (first[active] < 0)]] = 1 + (t + 1) * cost
+            spent += cost
+            first[active[won & (first[active] < 0)]] = spent
             reward = -goal_margin(logits, yr, tr).view(k, cost)[:, 1:].clamp_min(0)
             spread = reward.std(dim=1, unbiased=False, keepdim=True) + 1e-7
             score = (reward - reward.mean(dim=1, keepdim=True)) / spread                  # (k, q)

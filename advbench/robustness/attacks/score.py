@@ -151,6 +151,15 @@ class ScoreAttack(Attack):
         """The strength budget: queries per sample."""
         return self.n_queries
 
+    def step_sizes(self, size: int, per_size: int) -> list[int]:
+        """The size of each step (direction pairs, draws, coordinates) when a step of size s costs
+        per_size·s + 1 queries: `size` while such a step fits the budget left after the clean
+        check, then one of the largest size what is left pays for (none below 1), so a sample
+        that survives spends all of `n_queries` but at most `per_size` of them."""
+        full, rest = divmod(self.n_queries - 1, per_size * size + 1)
+        last = (rest - 1) // per_size
+        return [size] * full + ([last] if last >= 1 else [])
+
 
 class Square(ScoreAttack):
     """Square attack, ℓ∞ and ℓ2, with the authors' p schedule and starts.
@@ -328,10 +337,8 @@ class GradientEstimateAttack(ScoreAttack):
         self.seed = seed
 
     def schedule(self) -> list[int]:
-        """Direction pairs of each step: `samples` while a step of them fits the budget left after
-        the clean check, then q' = ⌊(rest − 1)/2⌋ ≥ 1 for the 2q' + 1 ≤ rest queries still left."""
-        full, rest = divmod(self.n_queries - 1, 2 * self.samples + 1)
-        return [self.samples] * full + ([(rest - 1) // 2] if rest >= 3 else [])
+        """Direction pairs of each step (2q + 1 queries): `samples` while they fit, then the rest's."""
+        return self.step_sizes(self.samples, 2)
 
     def run(self, oracle: ScoreOracle, x: torch.Tensor, y: torch.Tensor, *, eps: torch.Tensor, norm: str,
             target: torch.Tensor | None, sample_id: torch.Tensor) -> AttackResult:

@@ -44,10 +44,12 @@ class ZOO(ScoreAttack):
     `iterations` steps or when its loss fell by less than 0.01% over `abort_every` steps (the
     authors' early stop), then restarts from δ = 0 with fresh moments at the next c, at most
     `binary_search_steps` times. A step costs 2B + 1 queries, after one query of the clean
-    input; a sample stops when another step would pass `n_queries`, so the oracle's count never
-    exceeds it. `first_success` is the queries spent when the best example first fell within
-    ε; `info["norm_at_<q>"]` holds the best norm after q queries for each of `checkpoints` and
-    the budget (HopSkipJump's `QueryLog`), so accuracy vs queries at any ε comes from one run.
+    input; steps of B coordinates run while they fit `n_queries`, then one last step on fewer
+    coordinates spends what is left (`schedule`), so the oracle's count never exceeds the
+    budget and a sample that survives leaves at most two queries of it unused.
+    `first_success` is the queries spent when the best example first fell within ε;
+    `info["norm_at_<q>"]` holds the best norm after q queries for each of `checkpoints` and the
+    budget (HopSkipJump's `QueryLog`), so accuracy vs queries at any ε comes from one run.
     Probes hold 2B·d numbers per active sample: large inputs want smaller batches.
     """
 
@@ -85,11 +87,14 @@ class ZOO(ScoreAttack):
         self.checkpoints = [int(c) for c in checkpoints]
         self.seed = seed
 
+    def schedule(self, d: int) -> list[int]:
+        """Coordinates of each step (2B + 1 queries) on inputs of d numbers: B = `coordinates` (all d
+        when fewer) while a step fits, then the rest's."""
+        return self.step_sizes(min(self.coordinates, d), 2)
+
     def run(self, oracle: ScoreOracle, x: torch.Tensor, y: torch.Tensor, *, eps: torch.Tensor, norm: str,
             target: torch.Tensor | None, sample_id: torch.Tensor) -> AttackResult:
         n, d = x.shape[0], x[0].numel()
-        b = min(self.coordinates, d)
-        cost = 2 * b + 1
         everyone = torch.arange(n, device=x.device)
         log = QueryLog(oracle, x, y, target, eps, norm, self.n_queries, self.checkpoints)
         already = self._adversarial(oracle.logits(x, everyone), y, target)
@@ -106,7 +111,7 @@ class ZOO(ScoreAttack):
         steps_at_c = torch.zeros(n, dtype=torch.long, device=x.device)
         searches = torch.zeros(n, dtype=torch.long, device=x.device)
         active = everyone[~already]  # an input already adversarial has norm 0: nothing to improve
-        for t in range((self.n_queries - 1) // cost):
+        for t, b in enumerate(self.schedule(d)):
             if active.numel() == 0:
                 break
             ya, ta, c = y[active], None if target is None else target[active], const[active]
