@@ -172,3 +172,21 @@ def test_nattack_and_zoo_budgets_that_end_a_full_step_run_as_before(key, extra: 
     assert res.first_success.tolist() == first
     assert float(res.x_adv.double().sum()) == pytest.approx(total, abs=1e-9)
     assert (oracle.queries <= full).all()
+
+
+@pytest.mark.parametrize("row", ["nes", "spsa", "nattack", "zoo"])
+def test_cells_of_attacks_that_now_spend_the_whole_budget_get_new_keys(row: str) -> None:
+    """Records written before the last step existed stop short of the budget: a rerun computes
+    them again instead of skipping their cells; other attacks' cells keep their keys."""
+    from hydra.utils import instantiate
+
+    from advbench.cli.config import compose_config
+    from advbench.robustness.evaluation import cell
+
+    def identity(*overrides: str) -> dict:
+        cfg = compose_config("config", list(overrides))
+        return cell.cell_identity(cfg, cell.build_threat(cfg, dict(cfg.dataset.budgets)), instantiate(cfg.attack.params))
+
+    assert identity(f"+experiment/blackbox_row={row}", "threat.norm=l2")["attack_revision"] == "whole-budget"
+    assert "attack_revision" not in identity("+experiment/blackbox_row=square", "threat.norm=l2")
+    assert "attack_revision" not in identity("attack=bim")

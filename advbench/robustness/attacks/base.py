@@ -45,6 +45,10 @@ class Attack:
     knowledge: ClassVar[tuple[str, ...]] = ("white",)
     norms: ClassVar[tuple[str, ...]] = ("linf", "l2")
     goals: ClassVar[tuple[str, ...]] = GOALS
+    revision: ClassVar[str | None] = None
+    """A tag for a change of the algorithm that changes its numbers at the same hyperparameters
+    (say how it spends its budget): part of the cell key where set, so records an earlier
+    version wrote are computed again instead of being taken for this version's."""
     pooled_calls: ClassVar[bool] = False
     """Whether every model call of the attack that can need a batch's memory goes through the
     oracle's `loss_grad`, which splits calls beyond `Oracle.call_rows`: the engine then hands it

@@ -58,6 +58,8 @@ class NATTACK(ScoreAttack):
         self.box = box
         self.seed = seed
 
+    revision = "whole-budget"  # the last, smaller step (records of earlier versions stop short of the budget)
+
     def schedule(self) -> list[int]:
         """Draws of each step (they and the mean point: q + 1 queries): `samples` while they fit, then the rest's."""
         return self.step_sizes(self.samples, 1)

@@ -336,6 +336,8 @@ class GradientEstimateAttack(ScoreAttack):
         self.rel_stepsize = rel_stepsize
         self.seed = seed
 
+    revision = "whole-budget"  # the last, smaller step (records of earlier versions stop short of the budget)
+
     def schedule(self) -> list[int]:
         """Direction pairs of each step (2q + 1 queries): `samples` while they fit, then the rest's."""
         return self.step_sizes(self.samples, 2)

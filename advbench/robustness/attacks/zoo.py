@@ -87,6 +87,8 @@ class ZOO(ScoreAttack):
         self.checkpoints = [int(c) for c in checkpoints]
         self.seed = seed
 
+    revision = "whole-budget"  # the last, smaller step (records of earlier versions stop short of the budget)
+
     def schedule(self, d: int) -> list[int]:
         """Coordinates of each step (2B + 1 queries) on inputs of d numbers: B = `coordinates` (all d
         when fewer) while a step fits, then the rest's."""

@@ -79,6 +79,7 @@ def cell_identity(cfg: DictConfig, threat: ThreatModel, attack: Attack) -> dict[
         "weights": weights_identity(cfg),
         "attack": cfg.attack.name,
         "attack_params": attack.params(),
+        **({"attack_revision": attack.revision} if attack.revision else {}),
         "norm": threat.norm,
         "goal": threat.goal,
         "knowledge": threat.knowledge,
