@@ -71,7 +71,10 @@ def test_a_printed_config_is_still_composed_ahead(tmp_path: Path, trained_digits
     ("dataset.n_samples=???", "missing required value(s): dataset.n_samples"),
     ("batch_size=abc", "batch_size must be a whole number"),
     ("hydra.run.dir=/proc/advbench-cannot-be-here", "hydra.run.dir"),
-], ids=["unknown-key", "interpolation", "missing", "bad-value", "hydra-folder"])
+    ("hydra.run.dir=${nope}", "full_key: hydra.run.dir"),
+    ("hydra/launcher=nope", "hydra/launcher/nope"),
+], ids=["unknown-key", "interpolation", "missing", "bad-value", "hydra-folder", "hydra-interpolation",
+        "hydra-group"])
 def test_a_bad_run_fails_in_one_line(override: str, needle: str, tmp_path: Path, trained_digits_cache: Path,
                                      monkeypatch: pytest.MonkeyPatch) -> None:
     code, output, _ = _invoke(tmp_path, monkeypatch, trained_digits_cache, *SMOKE, f"out_dir={tmp_path}/out", override)

@@ -292,6 +292,8 @@ def run_hydra(config_name: str, task: Task, args: Sequence[str], prog: str) -> N
         check_writable(compose_config(config_name, overrides))  # says in one line what Hydra failed on
         if isinstance(exc, OSError):  # the folders Hydra makes for itself: hydra.run.dir, its log file
             raise AdvbenchError(f"Hydra cannot write its run folder (hydra.run.dir): {exc}") from None
+        if isinstance(exc, (HydraException, OmegaConfBaseException)):  # its own settings (hydra.*), in one line
+            raise AdvbenchError(_one_line(exc)) from None
         raise
 
 
