@@ -29,6 +29,7 @@ from torch.nn import functional as F
 from advbench.core.errors import AdvbenchError
 from advbench.core.steps import per_sample
 from advbench.robustness.models.base import Classifier
+from advbench.robustness.models.pool import PoolTo
 
 Box = tuple[torch.Tensor, torch.Tensor]
 
@@ -88,6 +89,7 @@ RULES: dict[type[nn.Module], Rule] = {
     nn.MaxPool2d: _monotone,
     nn.AvgPool2d: _monotone,
     nn.AdaptiveAvgPool2d: _monotone,
+    PoolTo: _monotone,
 }
 """Interval rules by exact layer type (a subclass may change `forward`, so it is not assumed)."""
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from torch import nn
 
+from advbench.robustness.models.pool import PoolTo
+
 
 def ibp_large(num_classes: int, in_channels: int, width: int = 64, hidden: int = 512) -> nn.Module:
     """Gowal et al.'s "large" model: conv 64, 64, 128 (stride 2), 128, 128, all 3x3; dense 512, 10.
@@ -24,7 +26,7 @@ def ibp_large(num_classes: int, in_channels: int, width: int = 64, hidden: int =
         nn.ReLU(),
         nn.Conv2d(2 * w, 2 * w, 3, padding=1),
         nn.ReLU(),
-        nn.AdaptiveAvgPool2d(16),
+        PoolTo(16),
         nn.Flatten(),
         nn.Linear(2 * w * 16 * 16, hidden),
         nn.ReLU(),
