@@ -24,7 +24,7 @@ from advbench.robustness.attacks.base import AttackResult
 from advbench.robustness.attacks.optimized import BOXES, goal_margin
 from advbench.robustness.attacks.oracles import ScoreOracle
 from advbench.robustness.attacks.random import normal
-from advbench.robustness.attacks.score import ScoreAttack
+from advbench.robustness.attacks.score import WHOLE_BUDGET, ScoreAttack
 
 
 class NATTACK(ScoreAttack):
@@ -38,9 +38,11 @@ class NATTACK(ScoreAttack):
     query checks the clean input; `first_success` is the queries spent at the succeeding call.
     Steps of `samples` draws run while they fit the budget, then one last step of fewer draws
     spends what is left (`schedule`), so a sample that survives uses all of `n_queries`; it
-    returns its last queried mean point. Draws hold samples·d
-    numbers per active sample: large inputs want smaller batches.
+    returns its last queried mean point. Draws hold samples·d numbers per active sample: large
+    inputs want smaller batches.
     """
+
+    revision = WHOLE_BUDGET
 
     def __init__(self, *, n_queries: int = 20000, samples: int = 100, sigma: float = 0.1, lr: float = 0.02,
                  init_std: float = 0.001, box: str = "tanh", seed: int = 0) -> None:
@@ -57,8 +59,6 @@ class NATTACK(ScoreAttack):
         self.init_std = init_std
         self.box = box
         self.seed = seed
-
-    revision = "whole-budget"  # the last, smaller step (records of earlier versions stop short of the budget)
 
     def schedule(self) -> list[int]:
         """Draws of each step (they and the mean point: q + 1 queries): `samples` while they fit, then the rest's."""

@@ -139,6 +139,11 @@ def _corner(u: torch.Tensor, span: int) -> torch.Tensor:
     return (u * span).long().clamp(max=span - 1)
 
 
+WHOLE_BUDGET = "whole-budget"
+"""`Attack.revision` of the attacks whose last, smaller step (`ScoreAttack.step_sizes`) spends what
+full steps leave of the budget: records written before it stop short of the budget."""
+
+
 class ScoreAttack(Attack):
     """What the score-based attacks share: logits only, and `n_queries` per sample as the
     strength budget (`first_success` counts queries)."""
@@ -322,6 +327,8 @@ class GradientEstimateAttack(ScoreAttack):
     Probes hold q·d numbers per active sample: large inputs want smaller batches.
     """
 
+    revision = WHOLE_BUDGET
+
     directions: ClassVar[str]
 
     def __init__(self, *, n_queries: int = 20000, samples: int = 100, sigma: float = 0.001,
@@ -335,8 +342,6 @@ class GradientEstimateAttack(ScoreAttack):
         self.sigma = sigma
         self.rel_stepsize = rel_stepsize
         self.seed = seed
-
-    revision = "whole-budget"  # the last, smaller step (records of earlier versions stop short of the budget)
 
     def schedule(self) -> list[int]:
         """Direction pairs of each step (2q + 1 queries): `samples` while they fit, then the rest's."""

@@ -28,7 +28,7 @@ from advbench.robustness.attacks.optimized import goal_margin, next_const
 from advbench.robustness.attacks.oracles import ScoreOracle
 from advbench.robustness.attacks.queries import CHECKPOINTS, QueryLog
 from advbench.robustness.attacks.random import uniform
-from advbench.robustness.attacks.score import ScoreAttack
+from advbench.robustness.attacks.score import WHOLE_BUDGET, ScoreAttack
 
 
 class ZOO(ScoreAttack):
@@ -52,6 +52,8 @@ class ZOO(ScoreAttack):
     budget (HopSkipJump's `QueryLog`), so accuracy vs queries at any ε comes from one run.
     Probes hold 2B·d numbers per active sample: large inputs want smaller batches.
     """
+
+    revision = WHOLE_BUDGET
 
     kind = "minimizing"
     norms = ("l2",)
@@ -86,8 +88,6 @@ class ZOO(ScoreAttack):
         self.confidence = confidence
         self.checkpoints = [int(c) for c in checkpoints]
         self.seed = seed
-
-    revision = "whole-budget"  # the last, smaller step (records of earlier versions stop short of the budget)
 
     def schedule(self, d: int) -> list[int]:
         """Coordinates of each step (2B + 1 queries) on inputs of d numbers: B = `coordinates` (all d
