@@ -9,6 +9,7 @@ makes high-ε probes of the minimum-ε search cheap.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, fields
 
 import torch
 
@@ -53,42 +54,35 @@ class IterativeGradientAttack(Attack):
     def run(self, oracle: WhiteBoxOracle, x: torch.Tensor, y: torch.Tensor, *, eps: torch.Tensor,
             norm: str, target: torch.Tensor | None, sample_id: torch.Tensor) -> AttackResult:
         targeted = target is not None
-        labels = target if targeted else y
-        n = x.shape[0]
         if self.random_init:
             x_adv = random_start(x, eps, norm, oracle.bounds, seed=self.seed, sample_id=sample_id)
         else:
             x_adv = x.clone()
-        alpha = self.rel_stepsize * eps
-        momentum = torch.zeros_like(x) if self.decay is not None else None
-        first = torch.full((n,), -1, dtype=torch.long, device=x.device)
-        active = torch.arange(n, device=x.device)
+        first = torch.full((x.shape[0],), -1, dtype=torch.long, device=x.device)
+        a = _Active.of(x_adv, x, y, target, sample_id, self.rel_stepsize * eps, eps, self.decay is not None)
 
         for t in range(self.steps + 1):
-            xa, xo, la = x_adv[active], x[active], labels[active]
             logits = grad = None
             if t < self.steps and not isinstance(oracle, TransferOracle):  # one pass: verdict and step
-                logits, grad = self._gradient(oracle, xa, la, targeted, active, sample_id[active], t)
+                logits, grad = self._gradient(oracle, a.x_adv, a.labels, targeted, a.rows, a.sample_id, t)
             if self.early_stop or t == self.steps:
-                hit = oracle.verdict(xa, y[active], target[active] if targeted else None, active, logits,
-                                     undated=first[active] < 0)
-            else:
-                hit = torch.zeros_like(active, dtype=torch.bool)
-            first[active] = torch.where(hit & (first[active] < 0), t, first[active])
+                hit = oracle.verdict(a.x_adv, a.y, a.target, a.rows, logits, undated=a.first < 0)
+                a.first = torch.where(hit & (a.first < 0), t, a.first)
             if t == self.steps:
                 break
             if self.early_stop and oracle.stops_on_hit:
                 # The iteration's one host-device synchronisation: the size of the new active set.
                 keep = (~hit).nonzero().squeeze(1)
-                active, xa, xo = active[keep], xa[keep], xo[keep]
-                grad = None if grad is None else grad[keep]
-                if active.numel() == 0:
-                    break
+                if keep.numel() < a.rows.numel():
+                    a.write(x_adv, first)
+                    a, grad = a.take(keep), None if grad is None else grad[keep]
+                    if a.rows.numel() == 0:
+                        break
             if grad is None:
-                _, grad = self._gradient(oracle, xa, labels[active], targeted, active, sample_id[active], t)
-            direction = self._direction(grad, active, momentum, norm)
-            x_adv[active] = ascend(xa, xo, direction, alpha[active], eps[active], norm, oracle.bounds)
-
+                _, grad = self._gradient(oracle, a.x_adv, a.labels, targeted, a.rows, a.sample_id, t)
+            direction, a.momentum = self._direction(grad, a.momentum, norm)
+            a.x_adv = ascend(a.x_adv, a.x, direction, a.alpha, a.eps, norm, oracle.bounds)
+        a.write(x_adv, first)
         return AttackResult(x_adv=x_adv, success=first >= 0, first_success=first)
 
     def _gradient(self, oracle: WhiteBoxOracle, x: torch.Tensor, labels: torch.Tensor, targeted: bool,
@@ -96,13 +90,59 @@ class IterativeGradientAttack(Attack):
         """Logits at x (None when the model saw another input) and the gradient to ascend at step t."""
         return oracle.loss_grad(x, labels, targeted, idx)
 
-    def _direction(self, grad: torch.Tensor, active: torch.Tensor, momentum: torch.Tensor | None,
-                   norm: str) -> torch.Tensor:
+    def _direction(self, grad: torch.Tensor, momentum: torch.Tensor | None,
+                   norm: str) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The step's unit direction and the active samples' momentum after it (None without)."""
         if momentum is None:
-            return unit_direction(grad, norm)
-        g = accumulate_momentum(momentum[active], grad, self.decay)
-        momentum[active] = g
-        return unit_direction(g, norm)
+            return unit_direction(grad, norm), None
+        momentum = accumulate_momentum(momentum, grad, self.decay)
+        return unit_direction(momentum, norm), momentum
+
+
+@dataclass
+class _Active:
+    """The samples an attack still steps, one row each: their batch rows and per-sample state.
+
+    Gathered again only on the iterations where some sample leaves (most iterations of a large
+    batch lose none), where indexing every batch-sized tensor by the active rows on every
+    iteration cost a dozen gathers and two scatters a step. `write` puts the iterates and first
+    successes back into the batch's tensors.
+    """
+
+    rows: torch.Tensor
+    x_adv: torch.Tensor
+    x: torch.Tensor
+    y: torch.Tensor
+    labels: torch.Tensor          # what the loss is taken against: the target, or y
+    target: torch.Tensor | None
+    sample_id: torch.Tensor
+    alpha: torch.Tensor
+    eps: torch.Tensor
+    first: torch.Tensor
+    momentum: torch.Tensor | None
+
+    @classmethod
+    def of(cls, x_adv: torch.Tensor, x: torch.Tensor, y: torch.Tensor, target: torch.Tensor | None,
+           sample_id: torch.Tensor, alpha: torch.Tensor, eps: torch.Tensor, momentum: bool) -> _Active:
+        """The whole batch, its iterates a copy of `x_adv` (which `write` fills)."""
+        n = x.shape[0]
+        return cls(rows=torch.arange(n, device=x.device), x_adv=x_adv.clone(), x=x, y=y,
+                   labels=y if target is None else target, target=target, sample_id=sample_id, alpha=alpha,
+                   eps=eps, first=torch.full((n,), -1, dtype=torch.long, device=x.device),
+                   momentum=torch.zeros_like(x) if momentum else None)
+
+    def take(self, keep: torch.Tensor) -> _Active:
+        """Rows `keep` of this set (the labels stay one tensor with y when untargeted)."""
+        rows = {f.name: getattr(self, f.name) for f in fields(self)}
+        labels_are_y = self.labels is self.y
+        kept = {k: None if v is None or (k == "labels" and labels_are_y) else v[keep] for k, v in rows.items()}
+        if labels_are_y:
+            kept["labels"] = kept["y"]
+        return _Active(**kept)
+
+    def write(self, x_adv: torch.Tensor, first: torch.Tensor) -> None:
+        x_adv[self.rows] = self.x_adv
+        first[self.rows] = self.first
 
 
 class FGSM(IterativeGradientAttack):

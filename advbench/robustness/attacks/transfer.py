@@ -137,6 +137,6 @@ class TI(DIM):
             size = max(3, 2 * math.floor(side / 40) + 1)
         return gaussian_kernel(size, self.nsig)
 
-    def _direction(self, grad: torch.Tensor, active: torch.Tensor, momentum: torch.Tensor | None,
-                   norm: str) -> torch.Tensor:
-        return super()._direction(smooth(grad, self._kernel(min(grad.shape[-2:]))), active, momentum, norm)
+    def _direction(self, grad: torch.Tensor, momentum: torch.Tensor | None,
+                   norm: str) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return super()._direction(smooth(grad, self._kernel(min(grad.shape[-2:]))), momentum, norm)
