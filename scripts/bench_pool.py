@@ -11,6 +11,9 @@ attack × norm, on `small_cnn` trained for a few seconds on scikit-learn's digit
   * the limit: the records' gradient evaluations × one forward+backward's cost per row at
     `--batch` rows, timed in the same rounds (so load changes cancel), and the wall time as a
     multiple of it (the median over rounds);
+  * where the last round's wall time went, as multiples of its limit: 1 (the limit) + what calls
+    of 32 rows or more and calls under 32 rows took beyond their rows at the limit's per-row rate
+    + the forward-only passes (verdicts) + the rest (the attack loop's own work and the search);
   * whether the two give the same records (largest difference per column).
 
 Variants are interleaved over `--rounds` (medians), one torch thread.
@@ -23,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -52,28 +56,36 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 class GradCalls(nn.Module):
-    """The model, keeping the rows of every pass that builds a graph (a gradient call)."""
+    """The model, timing each of its passes: a gradient call from its forward to the input's
+    gradient (a hook on the input), a forward-only pass inside its forward; kept as (rows, seconds)."""
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
-        self.model, self.rows = model, []
+        self.model = model
+        self.grad_passes: list[tuple[int, float]] = []
+        self.forward_passes: list[tuple[int, float]] = []
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if torch.is_grad_enabled():
-            self.rows.append(x.shape[0])
-        return self.model(x)
+        tic = time.perf_counter()
+        if torch.is_grad_enabled() and x.requires_grad:
+            rows = x.shape[0]
+            x.register_hook(lambda g: self.grad_passes.append((rows, time.perf_counter() - tic)))
+            return self.model(x)
+        out = self.model(x)
+        self.forward_passes.append((x.shape[0], time.perf_counter() - tic))
+        return out
 
 
 def cell(attack, model: GradCalls, x: torch.Tensor, y: torch.Tensor, norm: str, batch: int,
-         pool: int) -> tuple[dict[str, torch.Tensor], list[int]]:
-    """The cell's records in pools of `pool` batches, and the rows of its gradient calls."""
+         pool: int) -> tuple[dict[str, torch.Tensor], tuple[list[tuple[int, float]], list[tuple[int, float]]]]:
+    """The cell's records in pools of `pool` batches, and its timed gradient and forward-only passes."""
     threat = ThreatModel(norm=norm, goal="untargeted", eps=BUDGETS[norm])
     ids = torch.arange(x.shape[0])
-    model.rows = []
+    model.grad_passes, model.forward_passes = [], []
     parts = [evaluate_batch(attack, model, x[s], y[s], None, threat, SearchSettings(), sample_id=ids[s],
                             call_rows=batch) for s in call_slices(x.shape[0], batch * pool)]
     records = {k: torch.cat([p[k] for p in parts]) for k, v in parts[0].items() if isinstance(v, torch.Tensor)}
-    return records, list(model.rows)
+    return records, (list(model.grad_passes), list(model.forward_passes))
 
 
 def floor(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch: int) -> Callable[[], None]:
@@ -83,6 +95,25 @@ def floor(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch: int) -> Cal
 
 
 FLOOR_LOOPS = 20
+SMALL = 32
+"""Rows under which a gradient call counts as small."""
+
+
+def where_time_goes(wall: float, grad_passes: list[tuple[int, float]], forward_passes: list[tuple[int, float]],
+                    per_row: float) -> dict[str, float]:
+    """One run's wall time as multiples of its limit (gradient rows × `per_row`): the limit itself (1),
+    what calls of at least / under `SMALL` rows took beyond their rows at the limit's rate, the
+    forward-only passes (verdicts), and the rest (the attack loop's own work and the search)."""
+    limit = sum(r for r, _ in grad_passes) * per_row
+    full = [(r, t) for r, t in grad_passes if r >= SMALL]
+    small = [(r, t) for r, t in grad_passes if r < SMALL]
+    forwards = sum(t for _, t in forward_passes)
+    passes = sum(t for _, t in grad_passes)
+    return {"limit": 1.0,
+            "full_calls": sum(t - r * per_row for r, t in full) / limit,
+            "small_calls": sum(t - r * per_row for r, t in small) / limit,
+            "forward_passes": forwards / limit,
+            "loop_and_search": (wall - passes - forwards) / limit}
 
 
 def difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> dict[str, float]:
@@ -102,8 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     model = GradCalls(net)
     rows: dict[str, Any] = {"environment": environment(torch.device("cpu")), "args": {k: str(v) for k, v in vars(args).items()},
                             "cells": {}}
-    print("| cell | variant | wall s | grad calls | < 32 rows | grad evals | wall / limit |")
-    print("|---|---|---|---|---|---|---|")
+    print("| cell | variant | wall s | grad calls | < 32 rows | grad evals | wall / limit | last round: full calls + small calls "
+          "+ forwards + loop & search |")
+    print("|---|---|---|---|---|---|---|---|")
     for name, attack in (("bim", BIM(steps=20, rel_stepsize=0.15)), ("pgd", PGD(steps=20, rel_stepsize=0.125))):
         for norm in BUDGETS:
             variants = {"batches": lambda a=attack, n=norm: cell(a, model, x, y, n, args.batch, 1),
@@ -112,16 +144,20 @@ def main(argv: list[str] | None = None) -> int:
             timed = interleaved(variants, torch.device("cpu"), 1, args.rounds)
             per_row = [t / (FLOOR_LOOPS * args.batch) for t in timed.pop("fb")[0]]  # each round's own floor
             entry = {"fb_us_per_row": statistics.median(per_row) * 1e6}
-            for variant, (times, (records, calls)) in timed.items():
+            for variant, (times, (records, (grad_passes, forward_passes))) in timed.items():
                 evals = int(records["grad_evals"].sum())
                 over = statistics.median(t / (evals * r) for t, r in zip(times, per_row))
-                entry[variant] = {"times": times, "wall": statistics.median(times), "grad_calls": len(calls),
-                                  "small_calls": sum(r < 32 for r in calls), "grad_evals": evals, "over_limit": over}
+                split = where_time_goes(times[-1], grad_passes, forward_passes, per_row[-1])
+                entry[variant] = {"times": times, "wall": statistics.median(times), "grad_calls": len(grad_passes),
+                                  "small_calls": sum(r < SMALL for r, _ in grad_passes), "grad_evals": evals,
+                                  "over_limit": over, "last_round": split}
                 e = entry[variant]
+                parts = " + ".join(f"{split[k]:.2f}" for k in ("full_calls", "small_calls", "forward_passes",
+                                                               "loop_and_search"))
                 print(f"| {name} {norm} | {variant} | {e['wall']:.2f} | {e['grad_calls']} | {e['small_calls']} | {evals} "
-                      f"| {over:.2f}× |")
+                      f"| {over:.2f}× | 1 + {parts} |")
             entry["records_differ"] = difference(timed["batches"][1][0], timed["pool"][1][0])
-            print(f"|  | records differ in | {entry['records_differ'] or 'nothing'} | | | | |")
+            print(f"|  | records differ in | {entry['records_differ'] or 'nothing'} | | | | | |")
             rows["cells"][f"{name}_{norm}"] = entry
     args.out.write_text(json.dumps(rows, indent=2))
     return 0
