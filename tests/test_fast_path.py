@@ -4,6 +4,9 @@ how many host-device synchronisations an attack iteration costs."""
 from __future__ import annotations
 
 import copy
+import os
+import subprocess
+import sys
 
 import pandas as pd
 import pytest
@@ -14,6 +17,7 @@ from advbench.cli.config import compose_config
 from advbench.core.errors import AdvbenchError
 from advbench.core.runtime import (
     CPU_AUTO_BATCH,
+    ONEDNN_PRIMITIVES,
     as_input,
     batch_size,
     deploy,
@@ -192,3 +196,16 @@ def test_a_bf16_cell_runs_end_to_end_and_records_its_precision(tmp_path, trained
     assert len(frame) == 40 and set(frame["precision"]) == {"bf16"} and frame["channels_last"].all()
     assert "batch_size=auto -> 40 on cpu" in capsys.readouterr().err
     assert (frame["adv_pred"] == frame["label"]).mean() < frame["clean_correct"].mean()
+
+
+@pytest.mark.parametrize("user_value", [None, "64"])
+def test_the_onednn_primitive_cache_is_enlarged_unless_the_user_sized_it(user_value: str | None) -> None:
+    """oneDNN reads the capacity when it builds its first primitive: importing the runtime sets it
+    (to hold the primitives of the hundreds of batch sizes an early-stopping attack calls the
+    model at), and a user's own setting wins."""
+    env = {k: v for k, v in os.environ.items() if k != "ONEDNN_PRIMITIVE_CACHE_CAPACITY"}
+    if user_value is not None:
+        env["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] = user_value
+    probe = "import os, advbench.core.runtime; print(os.environ['ONEDNN_PRIMITIVE_CACHE_CAPACITY'])"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.strip() == (user_value or str(ONEDNN_PRIMITIVES))

@@ -5,12 +5,27 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 
 from advbench.core.errors import AdvbenchError
+
+ONEDNN_PRIMITIVES = 8192
+"""Compiled oneDNN primitives a process keeps (oneDNN's own default is 1024), set below unless the
+user set ONEDNN_PRIMITIVE_CACHE_CAPACITY.
+
+torch's CPU convolutions compile a primitive per layer, pass (forward, backward) and batch
+size. An attack that drops broken samples calls the model at hundreds of batch sizes, about six
+primitives each for the digits net, so 1,024 entries thrash and every call recompiles: 256
+distinct sizes, forward+backward, took 1.5 s on every repeat against 0.75 s once cached, for
+about 20 MB more memory (docs/performance.md). oneDNN reads the variable when it builds its
+first primitive, so it takes effect here, before any model runs. Cached or compiled anew, a
+primitive computes the same bits.
+"""
+os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(ONEDNN_PRIMITIVES))
 
 
 def resolve_device(name: str) -> torch.device:
