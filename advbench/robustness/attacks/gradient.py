@@ -113,7 +113,6 @@ class _Active:
     x_adv: torch.Tensor
     x: torch.Tensor
     y: torch.Tensor
-    labels: torch.Tensor          # what the loss is taken against: the target, or y
     target: torch.Tensor | None
     sample_id: torch.Tensor
     alpha: torch.Tensor
@@ -126,19 +125,20 @@ class _Active:
            sample_id: torch.Tensor, alpha: torch.Tensor, eps: torch.Tensor, momentum: bool) -> _Active:
         """The whole batch, its iterates a copy of `x_adv` (which `write` fills)."""
         n = x.shape[0]
-        return cls(rows=torch.arange(n, device=x.device), x_adv=x_adv.clone(), x=x, y=y,
-                   labels=y if target is None else target, target=target, sample_id=sample_id, alpha=alpha,
-                   eps=eps, first=torch.full((n,), -1, dtype=torch.long, device=x.device),
+        return cls(rows=torch.arange(n, device=x.device), x_adv=x_adv.clone(), x=x, y=y, target=target,
+                   sample_id=sample_id, alpha=alpha, eps=eps,
+                   first=torch.full((n,), -1, dtype=torch.long, device=x.device),
                    momentum=torch.zeros_like(x) if momentum else None)
 
+    @property
+    def labels(self) -> torch.Tensor:
+        """What the loss is taken against: the target, or the true label when untargeted."""
+        return self.y if self.target is None else self.target
+
     def take(self, keep: torch.Tensor) -> _Active:
-        """Rows `keep` of this set (the labels stay one tensor with y when untargeted)."""
-        rows = {f.name: getattr(self, f.name) for f in fields(self)}
-        labels_are_y = self.labels is self.y
-        kept = {k: None if v is None or (k == "labels" and labels_are_y) else v[keep] for k, v in rows.items()}
-        if labels_are_y:
-            kept["labels"] = kept["y"]
-        return _Active(**kept)
+        """Rows `keep` of this set."""
+        state = {f.name: getattr(self, f.name) for f in fields(self)}
+        return _Active(**{k: None if v is None else v[keep] for k, v in state.items()})
 
     def write(self, x_adv: torch.Tensor, first: torch.Tensor) -> None:
         x_adv[self.rows] = self.x_adv
