@@ -85,13 +85,20 @@ def test_running_tells_a_killed_unreaped_process_from_a_live_one():
 WORKER = textwrap.dedent("""
     import os, socket, sys, time
     from advbench.cli.workers import watch_parent
+
+    def say(line):
+        # One write per line: the two workers share the pipe, and print() writes the newline apart
+        # from the text (two writes under PYTHONUNBUFFERED), so their lines could interleave.
+        sys.stdout.write(line + "\\n")
+        sys.stdout.flush()
+
     launcher = (socket.gethostname(), os.getppid())
     if sys.argv[1] == "late":  # its first job starts after the launcher died
-        print("late imported", flush=True)
+        say("late imported")
         while os.getppid() == launcher[1]:
             time.sleep(0.05)
     watch_parent(launcher)
-    print(f"{sys.argv[1]} watching", flush=True)  # one write: the two workers share the pipe
+    say(f"{sys.argv[1]} watching")
     time.sleep(60)
 """)
 LAUNCHER = textwrap.dedent("""
