@@ -59,7 +59,7 @@ class IterativeGradientAttack(Attack):
         else:
             x_adv = x.clone()
         first = torch.full((x.shape[0],), -1, dtype=torch.long, device=x.device)
-        a = _Active.of(x_adv, x, y, target, sample_id, self.rel_stepsize * eps, eps, self.decay is not None)
+        a = _Active.of(x_adv, first, x, y, target, sample_id, self.rel_stepsize * eps, eps, self.decay is not None)
 
         for t in range(self.steps + 1):
             logits = grad = None
@@ -121,13 +121,12 @@ class _Active:
     momentum: torch.Tensor | None
 
     @classmethod
-    def of(cls, x_adv: torch.Tensor, x: torch.Tensor, y: torch.Tensor, target: torch.Tensor | None,
-           sample_id: torch.Tensor, alpha: torch.Tensor, eps: torch.Tensor, momentum: bool) -> _Active:
-        """The whole batch, its iterates a copy of `x_adv` (which `write` fills)."""
-        n = x.shape[0]
-        return cls(rows=torch.arange(n, device=x.device), x_adv=x_adv.clone(), x=x, y=y, target=target,
-                   sample_id=sample_id, alpha=alpha, eps=eps,
-                   first=torch.full((n,), -1, dtype=torch.long, device=x.device),
+    def of(cls, x_adv: torch.Tensor, first: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
+           target: torch.Tensor | None, sample_id: torch.Tensor, alpha: torch.Tensor, eps: torch.Tensor,
+           momentum: bool) -> _Active:
+        """The whole batch, its iterates and first successes copies of `x_adv` and `first` (which `write` fills)."""
+        return cls(rows=torch.arange(x.shape[0], device=x.device), x_adv=x_adv.clone(), x=x, y=y, target=target,
+                   sample_id=sample_id, alpha=alpha, eps=eps, first=first.clone(),
                    momentum=torch.zeros_like(x) if momentum else None)
 
     @property
