@@ -17,26 +17,34 @@ class CleanGradients:
         self.x = x
         self.logits: torch.Tensor | None = None  # (n, classes) once a row is stored
         self.grad = torch.zeros_like(x)
-        self.labels = torch.zeros(n, dtype=torch.long, device=x.device)
-        self.targeted = torch.zeros(n, dtype=torch.bool, device=x.device)
-        self.filled = torch.zeros(n, dtype=torch.bool, device=x.device)
+        # What each row's gradient was taken against, one number (`_key`): a label and a goal in
+        # one comparison per call, for every gradient call of a search looks its rows up.
+        self.key = torch.full((n,), _EMPTY, dtype=torch.long, device=x.device)
 
     def lookup(self, x: torch.Tensor, rows: torch.Tensor, labels: torch.Tensor,
                targeted: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """Which rows are remembered (same input bits, labels and goal), and which are at their clean input."""
         clean = (x == self.x[rows]).flatten(1).all(dim=1)
-        hit = clean & self.filled[rows] & (self.labels[rows] == labels) & (self.targeted[rows] == targeted)
-        return hit, clean
+        return clean & (self.key[rows] == _key(labels, targeted)), clean
 
     def store(self, rows: torch.Tensor, labels: torch.Tensor, targeted: bool, logits: torch.Tensor,
               grad: torch.Tensor) -> None:
         if self.logits is None:
             self.logits = logits.new_zeros((self.x.shape[0], logits.shape[1]))
-        self.logits[rows], self.grad[rows] = logits, grad
-        self.labels[rows], self.targeted[rows], self.filled[rows] = labels, targeted, True
+        self.logits[rows], self.grad[rows], self.key[rows] = logits, grad, _key(labels, targeted)
 
     def recall(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Copies of the stored rows (meaningful where filled)."""
+        """Copies of the stored rows (meaningful where a key is stored)."""
         if self.logits is None:
             raise RuntimeError("nothing stored yet")
         return self.logits[rows], self.grad[rows]
+
+
+_EMPTY = torch.iinfo(torch.long).min
+"""The key of a row nothing is stored for: no label's key (`_key`) is this."""
+
+
+def _key(labels: torch.Tensor, targeted: bool) -> torch.Tensor:
+    """Labels and goal as one number per row: the label untargeted, its bitwise complement
+    (−label − 1, negative) targeted."""
+    return ~labels if targeted else labels

@@ -66,8 +66,9 @@ class IterativeGradientAttack(Attack):
             if t < self.steps and not isinstance(oracle, TransferOracle):  # one pass: verdict and step
                 logits, grad = self._gradient(oracle, a.x_adv, a.labels, targeted, a.rows, a.sample_id, t)
             if self.early_stop or t == self.steps:
-                hit = oracle.verdict(a.x_adv, a.y, a.target, a.rows, logits, undated=a.first < 0)
-                a.first = torch.where(hit & (a.first < 0), t, a.first)
+                undated = a.first < 0
+                hit = oracle.verdict(a.x_adv, a.y, a.target, a.rows, logits, undated=undated)
+                a.first.masked_fill_(hit & undated, t)
             if t == self.steps:
                 break
             if self.early_stop and oracle.stops_on_hit:

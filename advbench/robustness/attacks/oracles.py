@@ -201,10 +201,14 @@ class Oracle:
                           for s in call_slices(x.shape[0], size)])
 
     def _count(self, counter: torch.Tensor, x: torch.Tensor, idx: torch.Tensor) -> None:
+        rows = self._counted_rows(x, idx)
+        counter.index_add_(0, rows, torch.ones_like(rows))
+
+    def _counted_rows(self, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        """`_batch_rows(idx)`, once `idx` is checked to name one batch row per row of `x`."""
         if idx.dim() != 1 or idx.shape[0] != x.shape[0]:
             raise ValueError(f"idx must have shape ({x.shape[0]},) like the rows of x, got {tuple(idx.shape)}")
-        rows = self._batch_rows(idx)
-        counter.index_add_(0, rows, torch.ones_like(rows))
+        return self._batch_rows(idx)
 
 
 class WhiteBoxOracle(Oracle):
@@ -261,10 +265,11 @@ class WhiteBoxOracle(Oracle):
         """
         passes = int(getattr(self._white, "eot_samples", 1))
         x = x.detach().requires_grad_(True)
+        rows = self._counted_rows(x, idx)
         logits_sum = grad_sum = None
         for _ in range(passes):
-            self._count(self._grad_evals, x, idx)
-            with self.calls.pass_of(self._white, self._batch_rows(idx)), torch.enable_grad():
+            self._grad_evals.index_add_(0, rows, torch.ones_like(rows))
+            with self.calls.pass_of(self._white, rows), torch.enable_grad():
                 logits = forward(self._white, x)
                 value = objective(logits)
                 if value.shape != (x.shape[0],):
@@ -273,6 +278,8 @@ class WhiteBoxOracle(Oracle):
                 grad, = torch.autograd.grad(value.sum(), x)
             logits_sum = logits.detach() if logits_sum is None else logits_sum + logits.detach()
             grad_sum = grad if grad_sum is None else grad_sum + grad
+        if passes == 1:  # the one pass as it is: a division by one would be a pass over the gradient
+            return logits_sum, grad_sum
         return logits_sum / passes, grad_sum / passes
 
     def loss_grad(self, x: torch.Tensor, labels: torch.Tensor, targeted: bool,
@@ -285,28 +292,30 @@ class WhiteBoxOracle(Oracle):
         if self.call_rows is not None and x.shape[0] > self.call_rows:  # a pooled attack's call: in pieces
             parts = [self.loss_grad(x[s], labels[s], targeted, idx[s]) for s in call_slices(x.shape[0], self.call_rows)]
             return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
-        sign = -1.0 if targeted else 1.0
 
-        def loss(rows: torch.Tensor | slice) -> Objective:
-            return lambda z: sign * F.cross_entropy(z, labels[rows], reduction="none")
+        def loss(rows: torch.Tensor | None) -> Objective:
+            wanted = labels if rows is None else labels[rows]
+            if targeted:
+                return lambda z: -F.cross_entropy(z, wanted, reduction="none")
+            return lambda z: F.cross_entropy(z, wanted, reduction="none")
 
         if self._memo is None:
-            return self.value_and_grad(x, loss(slice(None)), idx)
+            return self.value_and_grad(x, loss(None), idx)
         rows = self._batch_rows(idx)
         hit, clean = self._memo.lookup(x, rows, labels, targeted)
         # Two host syncs per call whatever hits (the misses, the clean ones among them): on a GPU a
         # boolean-mask gather would wait for the device once per tensor gathered.
         miss = (~hit).nonzero().squeeze(1)
         if miss.numel() == x.shape[0]:
-            logits, grad = self.value_and_grad(x, loss(slice(None)), idx)
+            logits, grad = self.value_and_grad(x, loss(None), idx)
         else:
             logits, grad = self._memo.recall(rows)
             if miss.numel():
                 logits[miss], grad[miss] = self.value_and_grad(x[miss], loss(miss), idx[miss])
+            self._reuses.index_add_(0, rows, hit.long())
         new = miss[clean[miss]]
         if new.numel():
             self._memo.store(rows[new], labels[new], targeted, logits[new], grad[new])
-        self._reuses.index_add_(0, rows, hit.long())
         return logits, grad
 
 
