@@ -14,6 +14,13 @@ attack × norm, on `small_cnn` trained for a few seconds on scikit-learn's digit
   * where the last round's wall time went, as multiples of its limit: 1 (the limit) + what calls
     of 32 rows or more and calls under 32 rows took beyond their rows at the limit's per-row rate
     + the forward-only passes (verdicts) + the rest (the attack loop's own work and the search);
+  * the longest chain: the most gradient calls one sample takes part in (its evaluations plus
+    its gradients served from memory). Each of a sample's calls waits for the one before (its
+    next iterate, its next probe's ε), so no schedule with these records makes fewer calls;
+  * the chain's floor, as a multiple of the limit: that many calls at a call's fixed cost (the
+    median excess of the last round's calls under 32 rows over their rows at the limit's rate)
+    plus every row at the limit's rate: what any schedule of the same records would take on
+    this machine with a loop and a search that cost nothing;
   * whether the two give the same records (largest difference per column).
 
 Variants are interleaved over `--rounds` (medians), one torch thread.
@@ -116,6 +123,21 @@ def where_time_goes(wall: float, grad_passes: list[tuple[int, float]], forward_p
             "loop_and_search": (wall - passes - forwards) / limit}
 
 
+def per_call_cost(grad_passes: list[tuple[int, float]], per_row: float) -> float:
+    """The fixed seconds of a gradient call, whatever its rows: the median excess of the calls
+    under `SMALL` rows over their rows at the limit's rate (0 when there are none)."""
+    excess = [t - r * per_row for r, t in grad_passes if r < SMALL]
+    return max(statistics.median(excess), 0.0) if excess else 0.0
+
+
+def chain_floor(records: dict[str, torch.Tensor], grad_passes: list[tuple[int, float]], per_row: float) -> tuple[int, float]:
+    """The longest chain of gradient calls a sample takes part in, and its floor as a multiple of the
+    limit: that many calls' fixed cost plus every gradient row at the limit's rate."""
+    chain = int((records["grad_evals"] + records["grad_reuses"]).max())
+    evals = int(records["grad_evals"].sum())
+    return chain, (chain * per_call_cost(grad_passes, per_row) + evals * per_row) / (evals * per_row)
+
+
 def difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> dict[str, float]:
     """The largest absolute difference per column where the two differ (NaN equals NaN)."""
     out = {}
@@ -133,9 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     model = GradCalls(net)
     rows: dict[str, Any] = {"environment": environment(torch.device("cpu")), "args": {k: str(v) for k, v in vars(args).items()},
                             "cells": {}}
-    print("| cell | variant | wall s | grad calls | < 32 rows | grad evals | wall / limit | last round: full calls + small calls "
-          "+ forwards + loop & search |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| cell | variant | wall s | grad calls | < 32 rows | grad evals | longest chain | wall / limit | chain's floor "
+          "| last round: full calls + small calls + forwards + loop & search |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name, attack in (("bim", BIM(steps=20, rel_stepsize=0.15)), ("pgd", PGD(steps=20, rel_stepsize=0.125))):
         for norm in BUDGETS:
             variants = {"batches": lambda a=attack, n=norm: cell(a, model, x, y, n, args.batch, 1),
@@ -148,16 +170,18 @@ def main(argv: list[str] | None = None) -> int:
                 evals = int(records["grad_evals"].sum())
                 over = statistics.median(t / (evals * r) for t, r in zip(times, per_row))
                 split = where_time_goes(times[-1], grad_passes, forward_passes, per_row[-1])
+                chain, floor_x = chain_floor(records, grad_passes, per_row[-1])
                 entry[variant] = {"times": times, "wall": statistics.median(times), "grad_calls": len(grad_passes),
                                   "small_calls": sum(r < SMALL for r, _ in grad_passes), "grad_evals": evals,
-                                  "over_limit": over, "last_round": split}
+                                  "longest_chain": chain, "chain_floor": floor_x,
+                                  "per_call_s": per_call_cost(grad_passes, per_row[-1]), "over_limit": over, "last_round": split}
                 e = entry[variant]
                 parts = " + ".join(f"{split[k]:.2f}" for k in ("full_calls", "small_calls", "forward_passes",
                                                                "loop_and_search"))
                 print(f"| {name} {norm} | {variant} | {e['wall']:.2f} | {e['grad_calls']} | {e['small_calls']} | {evals} "
-                      f"| {over:.2f}× | 1 + {parts} |")
+                      f"| {chain} | {over:.2f}× | {floor_x:.2f}× | 1 + {parts} |")
             entry["records_differ"] = difference(timed["batches"][1][0], timed["pool"][1][0])
-            print(f"|  | records differ in | {entry['records_differ'] or 'nothing'} | | | | | |")
+            print(f"|  | records differ in | {entry['records_differ'] or 'nothing'} | | | | | | | |")
             rows["cells"][f"{name}_{norm}"] = entry
     args.out.write_text(json.dumps(rows, indent=2))
     return 0
