@@ -14,9 +14,9 @@ attack × norm, on `small_cnn` trained for a few seconds on scikit-learn's digit
   * where the last round's wall time went, as multiples of its limit: 1 (the limit) + what calls
     of 32 rows or more and calls under 32 rows took beyond their rows at the limit's per-row rate
     + the forward-only passes (verdicts) + the rest (the attack loop's own work and the search);
-  * the longest chain: the most gradient calls one sample takes part in (its evaluations plus
-    its gradients served from memory). Each of a sample's calls waits for the one before (its
-    next iterate, its next probe's ε), so no schedule with these records makes fewer calls;
+  * the longest chain: the most gradient evaluations of one sample (`grad_evals`). Each waits
+    for the one before (its next iterate, its next probe's ε) and no call evaluates a sample
+    twice, so no schedule with these records makes fewer calls;
   * the chain's floor, as a multiple of the limit: that many calls at a call's fixed cost (the
     median excess of the last round's calls under 32 rows over their rows at the limit's rate)
     plus every row at the limit's rate: what any schedule of the same records would take on
@@ -131,9 +131,10 @@ def per_call_cost(grad_passes: list[tuple[int, float]], per_row: float) -> float
 
 
 def chain_floor(records: dict[str, torch.Tensor], grad_passes: list[tuple[int, float]], per_row: float) -> tuple[int, float]:
-    """The longest chain of gradient calls a sample takes part in, and its floor as a multiple of the
-    limit: that many calls' fixed cost plus every gradient row at the limit's rate."""
-    chain = int((records["grad_evals"] + records["grad_reuses"]).max())
+    """The longest chain of gradient calls a sample takes part in (its evaluations: a gradient served
+    from memory needs no call), and its floor as a multiple of the limit: that many calls' fixed
+    cost plus every gradient row at the limit's rate."""
+    chain = int(records["grad_evals"].max())
     evals = int(records["grad_evals"].sum())
     return chain, (chain * per_call_cost(grad_passes, per_row) + evals * per_row) / (evals * per_row)
 
