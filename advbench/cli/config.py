@@ -26,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 import advbench.core.paths  # noqa: F401  (registers the ${advbench:cache|data|weights} resolver the YAML uses)
+from advbench.cli.sweeps import compose_each_job_once
 from advbench.cli.validate import _one_line, validate
 from advbench.cli.workers import watch_parent
 from advbench.core.catalog import conf_dir, config_root, group_options
@@ -284,7 +285,7 @@ def run_hydra(config_name: str, task: Task, args: Sequence[str], prog: str) -> N
         return guarded(task, cfg)
 
     try:
-        with _hydra_command_line([prog, *flags, *overrides], raise_errors=not flags):
+        with _hydra_command_line([prog, *flags, *overrides], raise_errors=not flags), compose_each_job_once():
             _app()
     except Exception as exc:
         if flags or started:
