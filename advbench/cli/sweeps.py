@@ -21,8 +21,9 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 KEPT_JOBS = 256
-"""The most composed configs kept for their launch at once (a config is a few hundred kB of
-objects): the jobs of a longer batch beyond these are composed again, as Hydra does."""
+"""The most composed configs kept for their launch at once (one of `advbench run`'s holds about
+400 kB of objects, so at most about 100 MB): the jobs of a longer batch beyond these are
+composed again, as Hydra does."""
 
 
 @contextlib.contextmanager
