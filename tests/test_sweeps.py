@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
+from omegaconf import DictConfig, OmegaConf
 
 from advbench.cli import sweeps
 from advbench.cli.main import main
@@ -25,28 +26,44 @@ class Compositions:
         return object()
 
 
+def master(launcher: str = sweeps.LOCAL_LAUNCHER) -> DictConfig:
+    """A sweep's master config, as far as the keeping reads it: which launcher runs the jobs."""
+    return OmegaConf.create({"hydra": {"launcher": {"_target_": launcher}}})
+
+
 def test_a_job_composed_again_gets_the_first_composition_once(monkeypatch: pytest.MonkeyPatch) -> None:
     composed = Compositions()
     monkeypatch.setattr(ConfigLoaderImpl, "load_sweep_config", composed)
-    loader, master = object(), object()
+    loader, sweep = object(), master()
     with sweeps.compose_each_job_once():
-        checked = ConfigLoaderImpl.load_sweep_config(loader, master, ["attack=bim"])
-        launched = ConfigLoaderImpl.load_sweep_config(loader, master, ["attack=bim"])
-        third = ConfigLoaderImpl.load_sweep_config(loader, master, ["attack=bim"])
-        other = ConfigLoaderImpl.load_sweep_config(loader, object(), ["attack=bim"])
+        checked = ConfigLoaderImpl.load_sweep_config(loader, sweep, ["attack=bim"])
+        launched = ConfigLoaderImpl.load_sweep_config(loader, sweep, ["attack=bim"])
+        third = ConfigLoaderImpl.load_sweep_config(loader, sweep, ["attack=bim"])
+        other = ConfigLoaderImpl.load_sweep_config(loader, master(), ["attack=bim"])
     assert launched is checked and third is not checked and other is not checked
     assert composed.calls == [("attack=bim",)] * 3
     assert ConfigLoaderImpl.load_sweep_config is composed  # Hydra's own method again once the command ends
+
+
+def test_nothing_is_kept_for_a_launcher_that_composes_elsewhere(monkeypatch: pytest.MonkeyPatch) -> None:
+    composed = Compositions()
+    monkeypatch.setattr(ConfigLoaderImpl, "load_sweep_config", composed)
+    sweep = master("hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher")
+    loader = object()
+    with sweeps.compose_each_job_once():
+        first = ConfigLoaderImpl.load_sweep_config(loader, sweep, ["attack=bim"])
+        again = ConfigLoaderImpl.load_sweep_config(loader, sweep, ["attack=bim"])
+    assert again is not first and len(composed.calls) == 2
 
 
 def test_jobs_beyond_the_kept_ones_are_composed_again(monkeypatch: pytest.MonkeyPatch) -> None:
     composed = Compositions()
     monkeypatch.setattr(ConfigLoaderImpl, "load_sweep_config", composed)
     monkeypatch.setattr(sweeps, "KEPT_JOBS", 1)
-    loader, master = object(), object()
+    loader, sweep = object(), master()
     with sweeps.compose_each_job_once():
         for job in (["attack=bim"], ["attack=pgd"], ["attack=bim"], ["attack=pgd"]):
-            ConfigLoaderImpl.load_sweep_config(loader, master, job)
+            ConfigLoaderImpl.load_sweep_config(loader, sweep, job)
     assert composed.calls == [("attack=bim",), ("attack=pgd",), ("attack=pgd",)]
 
 
