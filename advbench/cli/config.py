@@ -333,11 +333,12 @@ def _check_sweep_base(config_name: str, overrides: Sequence[str]) -> None:
     except (OverrideParseException, ValueError):
         return
     swept = [o.input_line for o in parsed if o.is_sweep_override()]
+    if not swept:  # the base is the sweep's one combination, composed and checked already
+        return
     try:
         _compose(config_name, [o.input_line for o in parsed if not o.is_sweep_override()])
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
-        found = _NO_OVERRIDE.search(str(exc))
-        if found is None or not swept:
+        if (found := _NO_OVERRIDE.search(str(exc))) is None:
             return
         key = found.group(1)
         raise AdvbenchError(f"{key} is a key of some swept options only: Hydra applies it first to the config "
