@@ -106,37 +106,38 @@ SMALL = 32
 """Rows under which a gradient call counts as small."""
 
 
+def excess(grad_passes: list[tuple[int, float]], per_row: float, *, small: bool) -> list[float]:
+    """What each gradient call under `SMALL` rows (`small`) or of at least `SMALL` rows took beyond its
+    rows at the limit's rate."""
+    return [t - r * per_row for r, t in grad_passes if (r < SMALL) == small]
+
+
 def where_time_goes(wall: float, grad_passes: list[tuple[int, float]], forward_passes: list[tuple[int, float]],
                     per_row: float) -> dict[str, float]:
     """One run's wall time as multiples of its limit (gradient rows × `per_row`): the limit itself (1),
     what calls of at least / under `SMALL` rows took beyond their rows at the limit's rate, the
     forward-only passes (verdicts), and the rest (the attack loop's own work and the search)."""
     limit = sum(r for r, _ in grad_passes) * per_row
-    full = [(r, t) for r, t in grad_passes if r >= SMALL]
-    small = [(r, t) for r, t in grad_passes if r < SMALL]
     forwards = sum(t for _, t in forward_passes)
     passes = sum(t for _, t in grad_passes)
     return {"limit": 1.0,
-            "full_calls": sum(t - r * per_row for r, t in full) / limit,
-            "small_calls": sum(t - r * per_row for r, t in small) / limit,
+            "full_calls": sum(excess(grad_passes, per_row, small=False)) / limit,
+            "small_calls": sum(excess(grad_passes, per_row, small=True)) / limit,
             "forward_passes": forwards / limit,
             "loop_and_search": (wall - passes - forwards) / limit}
 
 
-def per_call_cost(grad_passes: list[tuple[int, float]], per_row: float) -> float:
-    """The fixed seconds of a gradient call, whatever its rows: the median excess of the calls
-    under `SMALL` rows over their rows at the limit's rate (0 when there are none)."""
-    excess = [t - r * per_row for r, t in grad_passes if r < SMALL]
-    return max(statistics.median(excess), 0.0) if excess else 0.0
-
-
-def chain_floor(records: dict[str, torch.Tensor], grad_passes: list[tuple[int, float]], per_row: float) -> tuple[int, float]:
+def chain_floor(records: dict[str, torch.Tensor], grad_passes: list[tuple[int, float]],
+                per_row: float) -> tuple[int, float, float]:
     """The longest chain of gradient calls a sample takes part in (its evaluations: a gradient served
-    from memory needs no call), and its floor as a multiple of the limit: that many calls' fixed
-    cost plus every gradient row at the limit's rate."""
+    from memory needs no call); its floor as a multiple of the limit: that many calls' fixed cost
+    plus every gradient row at the limit's rate; and that fixed cost, the median excess of the calls
+    under `SMALL` rows (0 when there are none)."""
+    small = excess(grad_passes, per_row, small=True)
+    per_call = max(statistics.median(small), 0.0) if small else 0.0
     chain = int(records["grad_evals"].max())
     evals = int(records["grad_evals"].sum())
-    return chain, (chain * per_call_cost(grad_passes, per_row) + evals * per_row) / (evals * per_row)
+    return chain, (chain * per_call + evals * per_row) / (evals * per_row), per_call
 
 
 def difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> dict[str, float]:
@@ -171,11 +172,11 @@ def main(argv: list[str] | None = None) -> int:
                 evals = int(records["grad_evals"].sum())
                 over = statistics.median(t / (evals * r) for t, r in zip(times, per_row))
                 split = where_time_goes(times[-1], grad_passes, forward_passes, per_row[-1])
-                chain, floor_x = chain_floor(records, grad_passes, per_row[-1])
+                chain, floor_x, per_call = chain_floor(records, grad_passes, per_row[-1])
                 entry[variant] = {"times": times, "wall": statistics.median(times), "grad_calls": len(grad_passes),
                                   "small_calls": sum(r < SMALL for r, _ in grad_passes), "grad_evals": evals,
                                   "longest_chain": chain, "chain_floor": floor_x,
-                                  "per_call_s": per_call_cost(grad_passes, per_row[-1]), "over_limit": over, "last_round": split}
+                                  "per_call_s": per_call, "over_limit": over, "last_round": split}
                 e = entry[variant]
                 parts = " + ".join(f"{split[k]:.2f}" for k in ("full_calls", "small_calls", "forward_passes",
                                                                "loop_and_search"))
