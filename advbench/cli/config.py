@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 import advbench.core.paths  # noqa: F401  (registers the ${advbench:cache|data|weights} resolver the YAML uses)
-from advbench.cli.sweeps import compose_each_job_once
+from advbench.cli.compositions import composed_once
 from advbench.cli.validate import _one_line, validate
 from advbench.cli.workers import watch_parent
 from advbench.core.catalog import conf_dir, config_root, group_options
@@ -247,7 +247,7 @@ def run_hydra(config_name: str, task: Task, args: Sequence[str], prog: str) -> N
 
     A sweep's (and a printed config's) jobs are composed and checked first, and their output
     folders tried for writing, so a bad value fails in one line before any job starts. A
-    single run is composed once, by Hydra (a composition costs a quarter of a second):
+    single run is composed once, by Hydra (`composed_once`; a composition costs 0.1–0.3 s):
     each job checks its config and folder before its task, and when Hydra itself fails
     before the job (an unknown key, a folder it cannot create), the run is composed here
     to say why in one line.
@@ -285,7 +285,7 @@ def run_hydra(config_name: str, task: Task, args: Sequence[str], prog: str) -> N
         return guarded(task, cfg)
 
     try:
-        with _hydra_command_line([prog, *flags, *overrides], raise_errors=not flags), compose_each_job_once():
+        with _hydra_command_line([prog, *flags, *overrides], raise_errors=not flags), composed_once(names, overrides):
             _app()
     except Exception as exc:
         if flags or started:
