@@ -6,6 +6,7 @@ repeated to about 2,048 rows. Run it with `PYTHONPATH=<another checkout>` to tim
 models beside this one's figures.
 
     OMP_NUM_THREADS=1 python scripts/bench_forward.py --rounds 5
+    OMP_NUM_THREADS=1 python scripts/bench_forward.py --rounds 5 --scale 4
 """
 
 from __future__ import annotations
@@ -30,9 +31,11 @@ def loop(net: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, size: int) -> C
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5, help="round-robin rounds (median)")
-    rounds = parser.parse_args(argv).rounds
+    parser.add_argument("--scale", type=int, default=1, help="digits enlarged this many times (4: 32 x 32)")
+    args = parser.parse_args(argv)
+    rounds = args.rounds
     torch.set_num_threads(1)
-    net, x, y = digits_model(max(SIZES))
+    net, x, y = digits_model(max(SIZES), args.scale)
     timed = interleaved({size: loop(net, x, y, size) for size in SIZES}, torch.device("cpu"), 1, rounds)
     for size in SIZES:
         per_row = statistics.median(timed[size][0]) / (max(1, ROWS // size) * size)

@@ -63,10 +63,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def digits_model(n: int) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
-    """small_cnn trained 10 epochs on the first 1,297 digits, and the next `n` digits with labels."""
+def digits_model(n: int, scale: int = 1) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
+    """small_cnn trained 10 epochs on the first 1,297 digits, and the next `n` digits with labels;
+    with `scale` > 1, on digits enlarged that many times (bilinear), for a net whose calls cost more per row."""
     d = load_digits()
     x = torch.tensor(d.images, dtype=torch.float32).unsqueeze(1) / 16.0
+    if scale > 1:
+        x = nn.functional.interpolate(x, scale_factor=scale, mode="bilinear")
     y = torch.tensor(d.target, dtype=torch.long)
     torch.manual_seed(0)
     model = build_model("small_cnn", num_classes=10, in_channels=1)

@@ -18,14 +18,17 @@ class CleanGradients:
         self.logits: torch.Tensor | None = None  # (n, classes) once a row is stored
         self.grad = torch.zeros_like(x)
         # What each row's gradient was taken against, one number (`_key`): a label and a goal in
-        # one comparison per call, for every gradient call of a search looks its rows up.
+        # one comparison, made by every call with rows at their clean input (each probe's start).
         self.key = torch.full((n,), _EMPTY, dtype=torch.long, device=x.device)
 
-    def lookup(self, x: torch.Tensor, rows: torch.Tensor, labels: torch.Tensor,
-               targeted: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        """Which rows are remembered (same input bits, labels and goal), and which are at their clean input."""
-        clean = (x == self.x[rows]).flatten(1).all(dim=1)
-        return clean & (self.key[rows] == _key(labels, targeted)), clean
+    def at_clean(self, x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """Which rows of `x` (batch rows `rows`) are their clean input, bit for bit."""
+        return (x == self.x[rows]).flatten(1).all(dim=1)
+
+    def stored(self, clean: torch.Tensor, rows: torch.Tensor, labels: torch.Tensor, targeted: bool) -> torch.Tensor:
+        """Which rows are remembered: at their clean input (`at_clean`) with a gradient stored
+        against the same labels and goal."""
+        return clean & (self.key[rows] == _key(labels, targeted))
 
     def store(self, rows: torch.Tensor, labels: torch.Tensor, targeted: bool, logits: torch.Tensor,
               grad: torch.Tensor) -> None:

@@ -302,9 +302,13 @@ class WhiteBoxOracle(Oracle):
         if self._memo is None:
             return self.value_and_grad(x, loss(None), idx)
         rows = self._batch_rows(idx)
-        hit, clean = self._memo.lookup(x, rows, labels, targeted)
-        # Two host syncs per call whatever hits (the misses, the clean ones among them): on a GPU a
+        clean = self._memo.at_clean(x, rows)
+        # One host sync where no row is at its clean input (every call of an iteration past its
+        # start), three where some are (those, the misses, the clean ones among them): on a GPU a
         # boolean-mask gather would wait for the device once per tensor gathered.
+        if not bool(clean.any()):
+            return self.value_and_grad(x, loss(None), idx)
+        hit = self._memo.stored(clean, rows, labels, targeted)
         miss = (~hit).nonzero().squeeze(1)
         if miss.numel() == x.shape[0]:
             logits, grad = self.value_and_grad(x, loss(None), idx)
