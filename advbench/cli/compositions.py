@@ -5,7 +5,7 @@ A composition of `advbench run`'s config takes 0.1–0.2 s, and Hydra makes more
 * **A single run** is composed twice. Before it runs the job, Hydra composes the whole config
   once only to read `hydra.mode` from it (whether the command line or a config file turned the
   run into a sweep), then composes it again to run. No config this project ships sets
-  `hydra.mode` (`tests/test_compositions.py` composes them all to check), so
+  `hydra.mode` (`tests/test_compositions.py` reads them all to check), so
   `mode_from_command_line` answers from the command line instead, and leaves the question to
   Hydra where the answer could come from elsewhere: `hydra.mode` or `hydra.searchpath` (the
   user's own config folders) among the overrides, or a flag naming another config or folder.
@@ -68,13 +68,6 @@ def compose_each_job_once() -> Iterator[None]:
         ConfigLoaderImpl.load_sweep_config = compose  # type: ignore[method-assign]
 
 
-@contextlib.contextmanager
-def composed_once(flags: Iterable[str], overrides: Sequence[str]) -> Iterator[None]:
-    """Both, for one command: `mode_from_command_line` and `compose_each_job_once`."""
-    with mode_from_command_line(flags, overrides), compose_each_job_once():
-        yield
-
-
 MODE_KEYS = ("hydra.mode", "hydra.searchpath")
 """Overrides through which a run's mode can come from elsewhere than this project's configs: the
 mode itself, or config folders of the user's that may set it."""
@@ -106,5 +99,12 @@ OTHER_CONFIG_FLAGS = {"--config-name", "-cn", "--config-dir", "-cd", "--config-p
 
 
 def _key(override: str) -> str:
-    """The key an override sets: `hydra.mode` of `++hydra.mode=RUN`, `hydra` of `hydra/launcher=joblib`."""
+    """The key an override sets: `hydra.mode` of `++hydra.mode=RUN`, `hydra.launcher` of `hydra/launcher=joblib`."""
     return override.lstrip("+~").partition("=")[0].replace("/", ".")
+
+
+@contextlib.contextmanager
+def composed_once(flags: Iterable[str], overrides: Sequence[str]) -> Iterator[None]:
+    """Both, for one command: `mode_from_command_line` and `compose_each_job_once`."""
+    with mode_from_command_line(flags, overrides), compose_each_job_once():
+        yield
