@@ -72,19 +72,24 @@ MODE_KEYS = ("hydra.mode", "hydra.searchpath")
 """Overrides through which a run's mode can come from elsewhere than this project's configs: the
 mode itself, or config folders of the user's that may set it."""
 
+OWN_COMPOSITION_FLAGS = {"--config-name", "-cn", "--config-dir", "-cd", "--package", "-p", "--info", "-i",
+                         "--hydra-help", "--experimental-rerun"}
+"""Flags after which the config Hydra runs is not the one this project composes (another primary
+config or folder), or nothing runs at all: Hydra composes for itself, its mode included."""
+
 
 @contextlib.contextmanager
 def mode_from_command_line(flags: Iterable[str], overrides: Sequence[str]) -> Iterator[None]:
     """While open, Hydra's `get_mode` answers "not set" (a run, or a sweep under `-m`) without
-    composing, unless an override in `MODE_KEYS` or one of `flags` (another primary config or
-    config folder) could set the mode."""
+    composing, unless an override in `MODE_KEYS` or one of `OWN_COMPOSITION_FLAGS` among `flags`
+    (another primary config or config folder) could set the mode."""
     try:
         from hydra._internal.hydra import Hydra
         get_mode = Hydra.get_mode
     except (ImportError, AttributeError):  # a Hydra release without that method: its own composition
         yield
         return
-    if set(flags) & OTHER_CONFIG_FLAGS or any(_key(o).startswith(MODE_KEYS) for o in overrides):
+    if set(flags) & OWN_COMPOSITION_FLAGS or any(_key(o).startswith(MODE_KEYS) for o in overrides):
         yield
         return
     Hydra.get_mode = lambda hydra, config_name, overrides: None  # type: ignore[method-assign]
@@ -92,10 +97,6 @@ def mode_from_command_line(flags: Iterable[str], overrides: Sequence[str]) -> It
         yield
     finally:
         Hydra.get_mode = get_mode  # type: ignore[method-assign]
-
-
-OTHER_CONFIG_FLAGS = {"--config-name", "-cn", "--config-dir", "-cd", "--config-path", "-cp"}
-"""Flags after which the configs composed are not (only) this project's."""
 
 
 def _key(override: str) -> str:

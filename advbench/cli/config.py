@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 import advbench.core.paths  # noqa: F401  (registers the ${advbench:cache|data|weights} resolver the YAML uses)
-from advbench.cli.compositions import composed_once
+from advbench.cli.compositions import OWN_COMPOSITION_FLAGS, composed_once
 from advbench.cli.validate import _one_line, validate
 from advbench.cli.workers import watch_parent
 from advbench.core.catalog import conf_dir, config_root, group_options
@@ -233,12 +233,6 @@ def _unknown_key(config_name: str, overrides: Sequence[str], exc: BaseException)
     return AdvbenchError(f"unknown key '{unknown}'; valid keys{where}: {', '.join(names)}")
 
 
-# Flags after which the config Hydra runs is not the one composed here (another primary
-# config or folder), or nothing runs at all.
-_OWN_COMPOSITION_FLAGS = {"--config-name", "-cn", "--config-dir", "-cd", "--package", "-p", "--info", "-i",
-                          "--hydra-help", "--experimental-rerun"}
-
-
 _NO_WRITE_FLAGS = {"--cfg", "-c", "--help", "--hydra-help", "--info", "-i", "--shell-completion", "-sc"}
 
 
@@ -263,7 +257,7 @@ def run_hydra(config_name: str, task: Task, args: Sequence[str], prog: str) -> N
                             f"to see a sweep's config, drop -m and give one value per swept key")
     if names & {"-m", "--multirun"} and not names & _NO_WRITE_FLAGS:  # a sweep that launches jobs
         _check_launcher(overrides)
-    if names & _OWN_COMPOSITION_FLAGS or not flags:
+    if names & OWN_COMPOSITION_FLAGS or not flags:
         check_overrides(overrides, config_name)
     else:
         combos = _first_choices(overrides) if names & {"-m", "--multirun"} else [list(overrides)]
