@@ -23,15 +23,17 @@ from torch import nn
 
 from advbench.cli.config import compose_config
 from advbench.core.catalog import describe, group_options, groups
-from advbench.core.digests import module_digest
+from advbench.core.digests import code_digest, module_digest
 from advbench.core.errors import AdvbenchError
 from advbench.core.paths import writable_folder
 from advbench.core.records import read_kind
 from advbench.robustness.attacks.base import Attack
 from advbench.robustness.data.tensors import TensorData
+from advbench.robustness.defenses.wrappers import wrap
 from advbench.robustness.evaluation.cell import Given, run_cell
-from advbench.robustness.models.base import Classifier
-from advbench.robustness.models.user_models import check_forward
+from advbench.robustness.models.base import Classifier, evaluation_mode
+from advbench.robustness.models.given import Normalisation, applicable_wrapper, caller_state_kept, refuse_inapplicable
+from advbench.robustness.models.user_models import check_forward, check_randomized, check_randomness, mark_randomized
 from advbench.robustness.report.curves import summary_table
 from advbench.robustness.report.plot import render_all, with_categories
 
@@ -39,30 +41,42 @@ from advbench.robustness.report.plot import render_all, with_categories
 def evaluate(model: nn.Module, data: Any = "digits", *, attack: str | Attack = "bim", threat: str = "linf",
              eps: float | None = None, attack_params: Mapping[str, Any] | None = None, out_dir: str | Path | None = None,
              device: str = "cpu", seed: int = 0, mean: Sequence[float] | None = None, std: Sequence[float] | None = None,
-             randomized: bool = False, label: str | None = None, num_classes: int | None = None,
-             overrides: Sequence[str] = ()) -> pd.DataFrame:
+             randomized: bool = False, eot_samples: int | None = None, defense: str | None = None,
+             label: str | None = None, num_classes: int | None = None, overrides: Sequence[str] = ()) -> pd.DataFrame:
     """Attack `model` on `data` under `threat`; one record per sample, the CLI's schema.
 
     `model`: any `nn.Module` from NCHW floats in [0, 1] to logits (with `mean`/`std` when it
-    expects normalised input; `randomized=True` for a stochastic one, judged by a vote).
+    expects normalised input; `randomized=True` for a stochastic one, judged by a vote, its
+    dropout kept active and its gradients EOT means over `eot_samples` passes, default 10).
+    `defense`: an input-transformation defense put in front of it (`"jpeg"`, `"rp"`, ...); a
+    defense that trains a model is refused, since the object comes with its weights.
     `data`: a data set option name (`"digits"`, `"cifar10"` with `overrides=["dataset.root=..."]`),
     a torch `Dataset` of (x, y), or a pair of tensors (x, y); sample ids are positions.
     `attack`: an option name (with `attack_params`) or an attack object; `threat`: a threat
     option (`"linf"`, `"l2_score"`, ...); `eps`: the budget (default: the data set's).
     `out_dir`: where parts are written and resumed (None: a temporary folder). `overrides`:
-    any further `advbench run` overrides (`"search.enabled=false"`, `"batch_size=64"`, ...).
+    any further `advbench run` overrides (`"search.enabled=false"`, `"batch_size=64"`, ...);
+    those that name what a model or data object already fixes (`model.*`, `checkpoint=`, and
+    `dataset.*` with data objects) are refused: nothing would apply them.
+
+    The model is handed back as it came: every module's `training` flag and torch's global
+    random state are restored, whether the call succeeds or not.
     """
     if not isinstance(model, nn.Module):
         raise AdvbenchError(f"model must be a torch.nn.Module from NCHW floats in [0, 1] to logits, "
                             f"got {type(model).__name__}")
     name = label or type(model).__name__
-    with tempfile.TemporaryDirectory(prefix="advbench-") as scratch:
+    check_randomness(randomized, eot_samples)
+    refuse_inapplicable(overrides, data_object=not isinstance(data, str))
+    choices = [*([] if defense is None else [f"defense={defense}"]), *overrides]
+    with tempfile.TemporaryDirectory(prefix="advbench-") as scratch, caller_state_kept(model, device):
         cfg = compose_config("config", _overrides(name, data, attack, threat, eps, attack_params,
                                                   Path(out_dir) if out_dir is not None else Path(scratch),
-                                                  device, seed, randomized, overrides))
+                                                  device, seed, randomized, choices))
+        wrapper = applicable_wrapper(cfg.defense)
         dataset = instantiate(cfg.dataset) if isinstance(data, str) else \
             TensorData.of(data, num_classes=num_classes or _classes_of(model, data))
-        given = _given(cfg, model, dataset, attack, mean, std, randomized, name)
+        given = _given(cfg, model, dataset, attack, Normalisation(mean, std), (randomized, eot_samples), name, wrapper)
         part = run_cell(cfg, given)
         if part is None:  # only a sweep skips a cell, and evaluate runs one
             raise AdvbenchError("the cell was skipped")
@@ -89,30 +103,38 @@ def _overrides(name: str, data: Any, attack: str | Attack, threat: str, eps: flo
     return [*args, *extra]
 
 
-def _given(cfg: Any, model: nn.Module, dataset: Any, attack: str | Attack, mean: Sequence[float] | None,
-           std: Sequence[float] | None, randomized: bool, name: str) -> Given:
-    """The objects and what stands for them in the cell key: the model's digest, the data's content."""
-    net = Classifier(model, name, dataset.input_shape[0], (0.0,) if mean is None else mean,
-                     (1.0,) if std is None else std)
-    net.randomized = bool(randomized)
-    net = net.eval()
-    identity: dict[str, Any] = {"model": "python", "model_config": {"class": type(model).__qualname__,
-                                                                     "mean": list(net.mean.flatten().tolist()),
-                                                                     "std": list(net.std.flatten().tolist()),
-                                                                     "randomized": bool(randomized)},
+def _given(cfg: Any, model: nn.Module, dataset: Any, attack: str | Attack, normalisation: Normalisation,
+           randomness: tuple[bool, int | None], name: str, wrapper: dict[str, Any] | None) -> Given:
+    """The objects and what stands for them in the cell key: the model's code and weights, the data's content.
+
+    The model is put behind the defense's `wrapper` (None: as given), as `advbench run` puts
+    a zoo model behind it, so the records' defense is the one applied.
+    """
+    net = Classifier(model, name, dataset.input_shape[0], normalisation.mean, normalisation.std)
+    net = evaluation_mode(mark_randomized(net, *randomness))
+    identity: dict[str, Any] = {"model": "python",
+                                "model_config": {"class": type(model).__qualname__, "code_sha256": code_digest(model),
+                                                 "mean": list(net.mean.flatten().tolist()),
+                                                 "std": list(net.std.flatten().tolist()),
+                                                 "randomized": net.randomized,
+                                                 **({"eot_samples": net.eot_samples} if net.randomized else {})},
                                 "weights": {"module_sha256": module_digest(model)}}
     check_forward(net, dataset.input_shape, dataset.num_classes, f"'{name}'")
+    check_randomized(net, dataset.input_shape, f"'{name}'")
     if isinstance(dataset, TensorData):
         identity.update(dataset=dataset.name, dataset_config=dataset.identity())
     if isinstance(attack, Attack):
         with open_dict(cfg):
             cfg.attack.name = type(attack).__name__.lower()
         identity.update(attack=cfg.attack.name, attack_params=attack.params())
-    return Given(model=net, identity=identity, dataset=dataset, attack=attack if isinstance(attack, Attack) else None)
+    return Given(model=wrap(net, wrapper, seed=int(cfg.seed)), identity=identity, dataset=dataset,
+                 attack=attack if isinstance(attack, Attack) else None)
 
 
 def _classes_of(model: nn.Module, data: Any) -> int | None:
-    """The number of classes a model's logits have, from one pass on the data's first image (None: left to the labels)."""
+    """The number of classes a model's logits have, from one pass on the data's first image (None: left to the labels).
+
+    Run in eval mode, inside `caller_state_kept`, which gives the caller's modes back."""
     images = data[0] if isinstance(data, (tuple, list)) and len(data) == 2 else None
     if not isinstance(images, torch.Tensor) or images.dim() != 4 or not len(images):
         return None

@@ -237,6 +237,7 @@ CHECKS: dict[str, Check] = {
     "force": _flag,
     "label": _label,
     "model.randomized": _flag,
+    "model.eot_samples": _whole(1, nullable=True),
     "dataset.n_samples": _whole(1, nullable=True),
     "threat.eps": _real(0, _MAX_BUDGET, nullable=True,
                         why=" (null: the data set's budget)"),

@@ -5,6 +5,8 @@ Python API depends on, hashed into its key.
 from __future__ import annotations
 
 import hashlib
+import inspect
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -34,6 +36,49 @@ def module_digest(module: nn.Module) -> str:
     for key, tensor in module.state_dict().items():
         _update(digest, key, tensor)
     return digest.hexdigest()
+
+
+LIBRARY_MODULES = ("torch.", "torchvision.")
+"""Where a module's class is library code, versioned by the library (and in the records' versions)."""
+
+
+def code_digest(module: nn.Module) -> str:
+    """sha256 of the code of every class in `module`'s tree that is not torch's own.
+
+    Weights alone do not fix what a model computes: an edited `forward` with the same
+    parameters is another model, and its records must not be taken for the old one's. Each
+    class counts with the whole file it is defined in (what it calls there may change too),
+    else its own source (a notebook cell), else its methods' bytecode (code typed at a prompt).
+    """
+    digest = hashlib.sha256()
+    classes = {type(sub) for sub in module.modules()}
+    for cls in sorted(classes, key=lambda c: (c.__module__, c.__qualname__)):
+        if cls.__module__.startswith(LIBRARY_MODULES):
+            continue
+        digest.update(f"{cls.__module__}.{cls.__qualname__}\n".encode())
+        digest.update(_class_code(cls))
+    return digest.hexdigest()
+
+
+def _class_code(cls: type) -> bytes:
+    try:
+        source_file = inspect.getsourcefile(cls)
+    except TypeError:  # a built-in class
+        source_file = None
+    if source_file and Path(source_file).is_file():
+        return Path(source_file).read_bytes()
+    try:
+        return inspect.getsource(cls).encode()
+    except (OSError, TypeError):
+        functions = sorted((k, v) for k, v in vars(cls).items() if inspect.isfunction(v))
+        return repr([(name, _code_shape(f.__code__)) for name, f in functions]).encode()
+
+
+def _code_shape(code: Any) -> tuple[Any, ...]:
+    """A code object's instructions, names and constants (nested code included), without the
+    addresses and reference counts that make `marshal`'s bytes differ between equal objects."""
+    consts = tuple(_code_shape(c) if inspect.iscode(c) else repr(c) for c in code.co_consts)
+    return code.co_code, code.co_names, code.co_varnames, consts
 
 
 def _update(digest: Any, key: str, tensor: torch.Tensor) -> None:

@@ -82,6 +82,12 @@ def defense_identity(cfg: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in plain(cfg).items() if k not in DEFENSE_LABELS}
 
 
+NEWER_MODEL_KEYS = ("eot_samples",)
+"""Model keys added after cells were keyed: left out of the identity while null (their default),
+so the cells of models that do not set them keep their keys."""
+
+
 def model_identity(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """The model config minus its option name and description."""
-    return {k: v for k, v in plain(cfg).items() if k not in ("name", "description")}
+    """The model config minus its option name and description (and the newer keys left null)."""
+    return {k: v for k, v in plain(cfg).items()
+            if k not in ("name", "description") and not (k in NEWER_MODEL_KEYS and v is None)}

@@ -325,6 +325,9 @@ def wrap(model: nn.Module, spec: dict[str, Any] | None, *, seed: int) -> nn.Modu
     if not spec:
         return model
     cls = check_wrapper(spec)
+    if getattr(model, "randomized", False):
+        raise AdvbenchError(f"a randomized model behind the wrapper '{spec['type']}' is not supported: the wrapper "
+                            "would judge and differentiate it as a deterministic one; attack it unwrapped")
     spec = {k: v for k, v in spec.items() if k != "type"}
     if cls.randomized:
         spec.setdefault("seed", seed)

@@ -39,8 +39,9 @@ from advbench.robustness.data.digits import Digits
 from advbench.robustness.defenses.recipes import LOSSES
 from advbench.robustness.defenses.trainer import build_defended_model, train_defense
 from advbench.robustness.defenses.wrappers import wrap
+from advbench.robustness.models.base import evaluation_mode
 from advbench.robustness.models.checkpoint import load_checkpoint
-from advbench.robustness.models.user_models import check_forward, own_weights, source_identity, user_kind
+from advbench.robustness.models.user_models import check_forward, check_randomized, own_weights, source_identity, user_kind
 
 # ---------------------------------------------------------------- the checkpoint cache
 
@@ -221,7 +222,7 @@ def load_trained_model(cfg: DictConfig, dataset: ImageDataset) -> nn.Module:
     if not _uses_pretrained_weights(cfg):
         path = ensure_checkpoint(cfg)
         _check_cache_entry(path, load_checkpoint(path, model, make_command=train_command(cfg)), cfg, dataset)
-    return model.eval().requires_grad_(False)
+    return evaluation_mode(model).requires_grad_(False)
 
 
 def _check_cache_entry(path: Path, meta: Mapping[str, Any], cfg: DictConfig, dataset: ImageDataset) -> None:
@@ -269,9 +270,11 @@ def load_defended_model(cfg: DictConfig, dataset: Any) -> torch.nn.Module:
             model = build_defended_model(cfg.model, cfg.defense.get("recipe"), dataset.num_classes,
                                          dataset.input_shape[0])
             load_checkpoint(Path(cfg.checkpoint), model)
-            model = model.eval().requires_grad_(False)
+            model = evaluation_mode(model).requires_grad_(False)
         else:
             model = load_trained_model(cfg, dataset)
         if kind is not None:
-            check_forward(model, dataset.input_shape, dataset.num_classes, f"{kind} '{getattr(model, 'arch', kind)}'")
+            what = f"{kind} '{getattr(model, 'arch', kind)}'"
+            check_forward(model, dataset.input_shape, dataset.num_classes, what)
+            check_randomized(model, dataset.input_shape, what)
     return wrap(model, plain(cfg.defense.get("wrapper")), seed=int(cfg.seed))

@@ -42,6 +42,22 @@ class Classifier(nn.Module):
         return self.net((x - self.mean) / self.std)
 
 
+def evaluation_mode(model: nn.Module) -> nn.Module:
+    """`model` in the mode it is attacked in: eval, except that a model marked `randomized` (a
+    user's stochastic network) keeps its dropout layers drawing.
+
+    eval() would switch MC dropout off and leave a deterministic model judged by a vote over
+    passes that all agree; batch norm and the rest still run on their stored statistics, so
+    samples do not interact through a batch.
+    """
+    model.eval()
+    if getattr(model, "randomized", False):
+        for sub in model.modules():
+            if isinstance(sub, nn.modules.dropout._DropoutNd):
+                sub.train()
+    return model
+
+
 def _per_channel(values: Sequence[float], channels: int, what: str) -> torch.Tensor:
     """A (C, 1, 1) buffer; a single value is shared by every channel."""
     values = [float(v) for v in values]

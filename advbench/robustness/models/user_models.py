@@ -170,11 +170,12 @@ def _build_user_net(target: str, kwargs: Mapping[str, Any]) -> nn.Module:
 
 def python_model(num_classes: int, in_channels: int, target: str | None = None, kwargs: Mapping[str, Any] | None = None,
                  mean: Sequence[float] | None = None, std: Sequence[float] | None = None, randomized: bool = False,
-                 **meta: Any) -> Classifier:
+                 eot_samples: int | None = None, **meta: Any) -> Classifier:
     """The user's network (NCHW floats in [0, 1] to logits) in advbench's model contract.
 
     `mean`/`std` (null: none) normalise in front of it; `randomized` marks a stochastic
-    model, judged by a vote over `judge.draws` passes. The network's own weights are used
+    model, judged by a vote over `judge.draws` passes, its dropout kept active and its
+    gradients EOT means over `eot_samples` passes. The network's own weights are used
     unless `checkpoint=` loads a state dict into it. `num_classes` is checked against the
     network's output by `check_forward`; `meta` are the option's labels (`name`, `input_size`).
     """
@@ -185,8 +186,34 @@ def python_model(num_classes: int, in_channels: int, target: str | None = None, 
         raise AdvbenchError(f"model.kwargs must be a mapping of keyword arguments, got {options!r}")
     net = _build_user_net(target, options)
     model = Classifier(net, str(target), in_channels, (0.0,) if mean is None else mean, (1.0,) if std is None else std)
-    model.randomized = bool(randomized)
+    return mark_randomized(model, randomized, eot_samples, "model.")
+
+
+DEFAULT_EOT_SAMPLES = 10
+"""Passes a randomized user model's white-box gradient averages, as the zoo's randomized defenses."""
+
+
+def mark_randomized(model: Classifier, randomized: Any, eot_samples: Any, prefix: str = "") -> Classifier:
+    """`model` marked stochastic or not, with the EOT passes of its gradients (`eot_samples`,
+    default DEFAULT_EOT_SAMPLES for a randomized model): a deterministic model refuses them,
+    since averaging equal passes would only multiply the cost."""
+    check_randomness(randomized, eot_samples, prefix)
+    model.randomized = randomized
+    model.eot_samples = (eot_samples or DEFAULT_EOT_SAMPLES) if randomized else 1
+    model.grad_mode = "eot" if model.eot_samples > 1 else "exact"  # the records' `grad_mode`, as the wrappers'
     return model
+
+
+def check_randomness(randomized: Any, eot_samples: Any, prefix: str = "") -> None:
+    """`randomized` a bool; `eot_samples` None, or a whole number >= 1 for a randomized model."""
+    if not isinstance(randomized, bool):
+        raise AdvbenchError(f"{prefix}randomized must be true or false, got {randomized!r}")
+    if eot_samples is not None:
+        if isinstance(eot_samples, bool) or not isinstance(eot_samples, int) or eot_samples < 1:
+            raise AdvbenchError(f"{prefix}eot_samples must be a whole number >= 1, got {eot_samples!r}")
+        if not randomized:
+            raise AdvbenchError(f"{prefix}eot_samples applies to a randomized model ({prefix}randomized=true): "
+                                "a deterministic model's passes are all equal")
 
 
 # ---------------------------------------------------------------- what the rest of advbench asks
@@ -253,6 +280,23 @@ def check_forward(model: nn.Module, input_shape: Sequence[int], num_classes: int
                             f"classes; on a batch of 2 {shape} images it returned {got}")
 
 
+def check_randomized(model: nn.Module, input_shape: Sequence[int], what: str) -> None:
+    """A model marked `randomized` must draw: two passes on the same input must differ.
+
+    Otherwise its records would carry a vote over passes that all agree, and EOT passes that
+    cost without averaging anything. torch's global RNG is left as it was.
+    """
+    if not getattr(model, "randomized", False):
+        return
+    x = torch.full((2, *input_shape), 0.5)
+    with torch.random.fork_rng(devices=[]), torch.no_grad():
+        first, second = model(x), model(x)
+    if torch.equal(first, second):
+        raise AdvbenchError(f"model {what} is marked randomized, but two passes on the same input agree: nothing in "
+                            "it draws at random in eval mode (dropout layers are kept active; a module of your own "
+                            "must draw whatever its `training` flag); drop randomized=true for a deterministic model")
+
+
 def check_config(model_cfg: DictConfig) -> None:
     """The user-model keys of a composed config (`cli.validate`), before any work starts."""
     kind = user_kind(model_cfg)
@@ -261,6 +305,7 @@ def check_config(model_cfg: DictConfig) -> None:
     if kind == "robustbench" and model_cfg.get("model_name") not in (None, robustbench_zoo.PLACEHOLDER):
         robustbench_zoo.zoo_entry(model_cfg.get("model_name"), model_cfg.get("dataset"), model_cfg.get("threat"))
     if kind == "python":
+        check_randomness(model_cfg.get("randomized"), model_cfg.get("eot_samples"), "model.")
         if model_cfg.get("target") is not None:
             split_target(model_cfg.get("target"))
         if not isinstance(model_cfg.get("kwargs"), (DictConfig, type(None))):

@@ -1,0 +1,105 @@
+"""What a model object handed to the Python API can be combined with, and how it is handed back.
+
+A model object comes with its code and weights: a checkpoint, a model option, its keys or a
+defense that trains a model cannot apply to it, and data handed in as objects leaves nothing
+for `dataset.*` to change. Such a setting would be recorded without being done, so it is
+refused before any work. An input-transformation defense applies to any classifier, so it is
+put in front of the object as `advbench run` puts it in front of a zoo model.
+
+The caller's object is used in place (copying a large network would cost its memory), so
+what an evaluation changes on it — each module's `training` flag, torch's global random
+state, which a stochastic model draws from — is given back when the call ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from advbench.core.catalog import group_options, load_option
+from advbench.core.errors import AdvbenchError
+from advbench.core.keys import plain
+
+_OVERRIDE_KEY = re.compile(r"^(?:\+\+|\+|~)?([^=@]+)")
+_FIXED_BY_MODEL = ("model", "checkpoint")
+_FIXED_BY_DATA = ("dataset",)
+
+
+@dataclass(frozen=True)
+class Normalisation:
+    """Per-channel statistics put in front of a network that expects normalised input (None: none)."""
+
+    mean: Sequence[float] | None = None
+    std: Sequence[float] | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mean", (0.0,) if self.mean is None else tuple(self.mean))
+        object.__setattr__(self, "std", (1.0,) if self.std is None else tuple(self.std))
+
+
+def refuse_inapplicable(overrides: Sequence[str], *, data_object: bool) -> None:
+    """An AdvbenchError for the first override that names what a model (or data) object fixes."""
+    if isinstance(overrides, str):
+        raise AdvbenchError(f"overrides must be a list of strings, e.g. [{overrides!r}]")
+    fixed = _FIXED_BY_MODEL + (_FIXED_BY_DATA if data_object else ())
+    for override in overrides:
+        if not isinstance(override, str):
+            raise AdvbenchError(f"overrides must be strings like 'search.enabled=false', got {override!r}")
+        match = _OVERRIDE_KEY.match(override.strip())
+        key = match.group(1).strip() if match else ""
+        group = key.split(".")[0]
+        if group in fixed:
+            raise AdvbenchError(f"override '{override}' cannot apply to a {_object_of(group)} object: "
+                                f"{_instead(group)}")
+
+
+def _object_of(group: str) -> str:
+    return "data" if group == "dataset" else "model"
+
+
+def _instead(group: str) -> str:
+    return {"model": "it fixes the network; use evaluate's mean=, std=, randomized= and eot_samples= arguments",
+            "checkpoint": "it comes with its weights; load them into it (load_state_dict) before calling evaluate",
+            "dataset": "it fixes the images; pass the subset you want to attack (e.g. (x[:4], y[:4]))"}[group]
+
+
+def applicable_wrapper(defense: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The wrapper a defense puts in front of a model object (None: the model as given).
+
+    A defense whose recipe trains a model (anything but natural training) is refused: the
+    object's weights are its own, and the records would name a training it never had.
+    """
+    spec = plain(defense)
+    recipe = (spec.get("recipe") or {}).get("type")
+    if recipe not in (None, "natural"):
+        raise AdvbenchError(f"defense '{spec.get('name')}' trains a model ({recipe}); a model object comes with its "
+                            "own weights: train it yourself, or choose an input-transformation defense "
+                            f"({', '.join(transformation_defenses())})")
+    return spec.get("wrapper") or None
+
+
+def transformation_defenses() -> list[str]:
+    """The defense options that only put a transform in front of a naturally trained model."""
+    options = {name: plain(load_option("defense", name)) for name in group_options("defense")}
+    return [name for name, spec in options.items()
+            if spec.get("wrapper") and (spec.get("recipe") or {}).get("type") in (None, "natural")]
+
+
+@contextlib.contextmanager
+def caller_state_kept(model: nn.Module, device: str) -> Iterator[None]:
+    """Within: anything goes; on leaving, normally or by an exception, every module of `model`
+    has its `training` flag back and torch's global generators their state."""
+    modes = [(module, module.training) for module in model.modules()]
+    cuda = torch.cuda.is_available() and str(device) != "cpu"
+    try:
+        with torch.random.fork_rng(devices=list(range(torch.cuda.device_count())) if cuda else []):
+            yield
+    finally:
+        for module, training in modes:
+            module.training = training
