@@ -65,6 +65,9 @@ def evaluate(model: nn.Module, data: Any = "digits", *, attack: str | Attack = "
     if not isinstance(model, nn.Module):
         raise AdvbenchError(f"model must be a torch.nn.Module from NCHW floats in [0, 1] to logits, "
                             f"got {type(model).__name__}")
+    if eps is not None and (isinstance(eps, bool) or not isinstance(eps, (int, float))):
+        raise AdvbenchError(f"eps must be one number, the budget, got {eps!r}: records give each sample's minimum ε, "
+                            "so one call draws the whole accuracy-vs-ε curve (advbench.plot)")
     name = label or type(model).__name__
     check_randomness(randomized, eot_samples)
     refuse_inapplicable(overrides, data_object=not isinstance(data, str))
@@ -110,7 +113,7 @@ def _given(cfg: Any, model: nn.Module, dataset: Any, attack: str | Attack, norma
     The model is put behind the defense's `wrapper` (None: as given), as `advbench run` puts
     a zoo model behind it, so the records' defense is the one applied.
     """
-    net = Classifier(model, name, dataset.input_shape[0], normalisation.mean, normalisation.std)
+    net = Classifier(model, name, dataset.input_shape[0], normalisation.mean, normalisation.std, user_code=True)
     net = evaluation_mode(mark_randomized(net, *randomness))
     identity: dict[str, Any] = {"model": "python",
                                 "model_config": {"class": type(model).__qualname__, "code_sha256": code_digest(model),

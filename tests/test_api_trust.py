@@ -218,3 +218,50 @@ def test_the_cli_puts_a_wrapper_before_a_python_model_and_keys_edits_anew(tmp_pa
     _write(tmp_path / "net.py", negate=True)
     assert _cli("model=python", "model.target=net.py:Net", "defense=bit_red", out).exit_code == 0
     assert len(_parts(tmp_path / "out")) == 2
+
+
+class FailsLater(nn.Module):
+    """A net that raises on its fourth call: a failure in a later batch, past the checks up front."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner, self.calls = inner, 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        if self.calls > 3:
+            raise ValueError("index 7 is out of bounds\nsecond line")
+        return self.inner(x)
+
+
+def test_the_models_own_failure_mid_run_is_one_line_with_its_cause(tiny_model, data) -> None:
+    with pytest.raises(AdvbenchError, match=r"model 'FailsLater' failed on a batch of \d+ 1x8x8 inputs: "
+                                            r"ValueError: index 7 is out of bounds$") as caught:
+        advbench.evaluate(FailsLater(tiny_model), data, attack="bim", eps=0.1, num_classes=10)
+    assert isinstance(caught.value.__cause__, ValueError)
+
+
+@pytest.mark.parametrize(("make", "says"), [
+    (lambda x, y: (x[:0], y[:0]), "data holds no images"),
+    (lambda x, y: ((x * 255).to(torch.uint8), y), "uint8 pixels: divide by 255"),
+    (lambda x, y: (torch.where(x > 0.9, torch.nan, x), y), "must be finite"),
+])
+def test_bad_images_are_named_for_what_is_wrong(tiny_model, data, make, says) -> None:
+    with pytest.raises(AdvbenchError, match=says) as caught:
+        advbench.evaluate(tiny_model, make(*data), attack="fgsm", eps=0.1)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_list_of_budgets_and_a_single_logit_are_told_plainly(tiny_model, data) -> None:
+    with pytest.raises(AdvbenchError, match="eps must be one number"):
+        advbench.evaluate(tiny_model, data, attack="fgsm", eps=[0.1, 0.2])
+    with pytest.raises(AdvbenchError, match="a classifier returns one logit per class"):
+        advbench.evaluate(nn.Sequential(nn.Flatten(), nn.Linear(64, 1)), data, attack="fgsm", eps=0.1)
+
+
+def test_the_summary_line_names_the_data_and_only_what_was_measured(tiny_model, data, capsys) -> None:
+    advbench.evaluate(tiny_model, data, attack="fgsm", eps=0.1, overrides=QUIET)
+    line = capsys.readouterr().err
+    assert "tensors/" in line and "digits/" not in line and "median min-ε" not in line
+    advbench.evaluate(tiny_model, data, attack="fgsm", eps=0.1, overrides=["search.max_probes=2"])
+    assert "median min-ε" in capsys.readouterr().err

@@ -24,20 +24,18 @@ class TensorData(ImageDataset):
     def __init__(self, images: torch.Tensor, labels: torch.Tensor, *, name: str = "tensors",
                  num_classes: int | None = None, budgets: Mapping[str, Any] | None = None) -> None:
         super().__init__(name, budgets)
-        if not isinstance(images, torch.Tensor) or images.dim() != 4 or not images.is_floating_point():
-            shape = tuple(images.shape) if isinstance(images, torch.Tensor) else type(images).__name__
-            raise AdvbenchError(f"data images must be a float tensor (N, C, H, W) in [0, 1], got {shape}")
+        _check_images(images)
         labels = torch.as_tensor(labels)
         if labels.shape != (images.shape[0],) or labels.is_floating_point():
             raise AdvbenchError(f"data labels must be whole numbers, one per image ({images.shape[0]}), "
                                 f"got shape {tuple(labels.shape)}")
-        if images.numel() and (float(images.min()) < 0 or float(images.max()) > 1):
-            raise AdvbenchError("data images must lie in [0, 1]; normalisation belongs to the model (mean=, std=)")
         self.images, self.labels = images.detach().cpu(), labels.cpu().long()
         self.num_classes = int(num_classes if num_classes is not None else int(self.labels.max()) + 1)
         if len(self.labels) and (int(self.labels.min()) < 0 or int(self.labels.max()) >= self.num_classes):
-            raise AdvbenchError(f"data labels must lie in 0..{self.num_classes - 1} (the model's classes), "
-                                f"got {int(self.labels.min())}..{int(self.labels.max())}")
+            raise AdvbenchError(f"data labels must lie in 0..{self.num_classes - 1} for {self.num_classes} classes "
+                                f"(num_classes=, else the logits the model returns per image), got "
+                                f"{int(self.labels.min())}..{int(self.labels.max())}: a classifier returns one "
+                                "logit per class")
         self.input_shape = tuple(int(s) for s in images.shape[1:])  # type: ignore[assignment]
 
     @classmethod
@@ -63,3 +61,21 @@ class TensorData(ImageDataset):
 
     def train_set(self, augment: bool = True) -> Dataset:
         raise AdvbenchError("data handed to advbench.evaluate is for evaluation only; train with a data set option")
+
+
+def _check_images(images: Any) -> None:
+    """Images a model can be attacked on: a non-empty float tensor (N, C, H, W), finite, in [0, 1]."""
+    if not isinstance(images, torch.Tensor) or images.dim() != 4:
+        shape = tuple(images.shape) if isinstance(images, torch.Tensor) else type(images).__name__
+        raise AdvbenchError(f"data images must be a float tensor (N, C, H, W) in [0, 1], got {shape}")
+    if not images.is_floating_point():
+        hint = " (uint8 pixels: divide by 255)" if images.dtype == torch.uint8 else ""
+        raise AdvbenchError(f"data images must be floats in [0, 1], got dtype {str(images.dtype).removeprefix('torch.')}"
+                            f"{hint}")
+    if not images.shape[0]:
+        raise AdvbenchError("data holds no images: give at least one (x, y) pair")
+    if not bool(torch.isfinite(images).all()):
+        raise AdvbenchError(f"data images must be finite; {int((~torch.isfinite(images)).sum())} values are NaN or "
+                            "infinite")
+    if float(images.min()) < 0 or float(images.max()) > 1:
+        raise AdvbenchError("data images must lie in [0, 1]; normalisation belongs to the model (mean=, std=)")

@@ -176,7 +176,7 @@ def run_cell(cfg: DictConfig, given: Given | None = None) -> Path | None:
     attack: Attack = given.attack if given is not None and given.attack is not None else instantiate(cfg.attack.params)
     named = model_label(cfg)  # a user's model or a `label=` shows in the lines, before its defense
     row = cfg.defense.name if named == cfg.defense.name else f"{named}+{cfg.defense.name}"
-    label = f"{cfg.dataset.name}/{row}/{cfg.attack.name} {threat.norm} {threat.goal} ε={threat.eps:g}"
+    label = f"{dataset.name}/{row}/{cfg.attack.name} {threat.norm} {threat.goal} ε={threat.eps:g}"
     if threat.knowledge != "white":
         label += f" ({threat.knowledge})"
     why = attack.unsupported(threat.norm, threat.knowledge, threat.goal)
@@ -198,7 +198,7 @@ def run_cell(cfg: DictConfig, given: Given | None = None) -> Path | None:
         substitute = load_substitute(cfg, dataset, threat)
         frame = evaluate_cell(cfg, dataset, model, attack, threat, identity, files, label, device,
                               substitute=None if substitute is None else deploy(substitute.to(device), **execution))
-    summarize(frame, label, out)
+    summarize(frame, label, out, searched=bool(cfg.search.enabled))
     gate_cell(cfg.get("gate"), out, label, in_sweep=_in_sweep())
     return out
 
@@ -313,11 +313,13 @@ def _batch_frame(measured: dict[str, torch.Tensor | str], y: torch.Tensor, sampl
     return frame
 
 
-def summarize(frame: pd.DataFrame, label: str, out: Path) -> None:
-    """One line per cell: clean accuracy, accuracy/ASR at the budget, certified accuracy where IBP applies, median min-ε."""
+def summarize(frame: pd.DataFrame, label: str, out: Path, *, searched: bool = True) -> None:
+    """One line per cell: clean accuracy, accuracy/ASR at the budget, certified accuracy where IBP applies, and
+    the median min-ε where the search measured it (without it a broken sample's min_eps is only the budget)."""
     clean = frame["clean_correct"].mean()
     robust = (frame["adv_pred"] == frame["label"]).mean()
     verified = frame["certified"].dropna() if "certified" in frame else pd.Series(dtype=float)
     proven = f", certified {verified.mean():.1%}" if len(verified) else ""
+    median = f"median min-ε {frame['min_eps'].median():.4g}, " if searched else ""
     console.print(f"{label}: clean {clean:.1%}, adversarial accuracy {robust:.1%}{proven}, "
-                  f"median min-ε {frame['min_eps'].median():.4g}, {len(frame)} samples -> {out}", soft_wrap=True)
+                  f"{median}{len(frame)} samples -> {out}", soft_wrap=True)

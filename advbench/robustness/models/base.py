@@ -24,7 +24,7 @@ class Classifier(nn.Module):
     randomized: bool = False
 
     def __init__(self, net: nn.Module, arch: str, in_channels: int, mean: Sequence[float], std: Sequence[float],
-                 normalization: str = "outside") -> None:
+                 normalization: str = "outside", *, user_code: bool = False) -> None:
         super().__init__()
         if normalization not in NORMALIZATIONS:
             raise AdvbenchError(f"model.normalization must be one of {', '.join(NORMALIZATIONS)}, got '{normalization}'")
@@ -37,9 +37,19 @@ class Classifier(nn.Module):
         if (self.std <= 0).any():
             raise AdvbenchError(f"model std must be positive, got {list(std)}")
         self.net = net
+        self.user_code = user_code
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net((x - self.mean) / self.std)
+        if not self.user_code:
+            return self.net((x - self.mean) / self.std)
+        try:
+            return self.net((x - self.mean) / self.std)
+        except torch.OutOfMemoryError:  # the batch size search's signal, not the model's fault
+            raise
+        except Exception as exc:  # a user's network failing mid-run: say whose, keep its traceback as the cause
+            first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+            raise AdvbenchError(f"model '{self.arch}' failed on a batch of {x.shape[0]} "
+                                f"{'x'.join(map(str, x.shape[1:]))} inputs: {type(exc).__name__}: {first}") from exc
 
 
 def evaluation_mode(model: nn.Module) -> nn.Module:

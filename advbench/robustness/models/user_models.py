@@ -185,7 +185,8 @@ def python_model(num_classes: int, in_channels: int, target: str | None = None, 
     if not isinstance(options, dict):
         raise AdvbenchError(f"model.kwargs must be a mapping of keyword arguments, got {options!r}")
     net = _build_user_net(target, options)
-    model = Classifier(net, str(target), in_channels, (0.0,) if mean is None else mean, (1.0,) if std is None else std)
+    model = Classifier(net, str(target), in_channels, (0.0,) if mean is None else mean, (1.0,) if std is None else std,
+                       user_code=True)
     return mark_randomized(model, randomized, eot_samples, "model.")
 
 
@@ -272,6 +273,7 @@ def check_forward(model: nn.Module, input_shape: Sequence[int], num_classes: int
         with torch.no_grad():
             out = model(torch.full((2, *input_shape), 0.5))
     except Exception as exc:  # the user's network on this input: its message is the diagnosis
+        exc = exc.__cause__ if isinstance(exc, AdvbenchError) and exc.__cause__ is not None else exc
         first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
         raise AdvbenchError(f"model {what} fails on the data set's {shape} input: {type(exc).__name__}: {first}") from None
     got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
