@@ -4,6 +4,7 @@ and torch's RNG handed back as they came. Through `advbench.evaluate` and `advbe
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -265,3 +266,17 @@ def test_the_summary_line_names_the_data_and_only_what_was_measured(tiny_model, 
     assert "tensors/" in line and "digits/" not in line and "median min-ε" not in line
     advbench.evaluate(tiny_model, data, attack="fgsm", eps=0.1, overrides=["search.max_probes=2"])
     assert "median min-ε" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("source", "says"), [
+    ('raise RuntimeError("boom at import")\n', "importing '.*a.py' failed: RuntimeError: boom at import"),
+    ("import sys\nsys.exit(3)\n", "failed: exited with status 3"),
+    ("from torch import nn\nclass Net(nn.Module):\n    def __init__(self):\n        raise NameError('x')\n",
+     "building the model failed: NameError: x"),
+])
+def test_a_python_model_that_fails_to_import_or_build_is_one_line(tmp_path: Path, monkeypatch, source, says) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.py").write_text(source)
+    result = _cli("model=python", "model.target=a.py:Net")
+    assert result.exit_code == 1, result.output
+    assert len(result.output.strip().splitlines()) == 1 and re.search(says, result.output), result.output

@@ -106,10 +106,17 @@ def _import_file(path: Path, target: str) -> ModuleType:
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
-    except (ImportError, SyntaxError) as exc:
+    except (Exception, SystemExit) as exc:  # the user's module failing at import: its own message is the diagnosis
         sys.modules.pop(name, None)
-        raise AdvbenchError(f"model.target '{target}': importing '{path}' failed: {type(exc).__name__}: {exc}") from None
+        raise _user_code_failed(target, f"importing '{path}'", exc) from exc
     return module
+
+
+def _user_code_failed(target: str, doing: str, exc: BaseException) -> AdvbenchError:
+    """One line for an exception (or `sys.exit`) raised by the user's own code while advbench ran it."""
+    first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+    said = f"exited with status {exc.code}" if isinstance(exc, SystemExit) else f"{type(exc).__name__}: {first}"
+    return AdvbenchError(f"model.target '{target}': {doing} failed: {said}")
 
 
 def _importable(folder: str) -> None:
@@ -127,8 +134,8 @@ def _import(where: str, target: str) -> ModuleType:
     except ModuleNotFoundError as exc:
         hint = f" (from the working folder {os.getcwd()})" if exc.name == where.split(".")[0] else ""
         raise AdvbenchError(f"model.target '{target}': no module named '{exc.name}'{hint}") from None
-    except (ImportError, SyntaxError) as exc:
-        raise AdvbenchError(f"model.target '{target}': importing '{where}' failed: {type(exc).__name__}: {exc}") from None
+    except (Exception, SystemExit) as exc:
+        raise _user_code_failed(target, f"importing '{where}'", exc) from exc
 
 
 def resolve_target(target: Any) -> Any:
@@ -161,7 +168,10 @@ def _build_user_net(target: str, kwargs: Mapping[str, Any]) -> nn.Module:
         raise AdvbenchError(f"model.target '{target}' does not take model.kwargs {dict(kwargs)}: {exc}") from None
     except ValueError:  # no signature to check (a builtin): the call itself says
         pass
-    net = factory(**kwargs)
+    try:
+        net = factory(**kwargs)
+    except (Exception, SystemExit) as exc:
+        raise _user_code_failed(target, "building the model", exc) from exc
     if not isinstance(net, nn.Module):
         raise AdvbenchError(f"model.target '{target}' returned an object of type {type(net).__name__}, "
                             "not a torch.nn.Module")
