@@ -7,12 +7,18 @@ gradient to the perturbation (a plain gradient step of size `lr`, 1 in MSU) and 
 from `file`), kept under the records folder by content key, and applied as
 `clip(x + tile(δ) · ε / 0.1)`, so no pixel moves by more than ε and the cell is judged on the
 held-out test split.
+
+A cache entry must be the perturbation its name promises: the settings saved beside it are
+the ones its content key was computed from, and its shape is a training crop's. A UAP
+trained otherwise and copied over the entry would load without complaint and make the
+cell's records claim settings that were never used, so it is refused in one line.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import torch
 from rich.console import Console
@@ -21,10 +27,11 @@ from torch.utils.data import DataLoader
 from advbench.core.digests import module_digest, tensor_digest
 from advbench.core.errors import AdvbenchError
 from advbench.core.keys import content_key
+from advbench.core.torchfile import read_torch_file
 from advbench.quality.attacks.base import Attacked, MetricAttack, PrepareContext, final_scores
 from advbench.quality.images import uap_images
 from advbench.quality.metrics.base import QualityMetric
-from advbench.quality.uap import CLAMP, apply_uap, load_uap, save_uap, train_uap, uap_loss
+from advbench.quality.uap import CLAMP, SIZE, apply_uap, check_uap, load_uap, save_uap, train_uap, uap_loss
 
 
 def train_cumulative_uap(metric: QualityMetric, images: Any, *, epochs: int = 5, batch_size: int = 8,
@@ -40,6 +47,42 @@ def train_cumulative_uap(metric: QualityMetric, images: Any, *, epochs: int = 5,
             (grad,) = torch.autograd.grad(uap_loss(metric, (batch.to(device) + p).clamp(0, 1)), p)
             p = (p.detach() - lr * grad).clamp(-CLAMP, CLAMP)
     return p.detach().cpu()
+
+
+def load_cache_entry(pt: Path, settings: Mapping[str, Any], shape: tuple[int, ...]) -> torch.Tensor:
+    """The UAP cached at `pt`, if it is the entry its name promises: trained with `settings`, of `shape`.
+
+    Read with tensors and plain values only; a file that is not a UAP, meta that is missing or
+    unreadable, other settings or another shape is a one-line AdvbenchError saying what differs.
+    """
+    fix = "it is not the cache entry its name promises; delete it and advbench trains the right one"
+    try:
+        obj = read_torch_file(pt, "UAP")
+    except AdvbenchError as exc:
+        raise AdvbenchError(f"{exc}; {fix}") from None
+    uap = obj.get("uap") if isinstance(obj, dict) else None
+    if not isinstance(uap, torch.Tensor):
+        raise AdvbenchError(f"the cached UAP '{pt}' holds no UAP tensor (expected key 'uap'): {fix}")
+    try:
+        found = json.loads(obj.get("meta", ""))
+    except (TypeError, ValueError):
+        found = None
+    if not isinstance(found, dict):
+        raise AdvbenchError(f"the cached UAP '{pt}' carries no readable settings: {fix}")
+    expected = json.loads(json.dumps(dict(settings)))  # as save_uap stored them (JSON values)
+    differs = [f"{k} {_shown(found, k)}, not {_shown(expected, k)}"
+               for k in sorted(set(found) | set(expected), key=str) if found.get(k, ...) != expected.get(k, ...)]
+    if tuple(uap.shape) != tuple(shape):
+        differs.append(f"shape {tuple(uap.shape)}, not {tuple(shape)}")
+    if differs:
+        raise AdvbenchError(f"the cached UAP '{pt}' was trained with {'; '.join(differs)}: {fix}")
+    return check_uap(uap.float().contiguous(), str(pt)).clamp(-CLAMP, CLAMP)
+
+
+def _shown(values: Mapping[str, Any], key: str) -> str:
+    """One setting as a message shows it: its repr, cut short, or `none` when it is absent."""
+    text = repr(values[key]) if key in values else "none"
+    return text if len(text) <= 80 else f"{text[:77]}..."
 
 
 class Universal(MetricAttack):
@@ -69,9 +112,9 @@ class Universal(MetricAttack):
                         "batch_size": self.batch_size, "n_train": self.n_train, "seed": context.seed}
             base = Path(context.cache) / f"{self.name}-{content_key(settings)}"
             if base.with_suffix(".pt").is_file():
-                self.delta = load_uap(base.with_suffix(".pt"))
+                self.delta = load_cache_entry(base.with_suffix(".pt"), settings, (3, SIZE, SIZE))
             else:
-                images = uap_images(None, split="train", limit=self.n_train)
+                images = uap_images(None, split="train", size=SIZE, limit=self.n_train)
                 Console(stderr=True).print(f"[dim]training {self.name} on {len(images)} photo crops, "
                                            f"{self.epochs} epoch(s)[/dim]")
                 self.delta = self._train(metric, images, context)
