@@ -15,6 +15,8 @@ from click.testing import CliRunner
 from advbench.cli.config import compose_config
 from advbench.cli.main import main
 from advbench.core.catalog import load_option
+from advbench.core.errors import AdvbenchError
+from advbench.robustness.models.robustbench_zoo import robustbench_missing
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -63,9 +65,17 @@ def test_the_python_model_command_runs(tmp_path: Path, monkeypatch: pytest.Monke
 
 @pytest.mark.parametrize("index", [1, 2], ids=["torchvision", "robustbench"])
 def test_the_other_command_lines_compose(index: int) -> None:
-    """They need weights a test cannot download; their options must still be the catalogue's."""
+    """They need weights a test cannot download; their options must still be the catalogue's.
+    The RobustBench name is checked against RobustBench's zoo: without its distribution (the
+    README's install has none), composing says how to install it."""
     command = _commands()[index]
     overrides = [arg for arg in command[1:] if not arg.startswith("checkpoint=")]
+    missing = robustbench_missing() if command[1] == "model=robustbench" else None
+    if missing is not None:
+        with pytest.raises(AdvbenchError) as refused:
+            compose_config("config", overrides)
+        assert str(refused.value) == missing
+        return
     cfg = compose_config("config", overrides)
     option = command[1].split("=", 1)[1]  # model=robustbench's model.name is the zoo's name, not the option's
     assert cfg.model._target_ == load_option("model", option)._target_

@@ -6,14 +6,21 @@ ResNet-18s) is built with random weights and saved in RobustBench's layout under
 folder; a white-box, a score-based and a decision-based cell then run from the command line
 on fake CIFAR-10 files. Nothing downloads: `advbench weights fetch robustbench:...` is run with
 RobustBench's downloader replaced. The tests that need robustbench are skipped, saying why,
-only where it does not import (CI installs the extra).
+where RobustBench's distribution is not installed or does not import: the README's install (and
+so CI's) does not install it, since torchattacks 3.5.1 bundles an old package of the same name
+whose files RobustBench's would overwrite. A module named `robustbench` does not count (the
+`robustbench_zoo.robustbench_missing` check, tested here on fake packages); the tests of what
+advbench says without RobustBench always run.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import base64
+import hashlib
+import importlib.metadata
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -39,7 +46,8 @@ def _missing() -> str | None:
 
 
 MISSING = _missing()
-needs_robustbench = pytest.mark.skipif(MISSING is not None, reason=f"robustbench does not import: {MISSING}")
+needs_robustbench = pytest.mark.skipif(MISSING is not None, reason=f"no RobustBench distribution to use: {MISSING}")
+NEEDS = "Error: model=robustbench needs the robustbench package: pip install -e '.[robustbench]'"
 pytestmark = pytest.mark.usefixtures("one_thread")
 NAME = "Wong2020Fast"
 TINY = ["search.enabled=false", "threads=1", "batch_size=8"]
@@ -121,12 +129,16 @@ def test_robustbench_errors_are_one_line(zoo_dir: Path, fake_cifar_root: Path, t
                       f"advbench weights fetch robustbench:{NAME} --dataset cifar10 --threat Linf")
     unknown = _error(["run", *_common(zoo_dir, fake_cifar_root, tmp_path / "out", "Wong2020Fest"), "attack=fgsm"])
     assert unknown.startswith("Error: unknown RobustBench model 'Wong2020Fest' for cifar10 Linf; close matches: Wong2020Fast")
+
+
+def test_robustbench_option_errors_need_no_robustbench(fake_cifar_root: Path, tmp_path: Path) -> None:
+    """No name, a data set RobustBench has not, a threat it has not: said before robustbench is asked for."""
     unnamed = _error(["run", "model=robustbench", "dataset=cifar10", f"dataset.root={fake_cifar_root}", "attack=fgsm"])
     assert "needs model.name=" in unnamed
     digits = _error(["run", "model=robustbench", f"model.name={NAME}", "attack=fgsm"])
     assert "RobustBench's data sets" in digits and "'digits'" in digits
     assert "model.threat must be one of Linf, L2, corruptions" in _error(
-        ["run", *_common(zoo_dir, fake_cifar_root, tmp_path / "out"), "model.threat=linf", "attack=fgsm"])
+        ["run", *_common(tmp_path / "zoo", fake_cifar_root, tmp_path / "out"), "model.threat=linf", "attack=fgsm"])
 
 
 @needs_robustbench
@@ -152,12 +164,110 @@ def test_weights_fetch_robustbench_uses_its_downloader(tmp_path: Path, monkeypat
     assert target.is_file() and [p.name for p in target.parent.iterdir()] == [target.name]
 
 
-def test_robustbench_missing_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    find_spec = importlib.util.find_spec
-    monkeypatch.delitem(sys.modules, "robustbench.utils", raising=False)
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "robustbench" else find_spec(name, *a))
+@pytest.fixture
+def own_robustbench_modules() -> Iterator[None]:
+    """`robustbench` modules in sys.modules as they were before the test, whatever it imported."""
+    def ours() -> dict[str, object]:
+        return {k: v for k, v in sys.modules.items() if k.split(".")[0] == "robustbench"}
+
+    before = ours()
+    for name in before:
+        del sys.modules[name]
+    yield
+    for name in ours():
+        del sys.modules[name]
+    sys.modules.update(before)
+
+
+def _no_distribution(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As where RobustBench's distribution is not installed, whether or not it is here."""
+    distribution = importlib.metadata.distribution
+
+    def without(name: str) -> importlib.metadata.Distribution:
+        if name == "robustbench":
+            raise importlib.metadata.PackageNotFoundError(name)
+        return distribution(name)
+
+    monkeypatch.setattr(importlib.metadata, "distribution", without)
+
+
+FAKE_UTILS = "download_gdrive_new = None  # a copy of the package, not the distribution\n"
+
+
+def _fake_package(site: Path, version: str | None = None, utils: str = FAKE_UTILS) -> Path:
+    """A top-level `robustbench` package in `site`; with `version`, RobustBench's metadata and RECORD for it."""
+    package = site / "robustbench"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "utils.py").write_text(utils)
+    if version is not None:
+        info = site / f"robustbench-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: robustbench\nVersion: {version}\n")
+        digest = base64.urlsafe_b64encode(hashlib.sha256(utils.encode()).digest()).rstrip(b"=").decode()
+        (info / "RECORD").write_text(f"robustbench/__init__.py,,\nrobustbench/utils.py,sha256={digest},{len(utils)}\n"
+                                     f"robustbench-{version}.dist-info/METADATA,,\nrobustbench-{version}.dist-info/RECORD,,\n")
+    return package
+
+
+def test_robustbench_missing_is_one_line(monkeypatch: pytest.MonkeyPatch, own_robustbench_modules: None) -> None:
+    _no_distribution(monkeypatch)
     with pytest.raises(AdvbenchError, match=r"^model=robustbench needs the robustbench package: pip install -e '\.\[robustbench\]'$"):
         robustbench_zoo.import_robustbench()
+
+
+def test_a_robustbench_module_without_the_distribution_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  own_robustbench_modules: None) -> None:
+    """A top-level `robustbench` that imports (torchattacks' bundled copy is one) but no RobustBench
+    distribution: the one line saying how to install it, on import and already imported, and the
+    copy is never imported."""
+    _no_distribution(monkeypatch)
+    _fake_package(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert robustbench_zoo.robustbench_missing() == NEEDS[len("Error: "):]
+    with pytest.raises(AdvbenchError) as refused:
+        robustbench_zoo.import_robustbench()
+    assert f"Error: {refused.value}" == NEEDS and "robustbench" not in sys.modules
+    import robustbench.utils  # noqa: F401  (imported before advbench asks: still refused)
+    assert robustbench_zoo.robustbench_missing() == NEEDS[len("Error: "):]
+
+
+def test_robustbench_of_another_release_or_with_other_files_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                       own_robustbench_modules: None) -> None:
+    """The pinned release with its own files is taken; another release, or a `robustbench/utils.py`
+    that is not the one its RECORD lists (another package's copy written over it), is refused."""
+    own = tmp_path / "own"
+    _fake_package(own, robustbench_zoo.VERSION)
+    monkeypatch.syspath_prepend(str(own))
+    assert robustbench_zoo.robustbench_missing() is None
+    assert robustbench_zoo.import_robustbench().__file__ == str(own / "robustbench" / "utils.py")
+    for name in [k for k in sys.modules if k.split(".")[0] == "robustbench"]:
+        del sys.modules[name]
+
+    (own / "robustbench" / "utils.py").write_text(FAKE_UTILS + "# torchattacks' copy\n")
+    overwritten = robustbench_zoo.robustbench_missing()
+    assert overwritten is not None and "\n" not in overwritten
+    assert overwritten.startswith(f"the robustbench package that imports ({own / 'robustbench' / 'utils.py'}) is not "
+                                  f"robustbench {robustbench_zoo.VERSION}'s own files")
+    assert overwritten.endswith(f"pip install --force-reinstall --no-deps robustbench=={robustbench_zoo.VERSION}")
+
+    other = tmp_path / "other"
+    _fake_package(other, "1.0")
+    monkeypatch.syspath_prepend(str(other))
+    assert robustbench_zoo.robustbench_missing() == (f"model=robustbench needs robustbench {robustbench_zoo.VERSION}, "
+                                                     "found 1.0: pip install -e '.[robustbench]'")
+
+
+def test_without_robustbench_run_and_fetch_say_how_to_install_it(fake_cifar_root: Path, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch,
+                                                                 own_robustbench_modules: None) -> None:
+    _no_distribution(monkeypatch)
+    _fake_package(tmp_path / "site")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.setenv("ADVBENCH_WEIGHTS", str(tmp_path / "weights"))
+    assert _error(["run", *_common(tmp_path / "zoo", fake_cifar_root, tmp_path / "out"), "attack=fgsm"]) == NEEDS
+    assert _error(["weights", "fetch", f"robustbench:{NAME}"]) == NEEDS
+    assert not (tmp_path / "weights").exists() and "robustbench" not in sys.modules
 
 
 def test_advbench_imports_robustbench_only_for_model_robustbench() -> None:

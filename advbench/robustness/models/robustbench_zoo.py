@@ -10,7 +10,12 @@ identity. Entries that RobustBench builds by downloading (timm's hub, torchvisio
 Standard_R50) have no zoo file and are refused.
 
 `robustbench` is an optional extra, imported on first use here only: importing this module (and
-so every other advbench module) does not import it. Its 1.1.1 release imports `pkg_resources`
+so every other advbench module) does not import it. A module named `robustbench` is not the extra:
+torchattacks 3.5.1 (the `test` extra) installs an old copy of RobustBench's package under that
+name, without RobustBench's distribution metadata and without the downloader advbench calls. So
+`robustbench_missing` asks for the `robustbench` distribution at the release the extra pins, and
+for the `robustbench/utils.py` that the import finds to be the one that distribution installed
+(not another package's copy written over it). Its 1.1.1 release imports `pkg_resources`
 (gone from setuptools >= 81) and `autoattack` (PyPI's `pyautoattack`) at package level, for its
 data loaders and its AutoAttack evaluation, which advbench does not use; where those are
 missing, stand-ins are in `sys.modules` for the duration of the import only.
@@ -18,8 +23,11 @@ missing, stand-ins are in `sys.modules` for the duration of the import only.
 
 from __future__ import annotations
 
+import base64
 import difflib
+import hashlib
 import importlib
+import importlib.metadata
 import importlib.util
 import os
 import shutil
@@ -41,6 +49,8 @@ PLACEHOLDER = "robustbench"
 DATASETS = {"cifar10": "cifar10", "cifar100": "cifar100", "imagenet": "imagenet"}
 """advbench's `dataset=` option -> RobustBench's `BenchmarkDataset` value."""
 THREATS = ("Linf", "L2", "corruptions")
+VERSION = "1.1.1"
+"""The RobustBench release the `robustbench` extra pins (pyproject.toml), whose loader and downloader advbench calls."""
 
 
 # ---------------------------------------------------------------- the package, on first use
@@ -64,12 +74,57 @@ def _stand_ins() -> dict[str, ModuleType]:
     return found
 
 
+def _imported_utils() -> Path | None:
+    """The `robustbench/utils.py` that `import robustbench.utils` gives: the one imported, else the one it would find."""
+    module = sys.modules.get("robustbench.utils")
+    if module is not None:
+        where = getattr(module, "__file__", None)
+        return Path(where) if where else None
+    try:
+        spec = importlib.util.find_spec("robustbench")
+    except (ImportError, ValueError):  # a `robustbench` in sys.modules without a spec
+        return None
+    folders = (spec.submodule_search_locations or []) if spec is not None else []
+    return next((Path(f) / "utils.py" for f in folders if (Path(f) / "utils.py").is_file()), None)
+
+
+def _digest(path: Path, mode: str) -> str:
+    """A file's hash as a wheel's RECORD writes it: urlsafe base64, no padding."""
+    return base64.urlsafe_b64encode(hashlib.new(mode, path.read_bytes()).digest()).rstrip(b"=").decode()
+
+
+def robustbench_missing() -> str | None:
+    """Why RobustBench's distribution is not usable here, as one line; None where it is.
+
+    The `robustbench` distribution at `VERSION`, and, where its RECORD lists `robustbench/utils.py`,
+    that file (same place, same hash) is what the import finds: torchattacks' bundled copy, with no
+    metadata of its own or written over RobustBench's files, is never taken for it.
+    """
+    try:
+        dist = importlib.metadata.distribution("robustbench")
+    except importlib.metadata.PackageNotFoundError:
+        return f"model=robustbench needs the robustbench package: {INSTALL}"
+    if dist.version != VERSION:
+        return f"model=robustbench needs robustbench {VERSION}, found {dist.version}: {INSTALL}"
+    listed = next((f for f in dist.files or () if f.as_posix() == "robustbench/utils.py"), None)
+    if listed is None:  # no RECORD, or an editable install: nothing to compare
+        return None
+    installed, found = Path(str(dist.locate_file(listed))), _imported_utils()
+    if (found is None or not installed.is_file() or found.resolve() != installed.resolve()
+            or (listed.hash is not None and _digest(installed, listed.hash.mode) != listed.hash.value)):
+        return (f"the robustbench package that imports ({found or 'none'}) is not robustbench {VERSION}'s own files "
+                f"(torchattacks installs an old copy under that name); reinstall it: "
+                f"pip install --force-reinstall --no-deps robustbench=={VERSION}")
+    return None
+
+
 def import_robustbench() -> ModuleType:
     """`robustbench.utils` (the loader and the zoo), or a one-line error saying how to install it."""
+    missing = robustbench_missing()
+    if missing is not None:
+        raise AdvbenchError(missing)
     if "robustbench.utils" in sys.modules:
         return sys.modules["robustbench.utils"]
-    if importlib.util.find_spec("robustbench") is None:
-        raise AdvbenchError(f"model=robustbench needs the robustbench package: {INSTALL}")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         stand_ins = _stand_ins()
