@@ -275,3 +275,21 @@ def test_advbench_imports_robustbench_only_for_model_robustbench() -> None:
             "advbench.robustness.evaluation.cell, advbench.robustness.models.robustbench_zoo; "
             "assert not [m for m in sys.modules if m.split('.')[0] in ('robustbench', 'timm')], 'imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("content", [b"random bytes, not a torch file", "pickle"])
+def test_a_weights_file_passes_the_safe_reader_before_robustbench_sees_it(tmp_path: Path, monkeypatch, content) -> None:
+    path = tmp_path / "Carmon2019Unlabeled.pt"
+    if content == "pickle":
+        torch.save({"model": torch.nn.Linear(2, 2)}, path)  # a whole module: code to run on load
+    else:
+        path.write_bytes(content)
+    monkeypatch.setattr(robustbench_zoo, "present_files", lambda *args: [path])
+
+    def never(*args):
+        raise AssertionError("RobustBench's loader was handed the file")
+
+    monkeypatch.setattr(robustbench_zoo, "import_robustbench", never)
+    with pytest.raises(AdvbenchError, match="RobustBench weights file of Carmon2019Unlabeled") as caught:
+        robustbench_zoo.robustbench_model(10, 3, model_name="Carmon2019Unlabeled", dataset="cifar10", model_dir=tmp_path)
+    assert "\n" not in str(caught.value) and "weights_only=False" not in str(caught.value)

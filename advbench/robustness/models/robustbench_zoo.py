@@ -40,6 +40,7 @@ from typing import Any
 
 from advbench.core.errors import AdvbenchError
 from advbench.core.keys import file_digest
+from advbench.core.torchfile import read_torch_file
 from advbench.robustness.models.base import Classifier
 
 TARGET = "advbench.robustness.models.robustbench_zoo.robustbench_model"
@@ -242,7 +243,10 @@ def robustbench_model(num_classes: int, in_channels: int, model_name: str | None
     `num_classes` is checked against the network's output by `check_forward`; `meta` are the
     option's labels (`input_size`), which the builder ignores.
     """
-    present_files(model_name, dataset, threat, model_dir)
+    for path in present_files(model_name, dataset, threat, model_dir):
+        # RobustBench's loader unpickles whatever is there (code and all, where the environment lifts
+        # torch's weights-only default): a file must pass advbench's safe reader before it sees it.
+        read_torch_file(path, f"RobustBench weights file of {model_name}")
     net = _load(import_robustbench(), str(model_name), benchmark_dataset(dataset), threat,
                 Path(os.path.expanduser(str(model_dir))))
     return Classifier(net, str(model_name), in_channels, (0.0,), (1.0,))
