@@ -27,12 +27,19 @@ from advbench.core.digests import code_digest, module_digest
 from advbench.core.errors import AdvbenchError
 from advbench.core.paths import writable_folder
 from advbench.core.records import read_kind
+from advbench.core.resume import python_warnings
 from advbench.robustness.attacks.base import Attack
 from advbench.robustness.data.tensors import TensorData
 from advbench.robustness.defenses.wrappers import wrap
 from advbench.robustness.evaluation.cell import Given, run_cell
 from advbench.robustness.models.base import Classifier, evaluation_mode
-from advbench.robustness.models.given import Normalisation, applicable_wrapper, caller_state_kept, refuse_inapplicable
+from advbench.robustness.models.given import (
+    Normalisation,
+    applicable_wrapper,
+    as_given,
+    caller_state_kept,
+    refuse_inapplicable,
+)
 from advbench.robustness.models.user_models import check_forward, check_randomized, check_randomness, mark_randomized
 from advbench.robustness.report.curves import summary_table
 from advbench.robustness.report.plot import render_all, with_categories
@@ -72,11 +79,14 @@ def evaluate(model: nn.Module, data: Any = "digits", *, attack: str | Attack = "
     check_randomness(randomized, eot_samples)
     refuse_inapplicable(overrides, data_object=not isinstance(data, str))
     choices = [*([] if defense is None else [f"defense={defense}"]), *overrides]
-    with tempfile.TemporaryDirectory(prefix="advbench-") as scratch, caller_state_kept(model, device):
+    with tempfile.TemporaryDirectory(prefix="advbench-") as scratch, caller_state_kept(model, device), \
+            python_warnings():
         cfg = compose_config("config", _overrides(name, data, attack, threat, eps, attack_params,
                                                   Path(out_dir) if out_dir is not None else Path(scratch),
                                                   device, seed, randomized, choices))
         wrapper = applicable_wrapper(cfg.defense)
+        if defense is None and not any(o.lstrip("+").startswith("defense") for o in overrides):
+            as_given(cfg)
         dataset = instantiate(cfg.dataset) if isinstance(data, str) else \
             TensorData.of(data, num_classes=num_classes or _classes_of(model, data))
         given = _given(cfg, model, dataset, attack, Normalisation(mean, std), (randomized, eot_samples), name, wrapper)

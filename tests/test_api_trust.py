@@ -15,7 +15,7 @@ from torch import nn
 
 import advbench
 from advbench.cli.main import main
-from advbench.core.errors import AdvbenchError
+from advbench.core.errors import AdvbenchError, AdvbenchWarning
 
 QUIET = ["search.enabled=false"]
 
@@ -280,3 +280,17 @@ def test_a_python_model_that_fails_to_import_or_build_is_one_line(tmp_path: Path
     result = _cli("model=python", "model.target=a.py:Net")
     assert result.exit_code == 1, result.output
     assert len(result.output.strip().splitlines()) == 1 and re.search(says, result.output), result.output
+
+
+def test_a_model_object_is_recorded_as_given_and_its_warnings_are_python_warnings(tiny_model, data) -> None:
+    records = advbench.evaluate(tiny_model, data, attack="fgsm", eps=0.1, overrides=QUIET)
+    assert set(records["defense"]) == {"none"} and set(records["defense_category"]) == {"as given"}
+    x, y = data
+    untrained = nn.Sequential(nn.Flatten(), nn.Linear(64, 10))  # an untrained net that answers 0 to everything
+    torch.nn.init.zeros_(untrained[1].weight)
+    torch.nn.init.constant_(untrained[1].bias, 0.0)
+    untrained[1].bias.data[0] = 1.0
+    with pytest.warns(AdvbenchWarning, match="near chance"):
+        advbench.evaluate(untrained, (x[y != 0], y[y != 0]), attack="fgsm", eps=0.1, num_classes=10, overrides=QUIET)
+    with pytest.warns(AdvbenchWarning, match="gradients may be masked"):
+        advbench.evaluate(tiny_model, data, attack="fgsm", eps=0.1, defense="jpeg", overrides=QUIET)

@@ -15,6 +15,11 @@ class AdvbenchError(Exception):
     """A problem the user can fix: bad config, missing file, corrupt checkpoint, NaN output."""
 
 
+class AdvbenchWarning(UserWarning):
+    """A sign a Python caller should read (masked gradients, a model near chance): a category of
+    its own, so that scripts and tests can catch it, filter it or turn it into an error."""
+
+
 DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM})
 """OSError numbers that say "this place cannot be written", not "advbench has a bug"."""
 

@@ -22,8 +22,10 @@ import fcntl
 import os
 import re
 import shutil
+import warnings
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import IO
 
@@ -35,7 +37,7 @@ from rich.console import Console
 from torch.utils.data import Dataset
 
 from advbench.core.download import open_no_follow
-from advbench.core.errors import AdvbenchError
+from advbench.core.errors import AdvbenchError, AdvbenchWarning
 from advbench.core.paths import no_links, refuse_link
 from advbench.core.records import write_table
 
@@ -45,8 +47,25 @@ console = Console(stderr=True)
 _TMP = re.compile(r"^\.(?P<name>.+)\.[0-9a-f]{32}\.tmp$")
 
 
+_PYTHON_CALLER: ContextVar[bool] = ContextVar("python_caller", default=False)
+
+
 def warn(message: str) -> None:
+    """A line on stderr for the command line; an `AdvbenchWarning` inside `python_warnings`."""
+    if _PYTHON_CALLER.get():
+        warnings.warn(message, AdvbenchWarning, stacklevel=2)
+        return
     console.print(f"[yellow]warning:[/yellow] {message}", soft_wrap=True, markup=True, highlight=False)
+
+
+@contextmanager
+def python_warnings() -> Iterator[None]:
+    """Within: `warn` speaks Python's warnings (the API), which a caller can catch or filter."""
+    token = _PYTHON_CALLER.set(True)
+    try:
+        yield
+    finally:
+        _PYTHON_CALLER.reset(token)
 
 
 @contextmanager

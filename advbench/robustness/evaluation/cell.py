@@ -32,7 +32,7 @@ from torch.utils.data import DataLoader, Subset
 from advbench.core.cells import claim_cell, fill_cell
 from advbench.core.errors import AdvbenchError
 from advbench.core.keys import content_key, dataset_identity, defense_identity, model_identity, plain
-from advbench.core.resume import CellFiles, sample_ids
+from advbench.core.resume import CellFiles, sample_ids, warn
 from advbench.core.runtime import (
     as_input,
     batch_size,
@@ -53,6 +53,7 @@ from advbench.robustness.evaluation.substitute import (
     load_substitute,
     substitute_identity,
 )
+from advbench.robustness.models.given import AS_GIVEN
 from advbench.robustness.models.user_models import default_label
 from advbench.robustness.report.curves import category_label
 from advbench.robustness.report.gate import gate_cell
@@ -175,7 +176,7 @@ def run_cell(cfg: DictConfig, given: Given | None = None) -> Path | None:
     threat = build_threat(cfg, dataset.budgets)
     attack: Attack = given.attack if given is not None and given.attack is not None else instantiate(cfg.attack.params)
     named = model_label(cfg)  # a user's model or a `label=` shows in the lines, before its defense
-    row = cfg.defense.name if named == cfg.defense.name else f"{named}+{cfg.defense.name}"
+    row = named if cfg.defense.name in (named, AS_GIVEN) else f"{named}+{cfg.defense.name}"
     label = f"{dataset.name}/{row}/{cfg.attack.name} {threat.norm} {threat.goal} ε={threat.eps:g}"
     if threat.knowledge != "white":
         label += f" ({threat.knowledge})"
@@ -199,6 +200,7 @@ def run_cell(cfg: DictConfig, given: Given | None = None) -> Path | None:
         frame = evaluate_cell(cfg, dataset, model, attack, threat, identity, files, label, device,
                               substitute=None if substitute is None else deploy(substitute.to(device), **execution))
     summarize(frame, label, out, searched=bool(cfg.search.enabled))
+    warn_if_near_chance(frame, label, dataset.num_classes)
     gate_cell(cfg.get("gate"), out, label, in_sweep=_in_sweep())
     return out
 
@@ -323,3 +325,12 @@ def summarize(frame: pd.DataFrame, label: str, out: Path, *, searched: bool = Tr
     median = f"median min-ε {frame['min_eps'].median():.4g}, " if searched else ""
     console.print(f"{label}: clean {clean:.1%}, adversarial accuracy {robust:.1%}{proven}, "
                   f"{median}{len(frame)} samples -> {out}", soft_wrap=True)
+
+
+def warn_if_near_chance(frame: pd.DataFrame, label: str, num_classes: int) -> None:
+    """A warning when clean accuracy is under twice chance: an untrained model, or input it does
+    not expect (normalisation), whose robustness numbers would mean nothing, read as if they did."""
+    clean = float(frame["clean_correct"].mean())
+    if num_classes > 1 and clean < 2 / num_classes:
+        warn(f"{label}: clean accuracy {clean:.1%} is near chance ({1 / num_classes:.0%} for {num_classes} classes): "
+             "is the model trained, and does it get the input it expects (mean=/std=, model.mean/std)?")

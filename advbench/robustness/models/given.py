@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from omegaconf import open_dict
 from torch import nn
 
 from advbench.core.catalog import group_options, load_option
@@ -82,6 +83,18 @@ def applicable_wrapper(defense: Mapping[str, Any]) -> dict[str, Any] | None:
                             "own weights: train it yourself, or choose an input-transformation defense "
                             f"({', '.join(transformation_defenses())})")
     return spec.get("wrapper") or None
+
+
+AS_GIVEN = "none"
+"""The records' defense of a model object evaluated without one: its own training, whatever it
+was, not advbench's natural recipe (a PGD-AT model of the user's is not `pgd_at+natural`)."""
+
+
+def as_given(cfg: Any) -> None:
+    """Make the composed run's defense say "the model as given": no recipe, no wrapper."""
+    with open_dict(cfg):
+        cfg.defense = {"name": AS_GIVEN, "description": "the model object as given, no defense added by advbench",
+                       "category": ["as given"], "threat_model": "none", "wrapper": None, "recipe": None}
 
 
 def transformation_defenses() -> list[str]:
