@@ -7,6 +7,8 @@ plugins, `--cfg job`); `plot`, `check` and `list` are plain commands. Library er
 
 from __future__ import annotations
 
+import os
+import textwrap
 from pathlib import Path
 
 import click
@@ -15,6 +17,21 @@ from advbench.cli.commands import HYDRA_ARGS, hydra_command, one_line_errors
 from advbench.cli.quality import iqa, uap
 from advbench.core.errors import AdvbenchError
 from advbench.core.version import __version__
+
+PLOTS = "advbench-out/plots"
+"""`advbench plot`'s default folder: next to the records `advbench run` writes, never committed."""
+PIPE_WIDTH = 100
+"""Columns a table gets when stdout is not a terminal and COLUMNS does not say otherwise."""
+
+
+def _pipe_width() -> int | None:
+    """The width for a table in a pipe or file (COLUMNS, else PIPE_WIDTH); None on a terminal."""
+    from rich.console import Console
+
+    if Console().is_terminal:
+        return None
+    columns = os.environ.get("COLUMNS", "")
+    return int(columns) if columns.isdigit() and int(columns) > 0 else PIPE_WIDTH
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -26,7 +43,7 @@ def main() -> None:
     advbench run attack=bim defense=trades            one benchmark cell
     advbench run -m attack=fgsm,bim defense=natural,pgd_at   a sweep
     advbench run -m experiment=benchmark              the default digits benchmark
-    advbench plot advbench-out/records --out results  curves and tables
+    advbench plot advbench-out/records                curves and tables (advbench-out/plots)
     advbench check advbench-out/records --min-accuracy 0.4   a CI gate
     advbench list attack                              what can be chosen
     advbench weights fetch nima                       a metric's published weights
@@ -38,6 +55,22 @@ def main() -> None:
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def run(args: tuple[str, ...]) -> None:
     """Run benchmark cells: attack x defense x threat model, records to parquet.
+
+    \b
+    Examples:
+      advbench run attack=pgd defense=trades                       one cell on the digits set
+      advbench run attack=pgd checkpoint=ckpt/trades.pt device=cuda   your own weights, on a GPU
+      advbench run -m attack=fgsm,bim seed=0,1 out_dir=runs/a        a sweep: every combination
+      advbench run attack=bim defense=trades label=mine            name the model in the records
+
+    \b
+    Everyday keys:
+      checkpoint=PATH   a checkpoint file to attack (default: the cached one for dataset/model/defense)
+      device=DEVICE     cpu (default), cuda, cuda:N or auto
+      out_dir=DIR       where records go: DIR/records (default advbench-out)
+      label=NAME        the model's name in the records (default: the defense)
+      seed=N            the random seed (default 0)
+      -m                a sweep: comma-separated values run every combination
 
     ARGS are Hydra overrides (group=option, key=value) and Hydra flags: -m/--multirun for
     sweeps (hydra/launcher=joblib runs them in parallel), --cfg job to print the config,
@@ -66,8 +99,9 @@ def train(args: tuple[str, ...]) -> None:
 
 @main.command()
 @click.argument("records", nargs=-1, type=click.Path(path_type=Path))
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("results"), show_default=True,
-              help="Folder for figures (PNG, SVG) and tables (Markdown, CSV).")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path(PLOTS), show_default=True,
+              help="Folder for figures (PNG, SVG) and tables (Markdown, CSV); the default sits next to "
+                   "advbench-out/records, outside the repository's committed results/.")
 @click.option("--group-by", type=click.Choice(["defense", "category"]), default="defense", show_default=True,
               help="Colour benchmark curves per defense, or per defense category (the legend and the tables' "
                    "defense columns then list defenses by category).")
@@ -165,7 +199,13 @@ def check(records: tuple[Path, ...], min_accuracy: float | None, max_asr: float 
 @click.argument("group", required=False)
 @one_line_errors
 def list_options(group: str | None) -> None:
-    """List config groups, or the options of GROUP with one-line descriptions."""
+    """List config groups, or the options of GROUP with their descriptions.
+
+    In a pipe or file the overview of all groups fits 100 columns (COLUMNS=N to change it),
+    each description cut to one line; `advbench list GROUP` prints every description whole,
+    one option per line.
+    """
+    from rich.console import Console
     from rich.table import Table
 
     from advbench.core.catalog import describe, group_options, groups
@@ -174,14 +214,20 @@ def list_options(group: str | None) -> None:
     names = groups()
     if group is not None and group not in names:
         raise AdvbenchError(f"unknown group '{group}'; valid: {', '.join(names)}")
+    width = None if group else _pipe_width()
     table = Table(show_header=True, header_style="bold")
+    rows = [(g, option, describe(g, option)) for g in ([group] if group else names) for option in group_options(g)]
     table.add_column("group")
     table.add_column("option")
     table.add_column("description")
-    for g in [group] if group else names:
-        for option in group_options(g):
-            table.add_row(g, option, describe(g, option))
-    print_table(table)
+    room = (width or 0) - max(len(r[0]) for r in rows) - max(len(r[1]) for r in rows) - 10  # borders, padding
+    for g, option, text in rows:
+        table.add_row(g, option, textwrap.shorten(text, max(room, 20), placeholder=" …") if width else text)
+    if width is None:
+        print_table(table)
+        return
+    Console(width=width).print(table)
+    click.echo(f"whole descriptions: advbench list GROUP (e.g. advbench list {names[0]})")
 
 
 @main.group()
@@ -198,20 +244,33 @@ def weights_list() -> None:
     SHA-256, or only that every key and shape fits the architecture); "not checked" marks a file
     put there by hand or changed since it was fetched.
     """
+    from rich.console import Console
     from rich.table import Table
 
-    from advbench.cli.weights import rows
+    from advbench.cli.weights import CHECKED_NOTE, rows
     from advbench.core.terminal import print_table
 
     table = Table(show_header=True, header_style="bold")
     for column in ("name", "present", "checked", "size", "file", "source"):
         table.add_column(column, overflow="fold")
-    for entry, target, present, checked in rows():
+    listed = list(rows())
+    for entry, target, present, checked in listed:
         size = target.stat().st_size / 1e6 if present else entry.size_mb
         how = entry.url if entry.direct else f"{entry.url} (web page: download by hand)"
         table.add_row(entry.name, "yes" if present else "no", checked, f"{size:.1f} MB" if size else "?",
                       str(target), f"{entry.source}\n{how}")
-    print_table(table)
+    width = _pipe_width()
+    if width is None:
+        print_table(table)
+        Console().print(CHECKED_NOTE, highlight=False, markup=False)
+        return
+    for entry, target, present, checked in listed:  # a pipe or file: one short block per file
+        size = target.stat().st_size / 1e6 if present else entry.size_mb
+        how = entry.url if entry.direct else f"{entry.url} (web page: download by hand)"
+        click.echo(f"{entry.name}  present: {'yes' if present else 'no'}  checked: {checked}  "
+                   f"size: {f'{size:.1f} MB' if size else '?'}")
+        click.echo(f"  file:   {target}\n  source: {entry.source}\n          {how}")
+    click.echo(textwrap.fill(CHECKED_NOTE, width))
 
 
 @weights.command(name="fetch")

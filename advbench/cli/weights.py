@@ -234,7 +234,7 @@ def rows() -> Iterator[tuple[Published, Path, bool, str]]:
     """(entry, target, present, how it was checked) for `advbench weights list`.
 
     A present file is "verified" only if the lock file holds its current SHA-256; a file put
-    there by hand, or changed since, shows as not checked.
+    there by hand, or changed since, shows as not checked; a missing one as not yet (checked).
     """
     lock = locked()
     for entry in catalogue().values():
@@ -242,7 +242,18 @@ def rows() -> Iterator[tuple[Published, Path, bool, str]]:
         present = target.is_file()
         record = lock.get(entry.name, {})
         current = present and record.get("file") == str(target) and record.get("sha256") == sha256_of(target)
-        yield entry, target, present, record.get("checked", "") if current else ("not checked" if present else "")
+        yield entry, target, present, record.get("checked", "") if current else ("not checked" if present else NOT_YET)
+
+
+NOT_YET = "not yet"
+"""The "checked" column of a file that is not there: `advbench weights fetch` checks it when it arrives."""
+CHECKED_NOTE = (
+    'checked: what `advbench weights fetch` verified of the file now present: its published SHA-256 '
+    "(or torchvision's prefix of it) or, where the authors publish no checksum, "
+    '"keys and shapes only"; "not checked": put there by hand or '
+    'changed since; "not yet": no file yet, it is checked when fetched.'
+)
+"""The footer of `advbench weights list` that says what its "checked" column means."""
 
 
 ROBUSTBENCH = "robustbench:"

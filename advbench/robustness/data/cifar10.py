@@ -7,6 +7,8 @@ array machinery: a data file someone hands you cannot run code, like a checkpoin
 from __future__ import annotations
 
 import pickle
+import socket
+import urllib.error
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from advbench.core.errors import AdvbenchError
+from advbench.core.errors import DISK_ERRNOS, AdvbenchError, disk_error
 from advbench.robustness.data.base import ImageDataset, RandomShift, TensorImageSet
 
 FOLDER = "cifar-10-batches-py"
@@ -83,7 +85,19 @@ class CIFAR10(ImageDataset):
         """Fetch and unpack the archive with torchvision (only when the user asks)."""
         from torchvision.datasets import CIFAR10 as TorchvisionCIFAR10
 
-        TorchvisionCIFAR10(str(root), train=False, download=True)
+        instead = ("download it where there is a network (https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz), "
+                   f"unpack it and set dataset.root=<folder holding {FOLDER}> without dataset.download")
+        try:
+            TorchvisionCIFAR10(str(root), train=False, download=True)
+        except (urllib.error.URLError, socket.timeout, ConnectionError) as exc:
+            reason = getattr(exc, "reason", None) or exc
+            raise AdvbenchError(f"CIFAR-10 download failed: no network ({reason}); {instead}") from None
+        except OSError as exc:
+            if exc.errno in DISK_ERRNOS:
+                raise disk_error(exc) from None
+            raise AdvbenchError(f"CIFAR-10 download failed ({exc}); {instead}") from None
+        except RuntimeError as exc:  # torchvision: the archive's checksum does not match
+            raise AdvbenchError(f"CIFAR-10 download failed: {exc}; {instead}") from None
 
     def eval_set(self) -> TensorImageSet:
         images, labels = read_batch(self.folder / TEST_BATCH)
