@@ -281,7 +281,7 @@ def test_cw_clip_box_moves_saturated_pixels_and_finds_smaller_examples(tiny_mode
 
 
 def test_cw_rejects_an_unknown_box() -> None:
-    with pytest.raises(ValueError, match="unknown box 'sigmoid'; valid: tanh, clip"):
+    with pytest.raises(AdvbenchError, match="unknown box 'sigmoid'; valid: tanh, clip"):
         CarliniWagnerL2(box="sigmoid")
 
 

@@ -205,11 +205,11 @@ def test_dim_ti_deterministic_and_batch_size_independent(make, norm, tiny_model,
 
 
 def test_bad_hyperparameters_are_rejected() -> None:
-    with pytest.raises(ValueError, match="resize_rate"):
+    with pytest.raises(AdvbenchError, match="resize_rate"):
         DIM(resize_rate=1.5)
-    with pytest.raises(ValueError, match="prob"):
+    with pytest.raises(AdvbenchError, match="prob"):
         DIM(prob=2.0)
-    with pytest.raises(ValueError, match="kernel_size"):
+    with pytest.raises(AdvbenchError, match="kernel_size"):
         TI(kernel_size=4)
 
 

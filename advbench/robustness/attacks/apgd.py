@@ -33,6 +33,7 @@ import torch.nn.functional as F
 
 from advbench.core.errors import AdvbenchError
 from advbench.core.steps import ascend, per_sample, unit_direction
+from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.base import Attack, AttackResult
 from advbench.robustness.attacks.oracles import WhiteBoxOracle
 from advbench.robustness.attacks.steps import boundary_start
@@ -96,14 +97,13 @@ class APGD(Attack):
 
     def __init__(self, *, n_iter: int = 100, loss: str = "ce", n_restarts: int = 1, n_target_classes: int = 0,
                  rho: float = 0.75, momentum: float = 0.75, seed: int = 0) -> None:
-        if n_iter < 1:
-            raise AdvbenchError(f"APGD needs n_iter >= 1, got {n_iter}")
-        if loss not in LOSSES:
-            raise AdvbenchError(f"unknown APGD loss '{loss}'; valid: {', '.join(LOSSES)}")
-        if n_restarts < 1 or n_target_classes < 0:
-            raise AdvbenchError(f"APGD needs n_restarts >= 1 and n_target_classes >= 0, got {n_restarts}, {n_target_classes}")
-        if not 0 < rho <= 1 or not 0 < momentum <= 1:
-            raise AdvbenchError(f"APGD needs rho and momentum in (0, 1], got {rho}, {momentum}")
+        hyper.whole(self, "n_iter", n_iter)
+        hyper.choice(self, "loss", loss, LOSSES)
+        hyper.whole(self, "n_restarts", n_restarts)
+        hyper.whole(self, "n_target_classes", n_target_classes, 0)
+        hyper.real(self, "rho", rho, 0, 1, open_low=True)
+        hyper.real(self, "momentum", momentum, 0, 1, open_low=True)
+        hyper.whole(self, "seed", seed, None)
         self.n_iter = n_iter
         self.loss = loss
         self.n_restarts = n_restarts

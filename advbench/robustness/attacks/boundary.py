@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import torch
 
 from advbench.core.steps import lp_norm
+from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.base import AttackResult
 from advbench.robustness.attacks.oracles import DecisionOracle
 from advbench.robustness.attacks.queries import CHECKPOINTS, DecisionAttack, QueryLog, Window
@@ -75,10 +76,11 @@ class Boundary(DecisionAttack):
                  checkpoints: Sequence[int] = CHECKPOINTS, seed: int = 0) -> None:
         super().__init__(max_queries=max_queries, init_tries=init_tries, checkpoints=checkpoints, seed=seed,
                          update_stats_every_k=update_stats_every_k, candidates=candidates)
-        if schedule not in SCHEDULES:
-            raise ValueError(f"expected schedule one of {', '.join(SCHEDULES)}, got {schedule!r}")
-        if min(spherical_step, source_step, source_step_convergence) <= 0 or step_adaptation <= 1:
-            raise ValueError("expected positive step sizes and step_adaptation > 1")
+        hyper.choice(self, "schedule", schedule, SCHEDULES)
+        for name, value in (("spherical_step", spherical_step), ("source_step", source_step),
+                            ("source_step_convergence", source_step_convergence)):
+            hyper.real(self, name, value, 0, open_low=True)
+        hyper.real(self, "step_adaptation", step_adaptation, 1, open_low=True)
         self.schedule = schedule
         self.candidates = candidates
         self.spherical_step = spherical_step

@@ -26,6 +26,7 @@ import torch
 
 from advbench.core.runtime import PROBE_ELEMENTS
 from advbench.core.steps import clip, lp_norm, per_sample
+from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.base import AttackResult
 from advbench.robustness.attacks.oracles import DecisionOracle
 from advbench.robustness.attacks.queries import CHECKPOINTS, DecisionAttack, QueryLog, bisect, starting_points
@@ -55,8 +56,7 @@ class HopSkipJump(DecisionAttack):
                  seed: int = 0) -> None:
         super().__init__(max_queries=max_queries, init_tries=init_tries, checkpoints=checkpoints, seed=seed,
                          init_evals=init_evals, max_evals=max_evals)
-        if gamma <= 0:
-            raise ValueError(f"expected gamma > 0, got {gamma}")
+        hyper.real(self, "gamma", gamma, 0, open_low=True)
         self.init_evals = init_evals
         self.max_evals = max_evals
         self.gamma = gamma

@@ -30,6 +30,7 @@ from omegaconf import OmegaConf
 from advbench.core.catalog import group_options, load_option
 from advbench.core.errors import AdvbenchError
 from advbench.core.keys import plain_value
+from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.base import Attack, AttackResult
 from advbench.robustness.attacks.oracles import Oracle
 
@@ -58,6 +59,7 @@ class Ensemble(Attack):
 
     def __init__(self, *, members: Sequence[str], member_params: Mapping[str, Mapping[str, Any]] | None = None,
                  seed: int = 0) -> None:
+        hyper.whole(self, "seed", seed, None)
         names = [str(m) for m in plain_value(members)]
         overrides = dict(plain_value(member_params) or {})
         if not names:

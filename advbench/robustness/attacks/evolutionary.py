@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from advbench.core.steps import clip, lp_norm, per_sample
+from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.base import AttackResult
 from advbench.robustness.attacks.oracles import DecisionOracle
 from advbench.robustness.attacks.queries import CHECKPOINTS, DecisionAttack, Window
@@ -65,10 +66,9 @@ class Evolutionary(DecisionAttack):
                          success_window=success_window)
         for name, value in (("search_scale", search_scale), ("coordinates", coordinates), ("c_c", c_c),
                             ("c_cov", c_cov)):
-            if not 0 < value <= 1:
-                raise ValueError(f"expected 0 < {name} <= 1, got {value}")
-        if min(mu, sigma) <= 0:
-            raise ValueError(f"expected mu > 0 and sigma > 0, got {mu} and {sigma}")
+            hyper.real(self, name, value, 0, 1, open_low=True)
+        hyper.real(self, "mu", mu, 0, open_low=True)
+        hyper.real(self, "sigma", sigma, 0, open_low=True)
         self.search_scale = search_scale
         self.coordinates = coordinates
         self.mu = mu

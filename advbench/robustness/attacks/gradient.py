@@ -8,12 +8,12 @@ makes high-ε probes of the minimum-ε search cheap.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, fields
 
 import torch
 
 from advbench.core.steps import accumulate_momentum, ascend, unit_direction
+from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.base import Attack, AttackResult
 from advbench.robustness.attacks.oracles import TransferOracle, WhiteBoxOracle
 from advbench.robustness.attacks.steps import random_start
@@ -38,13 +38,12 @@ class IterativeGradientAttack(Attack):
 
     def __init__(self, *, steps: int = 20, rel_stepsize: float = 0.15, random_init: bool = False,
                  decay: float | None = None, seed: int = 0) -> None:
-        # NaN passes every `<=` test and would only surface after the attack ran (NaN iterates).
-        if steps < 1:
-            raise ValueError(f"expected steps >= 1, got {steps}")
-        if not (math.isfinite(rel_stepsize) and rel_stepsize > 0):
-            raise ValueError(f"expected rel_stepsize a finite number > 0, got {rel_stepsize}")
-        if decay is not None and not (math.isfinite(decay) and decay >= 0):
-            raise ValueError(f"expected decay a finite number >= 0, got {decay}")
+        hyper.whole(self, "steps", steps)
+        hyper.real(self, "rel_stepsize", rel_stepsize, 0, open_low=True)
+        hyper.flag(self, "random_init", random_init)
+        if decay is not None:
+            hyper.real(self, "decay", decay, 0)
+        hyper.whole(self, "seed", seed, None)
         self.steps = steps
         self.rel_stepsize = rel_stepsize
         self.random_init = random_init

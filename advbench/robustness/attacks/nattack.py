@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import torch
 
-from advbench.core.errors import AdvbenchError
 from advbench.core.steps import clip, project
+from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.base import AttackResult
 from advbench.robustness.attacks.optimized import BOXES, goal_margin
 from advbench.robustness.attacks.oracles import ScoreOracle
@@ -46,12 +46,13 @@ class NATTACK(ScoreAttack):
 
     def __init__(self, *, n_queries: int = 20000, samples: int = 100, sigma: float = 0.1, lr: float = 0.02,
                  init_std: float = 0.001, box: str = "tanh", seed: int = 0) -> None:
-        if n_queries < 1 or samples < 2:
-            raise AdvbenchError(f"NATTACK needs n_queries >= 1 and samples >= 2, got {n_queries}, {samples}")
-        if sigma <= 0 or lr <= 0 or init_std < 0:
-            raise AdvbenchError(f"NATTACK needs sigma > 0, lr > 0 and init_std >= 0, got {sigma}, {lr}, {init_std}")
-        if box not in BOXES:
-            raise AdvbenchError(f"unknown NATTACK box '{box}'; valid: {', '.join(BOXES)}")
+        hyper.whole(self, "n_queries", n_queries)
+        hyper.whole(self, "samples", samples, 2)
+        hyper.real(self, "sigma", sigma, 0, open_low=True)
+        hyper.real(self, "lr", lr, 0, open_low=True)
+        hyper.real(self, "init_std", init_std, 0)
+        hyper.choice(self, "box", box, BOXES)
+        hyper.whole(self, "seed", seed, None)
         self.n_queries = n_queries
         self.samples = samples
         self.sigma = sigma

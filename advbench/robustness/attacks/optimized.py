@@ -20,6 +20,7 @@ import torch
 
 from advbench.core.runtime import grad_rows, pieces
 from advbench.core.steps import DUAL_NORM, adam_step, clip, lp_norm, per_sample, unit_direction
+from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.base import Attack, AttackResult
 from advbench.robustness.attacks.oracles import Objective, Oracle, TransferOracle
 
@@ -105,12 +106,9 @@ class DeepFool(Attack):
     norms = ("l2", "linf")
 
     def __init__(self, *, steps: int = 100, overshoot: float = 0.02, candidates: int = 10) -> None:
-        if steps < 1:
-            raise ValueError(f"expected steps >= 1, got {steps}")
-        if overshoot < 0:
-            raise ValueError(f"expected overshoot >= 0, got {overshoot}")
-        if candidates < 2:
-            raise ValueError(f"expected candidates >= 2 (the label and one other class), got {candidates}")
+        hyper.whole(self, "steps", steps)
+        hyper.real(self, "overshoot", overshoot, 0)
+        hyper.whole(self, "candidates", candidates, 2)  # the label and one other class
         self.steps = steps
         self.overshoot = overshoot
         self.candidates = candidates
@@ -285,15 +283,13 @@ class CarliniWagnerL2(Attack):
     def __init__(self, *, iterations: int = 100, binary_search_steps: int = 10, initial_const: float = 1.0,
                  stepsize: float = 0.01, confidence: float = 0.0, abort_early: bool = True,
                  box: str = "tanh") -> None:
-        for name, value in (("iterations", iterations), ("binary_search_steps", binary_search_steps)):
-            if value < 1:
-                raise ValueError(f"expected {name} >= 1, got {value}")
-        if initial_const <= 0 or stepsize <= 0:
-            raise ValueError(f"expected initial_const > 0 and stepsize > 0, got {initial_const}, {stepsize}")
-        if confidence < 0:
-            raise ValueError(f"expected confidence >= 0, got {confidence}")
-        if box not in BOXES:
-            raise ValueError(f"unknown box '{box}'; valid: {', '.join(BOXES)}")
+        hyper.whole(self, "iterations", iterations)
+        hyper.whole(self, "binary_search_steps", binary_search_steps)
+        hyper.real(self, "initial_const", initial_const, 0, open_low=True)
+        hyper.real(self, "stepsize", stepsize, 0, open_low=True)
+        hyper.real(self, "confidence", confidence, 0)
+        hyper.flag(self, "abort_early", abort_early)
+        hyper.choice(self, "box", box, BOXES)
         self.iterations = iterations
         self.binary_search_steps = binary_search_steps
         self.initial_const = initial_const

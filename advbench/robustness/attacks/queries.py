@@ -17,6 +17,7 @@ import torch
 
 from advbench.core.runtime import pieces, probe_rows
 from advbench.core.steps import lp_norm, per_sample
+from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.base import Attack, AttackResult
 from advbench.robustness.attacks.optimized import SmallestAdversarial
 from advbench.robustness.attacks.oracles import DecisionOracle
@@ -166,10 +167,9 @@ class DecisionAttack(Attack):
     def __init__(self, *, max_queries: int, init_tries: int, checkpoints: Sequence[int], seed: int,
                  **counts: int) -> None:
         for name, value in (("max_queries", max_queries), *counts.items(), ("init_tries", init_tries)):
-            if value < 1:
-                raise ValueError(f"expected {name} >= 1, got {value}")
-        if any(c < 1 for c in checkpoints):
-            raise ValueError(f"expected query checkpoints >= 1, got {list(checkpoints)}")
+            hyper.whole(self, name, value)
+        hyper.wholes(self, "checkpoints", checkpoints)
+        hyper.whole(self, "seed", seed, None)
         self.max_queries = max_queries
         self.init_tries = init_tries
         self.checkpoints = [int(c) for c in checkpoints]

@@ -22,6 +22,7 @@ import torch
 
 from advbench.core.errors import AdvbenchError
 from advbench.core.steps import ascend, clip, lp_norm, per_sample, unit_direction
+from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.base import Attack, AttackResult
 from advbench.robustness.attacks.optimized import goal_margin
 from advbench.robustness.attacks.oracles import ScoreOracle
@@ -181,10 +182,9 @@ class Square(ScoreAttack):
     """
 
     def __init__(self, *, n_queries: int = 20000, p_init: float = 0.8, seed: int = 0) -> None:
-        if n_queries < 1:
-            raise AdvbenchError(f"Square needs n_queries >= 1, got {n_queries}")
-        if not 0 < p_init <= 1:
-            raise AdvbenchError(f"Square needs p_init in (0, 1], got {p_init}")
+        hyper.whole(self, "n_queries", n_queries)
+        hyper.real(self, "p_init", p_init, 0, 1, open_low=True)
+        hyper.whole(self, "seed", seed, None)
         self.n_queries = n_queries
         self.p_init = p_init
         self.seed = seed
@@ -333,10 +333,11 @@ class GradientEstimateAttack(ScoreAttack):
 
     def __init__(self, *, n_queries: int = 20000, samples: int = 100, sigma: float = 0.001,
                  rel_stepsize: float = 0.15, seed: int = 0) -> None:
-        if n_queries < 1 or samples < 1:
-            raise AdvbenchError(f"{type(self).__name__} needs n_queries >= 1 and samples >= 1, got {n_queries}, {samples}")
-        if sigma <= 0 or rel_stepsize <= 0:
-            raise AdvbenchError(f"{type(self).__name__} needs sigma > 0 and rel_stepsize > 0, got {sigma}, {rel_stepsize}")
+        hyper.whole(self, "n_queries", n_queries)
+        hyper.whole(self, "samples", samples)
+        hyper.real(self, "sigma", sigma, 0, open_low=True)
+        hyper.real(self, "rel_stepsize", rel_stepsize, 0, open_low=True)
+        hyper.whole(self, "seed", seed, None)
         self.n_queries = n_queries
         self.samples = samples
         self.sigma = sigma

@@ -17,6 +17,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.gradient import IterativeGradientAttack
 from advbench.robustness.attacks.oracles import WhiteBoxOracle
 from advbench.robustness.attacks.random import uniform
@@ -88,10 +89,9 @@ class DIM(IterativeGradientAttack):
 
     def __init__(self, *, steps: int = 10, rel_stepsize: float = 0.15, decay: float = 1.0, resize_rate: float = 0.9,
                  prob: float = 0.5, early_stop: bool = True, seed: int = 0) -> None:
-        if not 0.0 < resize_rate <= 1.0:
-            raise ValueError(f"expected 0 < resize_rate <= 1, got {resize_rate}")
-        if not 0.0 <= prob <= 1.0:
-            raise ValueError(f"expected 0 <= prob <= 1, got {prob}")
+        hyper.real(self, "resize_rate", resize_rate, 0, 1, open_low=True)
+        hyper.real(self, "prob", prob, 0, 1)
+        hyper.flag(self, "early_stop", early_stop)
         super().__init__(steps=steps, rel_stepsize=rel_stepsize, decay=decay, seed=seed)
         self.early_stop = early_stop
         self.resize_rate = resize_rate
@@ -122,10 +122,9 @@ class TI(DIM):
     def __init__(self, *, steps: int = 10, rel_stepsize: float = 0.15, decay: float = 1.0,
                  kernel_size: int | None = None, nsig: float = 3.0, resize_rate: float = 0.9, prob: float = 0.0,
                  early_stop: bool = True, seed: int = 0) -> None:
-        if kernel_size is not None and (kernel_size < 1 or kernel_size % 2 == 0):
-            raise ValueError(f"expected an odd kernel_size >= 1, got {kernel_size}")
-        if nsig <= 0:
-            raise ValueError(f"expected nsig > 0, got {nsig}")
+        if kernel_size is not None:
+            hyper.whole(self, "kernel_size", kernel_size, odd=True)
+        hyper.real(self, "nsig", nsig, 0, open_low=True)
         super().__init__(steps=steps, rel_stepsize=rel_stepsize, decay=decay, resize_rate=resize_rate, prob=prob,
                          early_stop=early_stop, seed=seed)
         self.kernel_size = kernel_size

@@ -21,8 +21,8 @@ from collections.abc import Sequence
 
 import torch
 
-from advbench.core.errors import AdvbenchError
 from advbench.core.steps import adam_step, clip
+from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.base import AttackResult, success_of
 from advbench.robustness.attacks.optimized import goal_margin, next_const
 from advbench.robustness.attacks.oracles import ScoreOracle
@@ -63,18 +63,16 @@ class ZOO(ScoreAttack):
                  abort_every: int = 100, adam_beta1: float = 0.9, adam_beta2: float = 0.999,
                  confidence: float = 0.0, checkpoints: Sequence[int] = CHECKPOINTS,
                  seed: int = 0) -> None:
-        name = type(self).__name__
         for key, value in (("n_queries", n_queries), ("coordinates", coordinates), ("iterations", iterations),
                            ("abort_every", abort_every), ("binary_search_steps", binary_search_steps)):
-            if value < 1:
-                raise AdvbenchError(f"{name} needs {key} >= 1, got {value}")
+            hyper.whole(self, key, value)
         for key, value in (("lr", lr), ("sigma", sigma), ("initial_const", initial_const)):
-            if value <= 0:
-                raise AdvbenchError(f"{name} needs {key} > 0, got {value}")
-        if not (0 <= adam_beta1 < 1 and 0 <= adam_beta2 < 1):
-            raise AdvbenchError(f"{name} needs Adam betas in [0, 1), got {adam_beta1}, {adam_beta2}")
-        if confidence < 0:
-            raise AdvbenchError(f"{name} needs confidence >= 0, got {confidence}")
+            hyper.real(self, key, value, 0, open_low=True)
+        for key, value in (("adam_beta1", adam_beta1), ("adam_beta2", adam_beta2)):
+            hyper.real(self, key, value, 0, 1, open_high=True)
+        hyper.real(self, "confidence", confidence, 0)
+        hyper.wholes(self, "checkpoints", checkpoints)
+        hyper.whole(self, "seed", seed, None)
         self.n_queries = n_queries
         self.coordinates = coordinates
         self.lr = lr
