@@ -9,6 +9,7 @@ config group as `advbench list` does.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -90,6 +91,7 @@ def evaluate(model: nn.Module, data: Any = "digits", *, attack: str | Attack = "
         dataset = instantiate(cfg.dataset) if isinstance(data, str) else \
             TensorData.of(data, num_classes=num_classes or _classes_of(model, data))
         given = _given(cfg, model, dataset, attack, Normalisation(mean, std), (randomized, eot_samples), name, wrapper)
+        given = dataclasses.replace(given, kept=out_dir is not None)
         part = run_cell(cfg, given)
         if part is None:  # only a sweep skips a cell, and evaluate runs one
             raise AdvbenchError("the cell was skipped")

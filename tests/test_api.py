@@ -125,3 +125,43 @@ def test_bad_input_is_one_advbench_error(net_file: Path, digits_tensors, call, m
         call(_net(net_file), x[:8], y[:8])
     text = str(caught.value)
     assert message in text and "\n" not in text, text
+
+
+class Noisy(nn.Module):
+    """A trained net behind Gaussian input noise that draws whatever its mode (a randomized defense)."""
+
+    def __init__(self, inner: nn.Module, sigma: float) -> None:
+        super().__init__()
+        self.inner, self.sigma = inner, sigma
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(x + self.sigma * torch.randn_like(x))
+
+
+def test_a_wrapper_defense_is_applied_to_the_model_object(tiny_model, digits_tensors) -> None:
+    _, _, x, y = digits_tensors
+    x, y = x[:24], y[:24]
+    data = (x, y)
+    plain = advbench.evaluate(tiny_model, data, attack="fgsm", eps=0.1, overrides=["search.enabled=false"])
+    squeezed = advbench.evaluate(tiny_model, data, attack="fgsm", eps=0.1, defense="bit_red", overrides=["search.enabled=false"])
+    with torch.no_grad():  # bit_red: 1 bit, so the model sees round(x)
+        expected = tiny_model(torch.round(x)).argmax(1)
+        undefended = tiny_model(x).argmax(1)
+    assert (squeezed["clean_pred"].to_numpy() == expected.numpy()).all()
+    assert (plain["clean_pred"].to_numpy() == undefended.numpy()).all()
+    assert not (expected == undefended).all(), "the test needs a transform that moves some prediction"
+    assert set(squeezed["defense"]) == {"bit_red"} and set(squeezed["grad_mode"]) == {"bpda"}
+    assert set(plain["grad_mode"]) == {"exact"} and plain["cell_key"][0] != squeezed["cell_key"][0]
+
+
+def test_eot_counts_its_passes_and_makes_the_attack_stronger(tiny_model, digits_tensors) -> None:
+    _, _, x, y = digits_tensors
+    model = Noisy(tiny_model, 0.3)
+    common = dict(attack="bim", eps=0.08, attack_params={"steps": 5}, randomized=True, overrides=["search.enabled=false"])
+    one = advbench.evaluate(model, (x[:64], y[:64]), eot_samples=1, **common)
+    ten = advbench.evaluate(model, (x[:64], y[:64]), eot_samples=10, **common)
+    assert set(one["grad_mode"]) == {"exact"} and set(ten["grad_mode"]) == {"eot"}
+    assert (ten["grad_evals"] % 10 == 0).all() and ten["grad_evals"].max() == 50
+    assert one["grad_evals"].max() == 5
+    robust = {n: float((r["adv_pred"] == r["label"]).mean()) for n, r in (("one", one), ("ten", ten))}
+    assert robust["ten"] < robust["one"], robust

@@ -35,17 +35,6 @@ class Net(nn.Module):
 '''
 
 
-class Noisy(nn.Module):
-    """A trained net behind Gaussian input noise that draws whatever its mode (a randomized defense)."""
-
-    def __init__(self, inner: nn.Module, sigma: float) -> None:
-        super().__init__()
-        self.inner, self.sigma = inner, sigma
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.inner(x + self.sigma * torch.randn_like(x))
-
-
 class Dropped(nn.Module):
     """A trained net with MC dropout on its input; records the `training` flag of its dropout at each call."""
 
@@ -67,20 +56,6 @@ def data(digits_tensors) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _parts(out: Path) -> list[Path]:
     return sorted((out / "records").glob("*.parquet"))
-
-
-def test_a_wrapper_defense_is_applied_to_the_model_object(tiny_model, data, tmp_path: Path) -> None:
-    x, y = data
-    plain = advbench.evaluate(tiny_model, data, attack="fgsm", eps=0.1, overrides=QUIET)
-    squeezed = advbench.evaluate(tiny_model, data, attack="fgsm", eps=0.1, defense="bit_red", overrides=QUIET)
-    with torch.no_grad():  # bit_red: 1 bit, so the model sees round(x)
-        expected = tiny_model(torch.round(x)).argmax(1)
-        undefended = tiny_model(x).argmax(1)
-    assert (squeezed["clean_pred"].to_numpy() == expected.numpy()).all()
-    assert (plain["clean_pred"].to_numpy() == undefended.numpy()).all()
-    assert not (expected == undefended).all(), "the test needs a transform that moves some prediction"
-    assert set(squeezed["defense"]) == {"bit_red"} and set(squeezed["grad_mode"]) == {"bpda"}
-    assert set(plain["grad_mode"]) == {"exact"} and plain["cell_key"][0] != squeezed["cell_key"][0]
 
 
 def test_a_randomized_wrapper_is_judged_by_a_vote_with_eot(tiny_model, data) -> None:
@@ -146,20 +121,7 @@ def test_a_deterministic_model_marked_randomized_is_refused(tiny_model, data) ->
 
 def test_a_randomized_model_behind_a_wrapper_is_refused(tiny_model, data) -> None:
     with pytest.raises(AdvbenchError, match="randomized model behind the wrapper"):
-        advbench.evaluate(Noisy(tiny_model, 0.1), data, attack="fgsm", eps=0.1, randomized=True, defense="jpeg")
-
-
-def test_eot_counts_its_passes_and_makes_the_attack_stronger(tiny_model, digits_tensors) -> None:
-    _, _, x, y = digits_tensors
-    model = Noisy(tiny_model, 0.3)
-    common = dict(attack="bim", eps=0.08, attack_params={"steps": 5}, randomized=True, overrides=QUIET)
-    one = advbench.evaluate(model, (x[:64], y[:64]), eot_samples=1, **common)
-    ten = advbench.evaluate(model, (x[:64], y[:64]), eot_samples=10, **common)
-    assert set(one["grad_mode"]) == {"exact"} and set(ten["grad_mode"]) == {"eot"}
-    assert (ten["grad_evals"] % 10 == 0).all() and ten["grad_evals"].max() == 50
-    assert one["grad_evals"].max() == 5
-    robust = {n: float((r["adv_pred"] == r["label"]).mean()) for n, r in (("one", one), ("ten", ten))}
-    assert robust["ten"] < robust["one"], robust
+        advbench.evaluate(Dropped(tiny_model), data, attack="fgsm", eps=0.1, randomized=True, defense="jpeg")
 
 
 def _write(path: Path, negate: bool) -> None:
@@ -264,6 +226,7 @@ def test_the_summary_line_names_the_data_and_only_what_was_measured(tiny_model, 
     advbench.evaluate(tiny_model, data, attack="fgsm", eps=0.1, overrides=QUIET)
     line = capsys.readouterr().err
     assert "tensors/" in line and "digits/" not in line and "median min-ε" not in line
+    assert "->" not in line, "no path to a scratch folder deleted on return"
     advbench.evaluate(tiny_model, data, attack="fgsm", eps=0.1, overrides=["search.max_probes=2"])
     assert "median min-ε" in capsys.readouterr().err
 

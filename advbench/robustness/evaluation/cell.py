@@ -149,13 +149,16 @@ class Given:
     """Objects the Python API hands in where a config would name them (`advbench.api.evaluate`).
 
     `identity` replaces the entries of the cell identity the config cannot know (the model's
-    weights, the data's content); `attack` an attack object, used as given.
+    weights, the data's content); `attack` an attack object, used as given. `kept`: whether the
+    records stay where they are written (not a scratch folder the caller deletes), so that the
+    summary line names their path only when it will still hold them.
     """
 
     model: torch.nn.Module
     identity: dict[str, Any]
     dataset: Any = None
     attack: Attack | None = None
+    kept: bool = True
 
 
 def run_main(cfg: DictConfig) -> Path | None:
@@ -199,7 +202,7 @@ def run_cell(cfg: DictConfig, given: Given | None = None) -> Path | None:
         substitute = load_substitute(cfg, dataset, threat)
         frame = evaluate_cell(cfg, dataset, model, attack, threat, identity, files, label, device,
                               substitute=None if substitute is None else deploy(substitute.to(device), **execution))
-    summarize(frame, label, out, searched=bool(cfg.search.enabled))
+    summarize(frame, label, out if given is None or given.kept else None, searched=bool(cfg.search.enabled))
     warn_if_near_chance(frame, label, dataset.num_classes)
     gate_cell(cfg.get("gate"), out, label, in_sweep=_in_sweep())
     return out
@@ -315,7 +318,7 @@ def _batch_frame(measured: dict[str, torch.Tensor | str], y: torch.Tensor, sampl
     return frame
 
 
-def summarize(frame: pd.DataFrame, label: str, out: Path, *, searched: bool = True) -> None:
+def summarize(frame: pd.DataFrame, label: str, out: Path | None, *, searched: bool = True) -> None:
     """One line per cell: clean accuracy, accuracy/ASR at the budget, certified accuracy where IBP applies, and
     the median min-ε where the search measured it (without it a broken sample's min_eps is only the budget)."""
     clean = frame["clean_correct"].mean()
@@ -324,7 +327,7 @@ def summarize(frame: pd.DataFrame, label: str, out: Path, *, searched: bool = Tr
     proven = f", certified {verified.mean():.1%}" if len(verified) else ""
     median = f"median min-ε {frame['min_eps'].median():.4g}, " if searched else ""
     console.print(f"{label}: clean {clean:.1%}, adversarial accuracy {robust:.1%}{proven}, "
-                  f"{median}{len(frame)} samples -> {out}", soft_wrap=True)
+                  f"{median}{len(frame)} samples" + (f" -> {out}" if out is not None else ""), soft_wrap=True)
 
 
 def warn_if_near_chance(frame: pd.DataFrame, label: str, num_classes: int) -> None:
