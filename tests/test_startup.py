@@ -34,6 +34,18 @@ def test_help_and_list_import_no_heavy_library(args: list[str]) -> None:
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
 
 
+REFUSED = PROBE.replace("    except SystemExit:", "    except (SystemExit, click.ClickException):").replace(
+    "import contextlib,", "import click, contextlib,")
+
+
+@pytest.mark.parametrize("args", [["run", "attack=nonexistent"], ["run", "dataset=nope"], ["run", "defense=nope"],
+                                  ["run", "-m", "attack=fgsm,nope"], ["train", "model=nope"]], ids=" ".join)
+def test_a_bad_option_name_is_refused_with_hydra_alone(args: list[str]) -> None:
+    """Composing needs Hydra; the option names are checked before torch, pandas and the rest load."""
+    out = subprocess.run([sys.executable, "-c", REFUSED, *args], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == ["hydra"]
+
+
 def test_the_probe_sees_an_import() -> None:
     """The check can fail: a command that does import the model stack is caught."""
     out = subprocess.run([sys.executable, "-c", PROBE.replace("from advbench.cli.main import main",

@@ -79,13 +79,51 @@ def test_table2_numbers_have_fixed_decimals(tmp_path: Path) -> None:
 
 
 def test_list_in_a_pipe_keeps_each_option_on_one_line() -> None:
+    """In a pipe each option is one line of at most 100 columns: its name and the start of its
+    description (cut with " …"), so `grep` finds both; a footer says how to see the whole text."""
     from click.testing import CliRunner
 
     from advbench.cli.main import main
     from advbench.core.catalog import describe, group_options
 
-    output = CliRunner().invoke(main, ["list", "attack"]).output
-    lines = output.splitlines()
+    result = CliRunner().invoke(main, ["list", "attack"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert max(len(line) for line in lines) <= 100
+    cut = 0
+    for option in group_options("attack"):
+        rows = [line for line in lines if f" {option} " in line]
+        assert len(rows) == 1, f"{option} is not on exactly one line"
+        shown = rows[0].split("│")[3].strip()
+        whole = " ".join(describe("attack", option).split())
+        assert shown == whole or (shown.endswith(" …") and whole.startswith(shown[:-2])), option
+        cut += shown != whole
+    assert cut, "the attacks' long descriptions are cut to fit"
+    assert lines[-1] == "whole descriptions: advbench list attack --full"
+
+
+def test_list_full_prints_every_description_whole_one_option_per_line() -> None:
+    from click.testing import CliRunner
+
+    from advbench.cli.main import main
+    from advbench.core.catalog import describe, group_options
+
+    result = CliRunner().invoke(main, ["list", "attack", "--full"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
     for option in group_options("attack"):
         row = next(line for line in lines if f" {option} " in line)
         assert describe("attack", option) in row, f"{option}'s description is wrapped or cut"
+    assert "--full" not in result.output
+
+
+@pytest.mark.parametrize("columns", ["60", "140"])
+def test_list_in_a_pipe_follows_columns(columns: str) -> None:
+    from click.testing import CliRunner
+
+    from advbench.cli.main import main
+    from advbench.core.catalog import group_options
+
+    lines = CliRunner().invoke(main, ["list", "attack"], env={"COLUMNS": columns}).output.splitlines()
+    assert max(len(line) for line in lines) <= int(columns)
+    assert all(sum(f" {o} " in line for line in lines) == 1 for o in group_options("attack"))

@@ -236,8 +236,12 @@ def _unknown_key(config_name: str, overrides: Sequence[str], exc: BaseException)
 _NO_WRITE_FLAGS = {"--cfg", "-c", "--help", "--hydra-help", "--info", "-i", "--shell-completion", "-sc"}
 
 
-def run_hydra(config_name: str, task: Task, args: Sequence[str], prog: str) -> None:
+def run_hydra(config_name: str, task: Task, args: Sequence[str], prog: str,
+              around: Callable[[], contextlib.AbstractContextManager[Any]] | None = None) -> None:
     """Run `task(cfg)` as a Hydra app over `args` (overrides, `-m`, `--cfg job`, ...).
+
+    `around()`, when given, is entered after the up-front checks and holds the jobs (`advbench
+    run` collects the gate's verdicts in it), so a wrong option name is answered before it loads.
 
     A sweep's (and a printed config's) jobs are composed and checked first, and their output
     folders tried for writing, so a bad value fails in one line before any job starts. A
@@ -257,9 +261,10 @@ def run_hydra(config_name: str, task: Task, args: Sequence[str], prog: str) -> N
                             f"to see a sweep's config, drop -m and give one value per swept key")
     if names & {"-m", "--multirun"} and not names & _NO_WRITE_FLAGS:  # a sweep that launches jobs
         _check_launcher(overrides)
-    if names & OWN_COMPOSITION_FLAGS or not flags:
-        check_overrides(overrides, config_name)
-    else:
+    # every option name of a sweep first: validating a combination's values imports torch (33 s on a
+    # loaded machine), and `attack=fgsm,nope` is answered without it
+    check_overrides(overrides, config_name)
+    if not (names & OWN_COMPOSITION_FLAGS or not flags):
         combos = _first_choices(overrides) if names & {"-m", "--multirun"} else [list(overrides)]
         for combo in combos:
             cfg = compose_config(config_name, combo)
@@ -278,18 +283,19 @@ def run_hydra(config_name: str, task: Task, args: Sequence[str], prog: str) -> N
         watch_parent(launcher)
         return guarded(task, cfg)
 
-    try:
-        with _hydra_command_line([prog, *flags, *overrides], raise_errors=not flags), composed_once(names, overrides):
-            _app()
-    except Exception as exc:
-        if flags or started:
+    with (around or contextlib.nullcontext)():
+        try:
+            with _hydra_command_line([prog, *flags, *overrides], raise_errors=not flags), composed_once(names, overrides):
+                _app()
+        except Exception as exc:
+            if flags or started:
+                raise
+            check_writable(compose_config(config_name, overrides))  # says in one line what Hydra failed on
+            if isinstance(exc, OSError):  # the folders Hydra makes for itself: hydra.run.dir, its log file
+                raise AdvbenchError(f"Hydra cannot write its run folder (hydra.run.dir): {exc}") from None
+            if isinstance(exc, (HydraException, OmegaConfBaseException)):  # its own settings (hydra.*), in one line
+                raise AdvbenchError(_one_line(exc)) from None
             raise
-        check_writable(compose_config(config_name, overrides))  # says in one line what Hydra failed on
-        if isinstance(exc, OSError):  # the folders Hydra makes for itself: hydra.run.dir, its log file
-            raise AdvbenchError(f"Hydra cannot write its run folder (hydra.run.dir): {exc}") from None
-        if isinstance(exc, (HydraException, OmegaConfBaseException)):  # its own settings (hydra.*), in one line
-            raise AdvbenchError(_one_line(exc)) from None
-        raise
 
 
 @contextlib.contextmanager

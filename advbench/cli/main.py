@@ -7,6 +7,7 @@ plugins, `--cfg job`); `plot`, `check` and `list` are plain commands. Library er
 
 from __future__ import annotations
 
+import contextlib
 import os
 import textwrap
 from pathlib import Path
@@ -80,11 +81,16 @@ def run(args: tuple[str, ...]) -> None:
     `advbench check`): failing cells print one line each and the command exits 1 once every
     cell of the sweep has run.
     """
+    args = tuple("force=true" if a == "--force" else a for a in args)
+    hydra_command("config", "advbench.robustness.evaluation.cell.run_main", "advbench run", around=_gate_verdicts)(args)
+
+
+def _gate_verdicts() -> contextlib.AbstractContextManager[None]:
+    """`sweep_verdicts` around `advbench run`'s jobs, imported only once the arguments are checked:
+    the gate imports pandas (0.4 s), and a wrong option name is answered before that (and torch)."""
     from advbench.robustness.report.gate import sweep_verdicts
 
-    args = tuple("force=true" if a == "--force" else a for a in args)
-    with sweep_verdicts():
-        hydra_command("config", "advbench.robustness.evaluation.cell.run_main", "advbench run")(args)
+    return sweep_verdicts()
 
 
 @main.command(context_settings=HYDRA_ARGS)
@@ -197,13 +203,14 @@ def check(records: tuple[Path, ...], min_accuracy: float | None, max_asr: float 
 
 @main.command(name="list")
 @click.argument("group", required=False)
+@click.option("--full", is_flag=True, help="Every description whole, in a pipe or file too (lines as long as they need).")
 @one_line_errors
-def list_options(group: str | None) -> None:
+def list_options(group: str | None, full: bool) -> None:
     """List config groups, or the options of GROUP with their descriptions.
 
-    In a pipe or file the overview of all groups fits 100 columns (COLUMNS=N to change it),
-    each description cut to one line; `advbench list GROUP` prints every description whole,
-    one option per line.
+    In a pipe or file the table fits 100 columns (COLUMNS=N to change it), one option per line
+    with its description cut to fit (so `grep` finds an option with its description); --full
+    prints every description whole.
     """
     from rich.console import Console
     from rich.table import Table
@@ -214,20 +221,21 @@ def list_options(group: str | None) -> None:
     names = groups()
     if group is not None and group not in names:
         raise AdvbenchError(f"unknown group '{group}'; valid: {', '.join(names)}")
-    width = None if group else _pipe_width()
+    width = None if full else _pipe_width()
     table = Table(show_header=True, header_style="bold")
     rows = [(g, option, describe(g, option)) for g in ([group] if group else names) for option in group_options(g)]
     table.add_column("group")
     table.add_column("option")
-    table.add_column("description")
-    room = (width or 0) - max(len(r[0]) for r in rows) - max(len(r[1]) for r in rows) - 10  # borders, padding
+    table.add_column("description", no_wrap=width is not None, overflow="ellipsis")
+    room = (width or 0) - max(len("group"), *(len(r[0]) for r in rows)) \
+        - max(len("option"), *(len(r[1]) for r in rows)) - 10  # borders, padding
     for g, option, text in rows:
         table.add_row(g, option, textwrap.shorten(text, max(room, 20), placeholder=" …") if width else text)
     if width is None:
         print_table(table)
         return
     Console(width=width).print(table)
-    click.echo(f"whole descriptions: advbench list GROUP (e.g. advbench list {names[0]})")
+    click.echo(f"whole descriptions: advbench list {group or 'GROUP'} --full")
 
 
 @main.group()

@@ -3,6 +3,12 @@
 `CHECKS` maps dotted keys to checks and is applied to the keys a config holds, so one table
 serves `advbench run`, `train` and the `uap` jobs; the attack is built once so its own argument
 checks run before any work starts.
+
+This module imports no torch: `advbench run` loads it (through `cli.config`) before it composes
+the config, and a wrong option name (`attack=nope`) must be answered in a fraction of a second,
+not after torch's import (33 s on a loaded machine). The checks that need the model stack
+(`core.runtime`, `robustness.threat`, the defense wrappers, user models, the search) or pandas
+(the gate) import them inside themselves, once a config has been composed.
 """
 
 from __future__ import annotations
@@ -19,12 +25,6 @@ import advbench.core.paths  # noqa: F401  (registers the ${advbench:cache|data|w
 from advbench.core.errors import AdvbenchError, user_error
 from advbench.core.keys import plain_value
 from advbench.core.names import safe_name
-from advbench.core.runtime import PRECISIONS
-from advbench.robustness.defenses.wrappers import check_wrapper
-from advbench.robustness.evaluation.search import SEARCH_METHODS
-from advbench.robustness.models.user_models import check_config as check_model_config
-from advbench.robustness.report.gate import check_fraction
-from advbench.robustness.threat import GOALS, KNOWLEDGE, NORMS
 
 
 def _one_line(exc: BaseException) -> str:
@@ -127,12 +127,16 @@ def _preset(key: str, value: Any) -> None:
 
 def _wrapper(key: str, value: Any) -> None:
     """Each wrapper key with the type its constructor takes, before any model is trained or loaded."""
+    from advbench.robustness.defenses.wrappers import check_wrapper  # imports torch: only once composed
+
     if value is not None:
         check_wrapper(plain_value(value))
 
 
 def _gate_threshold(key: str, value: Any) -> None:
     """The same check as `advbench check` applies to its options, so both say the same."""
+    from advbench.robustness.report.gate import check_fraction  # imports pandas: only once composed
+
     check_fraction(key, value, nullable=True)
 
 
@@ -166,7 +170,24 @@ def _label(key: str, value: Any) -> None:
 
 
 def _search_method(key: str, value: Any) -> None:
+    from advbench.robustness.evaluation.search import SEARCH_METHODS  # imports torch: only once composed
+
     _one_of(*SEARCH_METHODS)(key, value)
+
+
+def _precision(key: str, value: Any) -> None:
+    from advbench.core.runtime import PRECISIONS  # imports torch: only once composed
+
+    _one_of(*PRECISIONS)(key, value)
+
+
+def _threat(name: str) -> Check:
+    """`threat.norm|goal|knowledge` against `robustness.threat`'s NORMS, GOALS or KNOWLEDGE."""
+    def check(key: str, value: Any) -> None:
+        from advbench.robustness import threat  # imports torch: only once composed
+
+        _one_of(*getattr(threat, name))(key, value)
+    return check
 
 
 _SIMPLE = {int: "a whole number", float: "a number", bool: "true or false", str: "text", type(None): "null"}
@@ -224,13 +245,13 @@ CHECKS: dict[str, Check] = {
     "defense.recipe.epochs": _whole(1),
     "defense.recipe.batch_size": _whole(1),
     "batch_size": _batch_size,
-    "precision": _one_of(*PRECISIONS),
+    "precision": _precision,
     "channels_last": _flag,
     "chunk_size": _whole(1),
     "probe_pool": _whole(1),
     "threads": _whole(1, nullable=True),
     "training_threads": _whole(1),
-    "threat.norm": _one_of(*NORMS), "threat.goal": _one_of(*GOALS), "threat.knowledge": _one_of(*KNOWLEDGE),
+    "threat.norm": _threat("NORMS"), "threat.goal": _threat("GOALS"), "threat.knowledge": _threat("KNOWLEDGE"),
     "threat.steps": _whole(1, nullable=True),  # iterations of BIM/MIM/DIM/TI under transfer threats
     "shard.index": _whole(0),
     "shard.count": _whole(1),
@@ -292,6 +313,8 @@ def validate(cfg: DictConfig) -> None:
         raise AdvbenchError(f"shard.index must be below shard.count (0..{shard.count - 1}), got {shard.index}")
     model = OmegaConf.select(cfg, "model")
     if isinstance(model, DictConfig):
+        from advbench.robustness.models.user_models import check_config as check_model_config  # imports torch
+
         check_model_config(model)
     for key in ("dataset", "attack.params", "metric"):
         _check_arguments(key, OmegaConf.select(cfg, key))
