@@ -41,25 +41,46 @@ def test_the_section_has_the_model_file_the_api_and_three_command_lines() -> Non
     assert [c[1] for c in _commands()] == ["model=python", "model=torchvision", "model=robustbench"]
 
 
-def test_the_python_examples_run(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def ran_example(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The folder the two Python blocks ran in (mynet.py, the trained mynet.pt, plots/), and their
+    stdout, ending in a line with the clean accuracy of the records."""
+    folder = tmp_path_factory.mktemp("readme")
     model_file, script = _blocks("python")
-    (tmp_path / "mynet.py").write_text(model_file)
-    result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True,
-                            env={"ADVBENCH_CACHE": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin"}, timeout=600)
+    (folder / "mynet.py").write_text(model_file)
+    script += "\nprint('clean accuracy', records['clean_correct'].mean())"
+    result = subprocess.run([sys.executable, "-c", script], cwd=folder, capture_output=True, text=True,
+                            env={"ADVBENCH_CACHE": str(folder / "cache"), "PATH": "/usr/bin:/bin"}, timeout=600)
     assert result.returncode == 0, result.stderr
-    assert "pgd" in result.stdout and (tmp_path / "plots").is_dir()
-    assert any((tmp_path / "plots").glob("*.png"))
+    return folder, result.stdout
 
 
-def test_the_python_model_command_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    (tmp_path / "mynet.py").write_text(_blocks("python")[0])
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("ADVBENCH_CACHE", str(tmp_path / "cache"))
+def test_the_python_examples_run(ran_example: tuple[Path, str]) -> None:
+    folder, stdout = ran_example
+    assert "pgd" in stdout and (folder / "plots").is_dir()
+    assert any((folder / "plots").glob("*.png"))
+    assert (folder / "mynet.pt").is_file()
+
+
+def test_the_python_example_trains_a_model_worth_attacking(ran_example: tuple[Path, str]) -> None:
+    """Untrained, the example's net is at chance (about 10%) and every attack result is 0: the
+    snippet trains it first, so its numbers mean something."""
+    clean = float(ran_example[1].strip().splitlines()[-1].split()[-1])
+    assert clean > 0.8
+    assert "median_min_eps" in ran_example[1]  # the printed summary is whole, not "..." in its place
+
+
+def test_the_python_model_command_runs(ran_example: tuple[Path, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = ran_example[0]
+    monkeypatch.chdir(folder)
+    monkeypatch.setenv("ADVBENCH_CACHE", str(folder / "cache"))
     command = _commands()[0]
+    assert "checkpoint=mynet.pt" in command  # the weights the Python example trained and saved
     result = CliRunner().invoke(main, command)
     assert result.exit_code == 0, result.output
-    records = pd.read_parquet(next((tmp_path / "advbench-out" / "records").glob("*.parquet")))
+    records = pd.read_parquet(next((folder / "advbench-out" / "records").glob("*.parquet")))
     assert set(records["model_label"]) == {"mynet.py:Net"}
+    assert records["clean_correct"].mean() > 0.8
     assert (records["success_at_budget"] == (records["min_eps"] <= records["eps_budget"])).all()
 
 

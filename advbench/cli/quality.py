@@ -84,8 +84,9 @@ def stability(args: tuple[str, ...]) -> None:
 
 @uap.command()
 @click.argument("records", nargs=-1, type=click.Path(path_type=Path))
-@click.option("--out", "out", type=click.Path(path_type=Path), default=Path("results/uap_ablation.png"),
-              show_default=True, help="Figure file (PNG, SVG or PDF).")
+@click.option("--out", "out", type=click.Path(path_type=Path), default=Path("advbench-out/plots/uap_ablation.png"),
+              show_default=True, help="Figure file (PNG, SVG or PDF); under advbench-out/plots/ unless given, so a run "
+              "from the clone never overwrites the committed results/.")
 @click.option("--amplitude", type=float, default=None, help="Amplitude to show (default: the largest recorded).")
 def ablation(records: tuple[Path, ...], out: Path, amplitude: float | None) -> None:
     """Draw the spread of per-image gains across the runs of an ablation sweep of `uap train`."""
@@ -102,8 +103,9 @@ def ablation(records: tuple[Path, ...], out: Path, amplitude: float | None) -> N
 
 @uap.command()
 @click.argument("published", type=click.Path(path_type=Path))
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("results/table2_published"),
-              show_default=True, help="Folder for table2.md/.csv and one gain-vs-loss figure per source.")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("advbench-out/plots/table2_published"),
+              show_default=True, help="Folder for table2.md/.csv and one gain-vs-loss figure per source; under "
+              "advbench-out/plots/ unless given (the committed results/table2_published/ is made with --out).")
 @click.option("--srcc", type=click.Path(path_type=Path), default=None,
               help="CSV with a `metric` column and SRCC columns to add to the table.")
 def table2(published: Path, out_dir: Path, srcc: Path | None) -> None:

@@ -18,6 +18,7 @@ the budget has ``min_eps == eps_budget`` exactly), so the budget curve at ε = b
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable, Mapping
 from typing import Union
 
@@ -297,13 +298,36 @@ def checkpoint_curve(df: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)[[*NAMED, "eps_budget", "n_samples", "queries", "accuracy", "asr"]]
 
 
-def summary_table(df: pd.DataFrame) -> pd.DataFrame:
+RATE = {"untargeted": ("accuracy", "accuracy"), "targeted": ("asr", "attack success rate")}
+"""What Table 3 and the figures report per goal: (summary column, words). Untargeted cells report
+robust accuracy; targeted cells the attack success rate (the share of ALL samples that reach their
+target), since a targeted attack that fails may still leave the prediction wrong and the figures
+can only draw the success rate (see :func:`budget_curve`)."""
+
+
+class SummaryTable(pd.DataFrame):
+    """The frame :func:`summary_table` returns: a plain DataFrame, except that printing it shows
+    every column (wrapped to the terminal's width), so `print(advbench.summary(records))` never
+    hides ``median_min_eps`` behind ``...``. Anything derived from it is a plain DataFrame."""
+
+    def __repr__(self) -> str:
+        width = shutil.get_terminal_size((120, 24)).columns
+        with pd.option_context("display.max_columns", None, "display.width", width):
+            return super().__repr__()
+
+    def __str__(self) -> str:
+        return self.__repr__()
+
+
+def summary_table(df: pd.DataFrame) -> SummaryTable:
     """The seed's Table 3 as a tidy frame, one row per cell.
 
     ``median_min_eps``: median over all samples, clean-misclassified samples of untargeted
     cells counting as 0 (they need no perturbation), unfound ones as inf.
     ``accuracy``: mean(adv_pred == label) at the budget (valid for both goals).
     ``asr``: success at the budget, over clean-correct samples (untargeted) or all (targeted).
+    Table 3 and the figures report ``accuracy`` for untargeted and ``asr`` for targeted cells
+    (:data:`RATE`). Printed, the frame shows every column (:class:`SummaryTable`).
     ``certified_accuracy``: share of samples IBP verifies at the budget (records with a
     ``certified`` column; NaN where IBP does not apply: l2, models it cannot bound).
     ``defense_category`` follows the defense where the records carry it.
@@ -337,7 +361,7 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
     tidy["asr"] = tidy["hits"] / tidy["counted"].where(tidy["counted"] > 0)
     if "certified" in df.columns:
         tidy["certified_accuracy"] = df.groupby(NAMED, sort=True)["certified"].mean()
-    return tidy.drop(columns=["hits", "counted"]).reset_index()
+    return SummaryTable(tidy.drop(columns=["hits", "counted"]).reset_index())
 
 
 def _knowledge_rank(knowledge: pd.Series) -> pd.Series:
@@ -345,10 +369,10 @@ def _knowledge_rank(knowledge: pd.Series) -> pd.Series:
     return knowledge.map({k: i for i, k in enumerate(KNOWLEDGE_ORDER)}).fillna(len(KNOWLEDGE_ORDER))
 
 
-def _format_cell(median: float, accuracy: float) -> str:
+def _format_cell(median: float, rate: float) -> str:
     """'0.039 / 56.0%' as in the seed; an attack that never succeeded has median ∞."""
     left = "∞" if np.isinf(median) else f"{median:.3f}"
-    return f"{left} / {100.0 * accuracy:.1f}%"
+    return f"{left} / {100.0 * rate:.1f}%"
 
 
 def format_table3(tidy: pd.DataFrame, by_category: bool = False) -> dict[tuple[str, str], pd.DataFrame]:
@@ -356,7 +380,8 @@ def format_table3(tidy: pd.DataFrame, by_category: bool = False) -> dict[tuple[s
 
     Rows are (dataset, knowledge, attack), columns are the model rows (`row`: the defense, or the
     records' model label with it, see :data:`shards.ROW`), cells read
-    "median min_eps / accuracy at budget"; a pair that was not run shows "—". `by_category`
+    "median min_eps / accuracy at budget" (untargeted) or "median min_eps / attack success rate at
+    budget" (targeted, what its figures draw: :data:`RATE`); a pair that was not run shows "—". `by_category`
     orders the defense columns by category and heads them "defense (category)".
     """
     _validate_tidy(tidy)
@@ -364,7 +389,8 @@ def format_table3(tidy: pd.DataFrame, by_category: bool = False) -> dict[tuple[s
         raise AdvbenchError(f"grouping the table by category needs a {CATEGORY} column in the summary")
     tables = {}
     for key, g in tidy.groupby(["norm", "goal"], sort=True):
-        g = g.assign(cell=[_format_cell(m, a) for m, a in zip(g["median_min_eps"], g["accuracy"])])
+        rate = RATE[key[1]][0]
+        g = g.assign(cell=[_format_cell(m, a) for m, a in zip(g["median_min_eps"], g[rate])])
         g = g.sort_values(["dataset", "knowledge", "attack"], key=lambda s: _knowledge_rank(s) if s.name == "knowledge" else s)
         wide = g.pivot_table(index=["dataset", "knowledge", "attack"], columns=ROW, values="cell", aggfunc="first", sort=False)
         wide.columns.name = None

@@ -31,6 +31,7 @@ from advbench.core.keys import plain_value
 from advbench.core.terminal import print_table
 from advbench.robustness.report.curves import (
     CATEGORY,
+    RATE,
     STRENGTH_UNITS,
     budget_curve,
     category_label,
@@ -186,7 +187,7 @@ def _figure(curves: pd.DataFrame, x: str, xlabel: str, styles: dict, show_budget
     are drawn as open markers on the lines of their defense (the decision attacks' checkpoints).
     """
     dataset, norm, goal, knowledge = _single_key(curves)
-    metric, ylabel = ("accuracy", "accuracy") if goal == "untargeted" else ("asr", "attack success rate")
+    metric, ylabel = RATE[goal]  # what Table 3 reports for the goal too
     attacks = sorted(curves["attack"].unique())
     rows = -(-len(attacks) // MAX_COLUMNS)
     ncols = -(-len(attacks) // rows)
@@ -331,7 +332,7 @@ def _caption(tidy: pd.DataFrame, norm: str, goal: str) -> str:
     """Says what the two numbers are and at which budget, as the seed's caption does."""
     budgets = ", ".join(f"{b:.4g}" for b in np.sort(tidy["eps_budget"].unique()))
     label = NORM_LABELS.get(norm, norm)
-    return f"Table 3 · {label} · {goal}: median minimal {label} perturbation / accuracy at ε = {budgets}"
+    return f"Table 3 · {label} · {goal}: median minimal {label} perturbation / {RATE[goal][1]} at ε = {budgets}"
 
 
 def _markdown(table: pd.DataFrame) -> str:
