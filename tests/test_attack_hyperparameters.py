@@ -133,8 +133,8 @@ def test_ti_kernel_size_must_be_odd_and_whole(value: Any) -> None:
 
 
 def test_pgd_steps_0_and_square_n_queries_0() -> None:
-    assert refused(lambda: PGD(steps=0), "steps") == "PGD needs steps a whole number >= 1, got 0"
-    assert refused(lambda: Square(n_queries=0), "n_queries") == "Square needs n_queries a whole number >= 1, got 0"
+    assert refused(lambda: PGD(steps=0), "steps") == "PGD: steps must be a whole number >= 1, got 0"
+    assert refused(lambda: Square(n_queries=0), "n_queries") == "Square: n_queries must be a whole number >= 1, got 0"
     assert "got nan" in refused(lambda: PGD(rel_stepsize=math.nan), "rel_stepsize")
 
 

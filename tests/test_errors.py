@@ -265,7 +265,7 @@ ROWS = [
     Row("shard-past-count", run("shard.index=5", "shard.count=2"), ("shard.index", "below shard.count")),
     Row("seed-text", run("seed=abc"), ("seed", "'abc'")),
     Row("n-samples-text", run("dataset.n_samples=abc"), ("dataset.n_samples", "'abc'")),
-    Row("steps-neg", run("attack=bim", "attack.params.steps=-1"), ("attack.params", "steps >= 1", "-1")),
+    Row("steps-neg", run("attack=bim", "attack.params.steps=-1"), ("attack.params", "steps must be a whole number >= 1", "-1")),
     Row("max-factor-nan", run("search.max_factor=nan"), ("search.max_factor", "nan")),
     Row("fraction-text", run("dataset.test_fraction=abc"), ("dataset.test_fraction must be a number", "'abc'")),
     Row("steps-text", run("attack=bim", "attack.params.steps=abc"), ("attack.params.steps must be a whole number",)),

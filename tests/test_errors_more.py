@@ -221,7 +221,7 @@ def test_valid_wrapper_specs_pass() -> None:
     lambda: MIM(decay=math.nan), lambda: MIM(decay=-1.0),
 ], ids=["bim-nan", "pgd-inf", "mim-negative", "mim-decay-nan", "mim-decay-negative"])
 def test_gradient_attack_constructors_refuse_bad_steps(make: Any) -> None:
-    with pytest.raises(AdvbenchError, match="needs (rel_stepsize|decay) a finite number"):
+    with pytest.raises(AdvbenchError, match="(rel_stepsize|decay) must be a finite number"):
         make()
 
 

@@ -331,8 +331,8 @@ def _check_attack(name: str, params: DictConfig) -> None:
         instantiate(params)
     except Exception as exc:  # the constructor's ValueError/TypeError, wrapped by Hydra
         cause = user_error(exc)
-        if cause is not None:
-            raise cause from None
+        if cause is not None:  # the attack's own check: named by the keys the user typed
+            raise AdvbenchError(f"bad attack.params for '{name}': {cause}") from None
         root = exc
         while root.__cause__ is not None:
             root = root.__cause__

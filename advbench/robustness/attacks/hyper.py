@@ -2,7 +2,7 @@
 
 Each function returns the value it was given, unchanged, when it is valid, and otherwise raises
 `AdvbenchError` with one line naming the attack, the parameter, what it needs and what came:
-"PGD needs steps a whole number >= 1, got 0". So a bad setting fails the same way from Python,
+"PGD: steps must be a whole number >= 1, got 0". So a bad setting fails the same way from Python,
 the CLI and `advbench.evaluate`, before any work. NaN and infinities are never valid numbers
 (NaN passes every `<=` test and would only surface as NaN iterates after the attack ran).
 """
@@ -30,7 +30,7 @@ def _shown(value: object) -> str:
 
 
 def _refuse(owner: object, name: str, needs: str, value: object) -> AdvbenchError:
-    return AdvbenchError(f"{_owner(owner)} needs {name} {needs}, got {_shown(value)}")
+    return AdvbenchError(f"{_owner(owner)}: {name} must be {needs}, got {_shown(value)}")
 
 
 def _is_whole(value: object) -> bool:
