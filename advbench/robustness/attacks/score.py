@@ -21,6 +21,7 @@ from typing import ClassVar
 import torch
 
 from advbench.core.errors import AdvbenchError
+from advbench.core.resume import warn
 from advbench.core.steps import ascend, clip, lp_norm, per_sample, unit_direction
 from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.base import Attack, AttackResult
@@ -325,6 +326,12 @@ class GradientEstimateAttack(ScoreAttack):
     on the budget, so a run dates the success of every shorter run whose budget ends a full
     step; a shorter budget that does not may break more (its last step is its own).
     Probes hold q·d numbers per active sample: large inputs want smaller batches.
+
+    A step moves an iterate at most α from the last (a sign step's every coordinate, an ℓ2
+    step's norm), so k steps reach at most k·α = k·rel_stepsize·ε from x: where the budget buys
+    too few steps for that to be ε (1,000 queries: 5 steps, 0.75·ε), the first call warns
+    (`reach`), once per attack object (a cell builds its own). The seed's α stays: its 20,000
+    queries buy 100 steps, 15·ε.
     """
 
     revision = WHOLE_BUDGET
@@ -343,13 +350,39 @@ class GradientEstimateAttack(ScoreAttack):
         self.sigma = sigma
         self.rel_stepsize = rel_stepsize
         self.seed = seed
+        self._reach_told = False
 
     def schedule(self) -> list[int]:
         """Direction pairs of each step (2q + 1 queries): `samples` while they fit, then the rest's."""
         return self.step_sizes(self.samples, 2)
 
+    def reach(self) -> float:
+        """The farthest a surviving sample's iterate can get from x, in units of ε: steps × rel_stepsize."""
+        return len(self.schedule()) * self.rel_stepsize
+
+    def short_of_budget(self) -> str | None:
+        """Why this attack cannot reach the ε budget within `n_queries` (one line); None if it can."""
+        steps, reach = len(self.schedule()), self.reach()
+        if reach >= 1 - 1e-9:
+            return None
+        need = math.ceil(1 / self.rel_stepsize - 1e-9)          # steps that reach ε
+        queries = 1 + need * (2 * self.samples + 1)             # as full steps
+        name, alpha = type(self).__name__, f"α = {self.rel_stepsize:g}·ε"
+        if steps == 0:
+            return (f"{name}: no step fits n_queries={self.n_queries:,}, so its examples are the inputs themselves; "
+                    f"n_queries >= {queries:,} ({need} steps of {alpha}) reach the ε budget")
+        rel = math.ceil(1000 / steps - 1e-6) / 1000
+        return (f"{name}: n_queries={self.n_queries:,} buys {steps} steps of {alpha}, so its examples stay within "
+                f"{reach:.3g}·ε of the input: the accuracy it reports at ε is robustness at a smaller radius; "
+                f"n_queries >= {queries:,} ({need} full steps) or rel_stepsize >= {rel:g} reach the ε budget")
+
     def run(self, oracle: ScoreOracle, x: torch.Tensor, y: torch.Tensor, *, eps: torch.Tensor, norm: str,
             target: torch.Tensor | None, sample_id: torch.Tensor) -> AttackResult:
+        if not self._reach_told:
+            self._reach_told = True
+            why = self.short_of_budget()
+            if why is not None:
+                warn(why)
         everyone = torch.arange(x.shape[0], device=x.device)
         first = torch.where(oracle.verdict(x, y, target, everyone), 1, -1)
         x_adv = x.clone()
