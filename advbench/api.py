@@ -42,8 +42,8 @@ from advbench.robustness.models.given import (
     refuse_inapplicable,
 )
 from advbench.robustness.models.user_models import check_forward, check_randomized, check_randomness, mark_randomized
-from advbench.robustness.report.curves import summary_table
 from advbench.robustness.report.plot import render_all, with_categories
+from advbench.robustness.report.table3 import summary_table
 
 
 def evaluate(model: nn.Module, data: Any = "digits", *, attack: str | Attack = "bim", threat: str = "linf",

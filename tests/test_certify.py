@@ -34,7 +34,7 @@ from advbench.robustness.evaluation.search import SearchSettings
 from advbench.robustness.models import build_model
 from advbench.robustness.models.base import Classifier
 from advbench.robustness.models.checkpoint import load_checkpoint
-from advbench.robustness.report.curves import summary_table
+from advbench.robustness.report.table3 import summary_table
 from advbench.robustness.threat import ThreatModel
 
 pytestmark = pytest.mark.usefixtures("one_thread")

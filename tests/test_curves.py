@@ -11,13 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from advbench.core.errors import AdvbenchError
-from advbench.robustness.report.curves import (
-    budget_curve,
-    eps_grid,
-    format_table3,
-    strength_curve,
-    summary_table,
-)
+from advbench.robustness.report.curves import budget_curve, eps_grid, strength_curve
+from advbench.robustness.report.table3 import format_table3, summary_table
 
 INF = math.inf
 

@@ -24,12 +24,8 @@ from advbench.robustness.data.targets import target_classes
 from advbench.robustness.evaluation.cell import _batch_frame, run_main
 from advbench.robustness.evaluation.measure import evaluate_batch
 from advbench.robustness.evaluation.search import SearchSettings
-from advbench.robustness.report.curves import (
-    CELL,
-    budget_curve,
-    strength_curve,
-    summary_table,
-)
+from advbench.robustness.report.curves import CELL, budget_curve, strength_curve
+from advbench.robustness.report.table3 import summary_table
 from advbench.robustness.threat import ThreatModel, goal_met
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -9,11 +9,7 @@ from matplotlib.colors import to_hex
 from rich.console import Console
 
 from advbench.core.errors import AdvbenchError
-from advbench.robustness.report.curves import (
-    budget_curve,
-    strength_curve,
-    summary_table,
-)
+from advbench.robustness.report.curves import budget_curve, strength_curve
 from advbench.robustness.report.plot import (
     budget_figure,
     defense_styles,
@@ -24,6 +20,7 @@ from advbench.robustness.report.plot import (
     strength_figure,
     write_tables,
 )
+from advbench.robustness.report.table3 import summary_table
 
 DEFENSES = ["none", "pgd-at", "jpeg"]
 ATTACKS = ["fgsm", "bim", "mim", "pgd", "deepfool"]

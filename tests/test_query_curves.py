@@ -18,20 +18,16 @@ from advbench.cli.config import compose_config
 from advbench.core.catalog import conf_dir
 from advbench.core.errors import AdvbenchError
 from advbench.robustness.attacks.decision import HopSkipJump
-from advbench.robustness.attacks.score import NES
+from advbench.robustness.attacks.estimates import NES
 from advbench.robustness.evaluation.measure import evaluate_batch
 from advbench.robustness.evaluation.search import SearchSettings
-from advbench.robustness.report.curves import (
-    checkpoint_curve,
-    format_table3,
-    query_curve,
-    summary_table,
-)
+from advbench.robustness.report.curves import checkpoint_curve, query_curve
 from advbench.robustness.report.plot import (
     defense_categories,
     render_all,
     strength_figure,
 )
+from advbench.robustness.report.table3 import format_table3, summary_table
 from advbench.robustness.threat import ThreatModel
 
 INF = math.inf

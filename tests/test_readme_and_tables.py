@@ -14,8 +14,9 @@ from click.testing import CliRunner
 import advbench
 from advbench.cli.main import main
 from advbench.cli.quality import ablation, table2
-from advbench.robustness.report.curves import budget_curve, format_table3, summary_table
+from advbench.robustness.report.curves import budget_curve
 from advbench.robustness.report.plot import budget_figure, write_tables
+from advbench.robustness.report.table3 import format_table3, summary_table
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARK = ROOT / "results" / "benchmark"

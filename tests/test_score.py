@@ -13,8 +13,9 @@ from contract import assert_seeded_and_batch_independent
 from torch import nn
 
 from advbench.cli.config import compose_config
+from advbench.robustness.attacks.estimates import NES, SPSA
 from advbench.robustness.attacks.oracles import ScoreOracle
-from advbench.robustness.attacks.score import NES, SPSA, Square, p_schedule
+from advbench.robustness.attacks.score import Square, p_schedule
 from advbench.robustness.evaluation.measure import evaluate_batch
 from advbench.robustness.evaluation.search import SearchSettings
 from advbench.robustness.threat import ThreatModel

@@ -12,9 +12,9 @@ import torch
 from sklearn.datasets import load_digits
 from torch import nn
 
+from advbench.robustness.attacks.estimates import NES, SPSA
 from advbench.robustness.attacks.nattack import NATTACK
 from advbench.robustness.attacks.oracles import ScoreOracle
-from advbench.robustness.attacks.score import NES, SPSA
 from advbench.robustness.attacks.zoo import ZOO
 from advbench.robustness.models import build_model
 

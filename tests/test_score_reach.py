@@ -14,8 +14,8 @@ import torch
 
 import advbench
 from advbench.core.resume import AdvbenchWarning, python_warnings
+from advbench.robustness.attacks.estimates import NES, SPSA
 from advbench.robustness.attacks.oracles import ScoreOracle
-from advbench.robustness.attacks.score import NES, SPSA
 
 EPS = 0.2
 N = 24

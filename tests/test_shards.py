@@ -12,7 +12,7 @@ from advbench.cli.config import compose_config
 from advbench.cli.main import main
 from advbench.core.records import read_records
 from advbench.robustness.evaluation.cell import run_main
-from advbench.robustness.report.curves import summary_table
+from advbench.robustness.report.table3 import summary_table
 
 PER_SAMPLE = ["sample_id", "label", "adv_pred", "clean_correct", "success_at_budget", "min_eps", "min_eps_lo",
               "adv_norm", "first_success_strength", "grad_evals", "queries"]

@@ -16,18 +16,16 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from functools import lru_cache
-from typing import ClassVar
 
 import torch
 
 from advbench.core.errors import AdvbenchError
-from advbench.core.resume import warn
-from advbench.core.steps import ascend, clip, lp_norm, per_sample, unit_direction
+from advbench.core.steps import clip, lp_norm, per_sample
 from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.base import Attack, AttackResult
 from advbench.robustness.attacks.optimized import goal_margin
 from advbench.robustness.attacks.oracles import ScoreOracle
-from advbench.robustness.attacks.random import normal, uniform, uniform_streams
+from advbench.robustness.attacks.random import uniform, uniform_streams
 
 _TINY = 1e-12
 _RESAMPLES = 16  # redraws of an ℓ∞ square whose colour would not change the image (authors: until it does)
@@ -237,12 +235,12 @@ class Square(ScoreAttack):
         """ℓ∞: vertical stripes of ±ε per channel and column. ℓ2: a grid of ±bumps of side h//5, norm ε."""
         n, c, h, w = x.shape
         if norm == "linf":
-            sign = _rademacher(self.seed, sample_id, (c, 1, w), 0, x)
+            sign = rademacher(self.seed, sample_id, (c, 1, w), 0, x)
             return clip(x + sign * per_sample(eps, x), bounds)
         s = max(h // 5, 1)
         offset = (h - 5 * s) // 2 if h >= 5 else 0
         grid = [(offset + a * s, offset + b * s) for a in range(h // s) for b in range(w // s)]
-        signs = _rademacher(self.seed, sample_id, (c, len(grid)), 0, x)
+        signs = rademacher(self.seed, sample_id, (c, len(grid)), 0, x)
         delta = torch.zeros_like(x)
         bump = eta(s).to(x)
         for k, (i, j) in enumerate(grid):
@@ -301,124 +299,6 @@ def _to_radius(delta: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
     return delta / per_sample(lp_norm(delta, "l2").clamp_min(_TINY), delta) * per_sample(eps, delta)
 
 
-def _gaussian(seed: int, sample_id: torch.Tensor, shape: tuple[int, ...], stream: int, like: torch.Tensor) -> torch.Tensor:
-    return normal(seed, sample_id, shape, stream, device=like.device, dtype=like.dtype)
-
-
-def _rademacher(seed: int, sample_id: torch.Tensor, shape: tuple[int, ...], stream: int, like: torch.Tensor) -> torch.Tensor:
+def rademacher(seed: int, sample_id: torch.Tensor, shape: tuple[int, ...], stream: int, like: torch.Tensor) -> torch.Tensor:
+    """±1 per entry of `shape` for each sample, drawn from (seed, sample id, stream) in `like`'s dtype."""
     return _signs(uniform(seed, sample_id, shape, stream, device=like.device, dtype=like.dtype), like)
-
-
-DIRECTIONS = {"gaussian": _gaussian, "rademacher": _rademacher}
-"""Samplers of the random directions u_i of the gradient estimate, per (seed, sample_id, step)."""
-
-
-class GradientEstimateAttack(ScoreAttack):
-    """BIM on an estimated gradient (the seed's Eq. 10): ĝ = 1/q Σ_i [J(x+σu_i) − J(x−σu_i)]/(2σ)·u_i.
-
-    J is the margin `goal_margin`, descended: x ← Π_ε(x − α·dir(ĝ)), α = rel_stepsize·ε (the
-    seed's 0.15). A step costs 2q + 1 queries per sample: the 2q probes (clipped to bounds) in
-    one oracle call for all active samples, then one query of the new iterate, which decides
-    success. One first query checks the clean input. Steps of q = `samples` run while they fit
-    the budget, then one last step on fewer pairs spends what is left (`schedule`), so a sample
-    that survives uses all of `n_queries` but at most two; a sample stops at success, and
-    `first_success` is the queries spent at the succeeding check. The full steps do not depend
-    on the budget, so a run dates the success of every shorter run whose budget ends a full
-    step; a shorter budget that does not may break more (its last step is its own).
-    Probes hold q·d numbers per active sample: large inputs want smaller batches.
-
-    A step moves an iterate at most α from the last (a sign step's every coordinate, an ℓ2
-    step's norm), so k steps reach at most k·α = k·rel_stepsize·ε from x: where the budget buys
-    too few steps for that to be ε (1,000 queries: 5 steps, 0.75·ε), the first call warns
-    (`reach`), once per attack object (a cell builds its own). The seed's α stays: its 20,000
-    queries buy 100 steps, 15·ε.
-    """
-
-    revision = WHOLE_BUDGET
-
-    directions: ClassVar[str]
-
-    def __init__(self, *, n_queries: int = 20000, samples: int = 100, sigma: float = 0.001,
-                 rel_stepsize: float = 0.15, seed: int = 0) -> None:
-        hyper.whole(self, "n_queries", n_queries)
-        hyper.whole(self, "samples", samples)
-        hyper.real(self, "sigma", sigma, 0, open_low=True)
-        hyper.real(self, "rel_stepsize", rel_stepsize, 0, open_low=True)
-        hyper.whole(self, "seed", seed, None)
-        self.n_queries = n_queries
-        self.samples = samples
-        self.sigma = sigma
-        self.rel_stepsize = rel_stepsize
-        self.seed = seed
-        self._reach_told = False
-
-    def schedule(self) -> list[int]:
-        """Direction pairs of each step (2q + 1 queries): `samples` while they fit, then the rest's."""
-        return self.step_sizes(self.samples, 2)
-
-    def reach(self) -> float:
-        """The farthest a surviving sample's iterate can get from x, in units of ε: steps × rel_stepsize."""
-        return len(self.schedule()) * self.rel_stepsize
-
-    def short_of_budget(self) -> str | None:
-        """Why this attack cannot reach the ε budget within `n_queries` (one line); None if it can."""
-        steps, reach = len(self.schedule()), self.reach()
-        if reach >= 1 - 1e-9:
-            return None
-        need = math.ceil(1 / self.rel_stepsize - 1e-9)          # steps that reach ε
-        queries = 1 + need * (2 * self.samples + 1)             # as full steps
-        name, alpha = type(self).__name__, f"α = {self.rel_stepsize:g}·ε"
-        if steps == 0:
-            return (f"{name}: no step fits n_queries={self.n_queries:,}, so its examples are the inputs themselves; "
-                    f"n_queries >= {queries:,} ({need} steps of {alpha}) reach the ε budget")
-        rel = math.ceil(1000 / steps - 1e-6) / 1000
-        return (f"{name}: n_queries={self.n_queries:,} buys {steps} steps of {alpha}, so its examples stay within "
-                f"{reach:.3g}·ε of the input: the accuracy it reports at ε is robustness at a smaller radius; "
-                f"n_queries >= {queries:,} ({need} full steps) or rel_stepsize >= {rel:g} reach the ε budget")
-
-    def run(self, oracle: ScoreOracle, x: torch.Tensor, y: torch.Tensor, *, eps: torch.Tensor, norm: str,
-            target: torch.Tensor | None, sample_id: torch.Tensor) -> AttackResult:
-        if not self._reach_told:
-            self._reach_told = True
-            why = self.short_of_budget()
-            if why is not None:
-                warn(why)
-        everyone = torch.arange(x.shape[0], device=x.device)
-        first = torch.where(oracle.verdict(x, y, target, everyone), 1, -1)
-        x_adv = x.clone()
-        alpha = self.rel_stepsize * eps
-        spent = 1
-        active = everyone[first < 0]
-        for t, q in enumerate(self.schedule()):
-            if active.numel() == 0:
-                break
-            xa, m = x_adv[active], active.numel()
-            ya, ta = y[active], None if target is None else target[active]
-            u = DIRECTIONS[self.directions](self.seed, sample_id[active], (q, *x.shape[1:]), t, xa)
-            probes = torch.cat([xa[:, None] + self.sigma * u, xa[:, None] - self.sigma * u], dim=1)
-            rows = 2 * q
-            z = oracle.logits(clip(probes.flatten(0, 1), oracle.bounds), active.repeat_interleave(rows))
-            j = goal_margin(z, ya.repeat_interleave(rows), None if ta is None else ta.repeat_interleave(rows))
-            j = j.view(m, 2, q)
-            slope = (j[:, 0] - j[:, 1]) / (2 * self.sigma)                      # (m, q)
-            grad = (slope.view(m, q, *([1] * (x.dim() - 1))) * u).mean(dim=1)
-            xa = ascend(xa, x[active], unit_direction(-grad, norm), alpha[active], eps[active], norm, oracle.bounds)
-            x_adv[active] = xa
-            hit = oracle.verdict(xa, ya, ta, active, undated=first[active] < 0)
-            spent += 2 * q + 1
-            first[active[hit & (first[active] < 0)]] = spent
-            if oracle.stops_on_hit:
-                active = active[~hit]
-        return AttackResult(x_adv=x_adv, success=first >= 0, first_success=first)
-
-
-class NES(GradientEstimateAttack):
-    """NES (Ilyas et al. 2018): Gaussian directions; the seed's q = 100, σ = 0.001."""
-
-    directions = "gaussian"
-
-
-class SPSA(GradientEstimateAttack):
-    """SPSA (Uesato et al. 2018): Rademacher (±1) directions; the seed's q = 100, σ = 0.001."""
-
-    directions = "rademacher"

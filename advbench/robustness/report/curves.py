@@ -1,4 +1,4 @@
-"""Robustness curves and the Table-3 summary from record frames (pure pandas/numpy).
+"""Robustness curves from record frames (pure pandas/numpy); Table 3 is `report.table3`.
 
 The definitions are those of section 4.1 of *Benchmarking Adversarial Robustness*:
 
@@ -13,12 +13,11 @@ non-increasing and ASR non-decreasing by construction.
 A ``min_eps`` of NaN is read like ``inf``: no successful budget was found. ``min_eps`` and
 the budgets are compared in float64, the dtype the engine records them in (a sample broken at
 the budget has ``min_eps == eps_budget`` exactly), so the budget curve at ε = budget equals
-:func:`summary_table`.
+:func:`advbench.robustness.report.table3.summary_table`.
 """
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable, Mapping
 from typing import Union
 
@@ -26,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from advbench.core.errors import AdvbenchError
-from advbench.robustness.report.shards import CELL, NAME, NAMED, ROW, identify
+from advbench.robustness.report.shards import CELL, NAME, NAMED, identify
 
 GOALS = ("untargeted", "targeted")
 KNOWLEDGE_ORDER = ("white", "transfer", "score", "decision")
@@ -45,10 +44,10 @@ Grid = Union[np.ndarray, Mapping[tuple[str, str], np.ndarray]]
 
 _BUDGET_COLUMNS = [*CELL, "sample_id", "clean_correct", "min_eps", "eps_budget"]
 _STRENGTH_COLUMNS = [*CELL, "sample_id", "clean_correct", "first_success_strength", "strength_budget", "eps_budget"]
-_TABLE_COLUMNS = [*CELL, "sample_id", "label", "adv_pred", "clean_correct", "success_at_budget", "min_eps", "eps_budget"]
+TABLE_COLUMNS = [*CELL, "sample_id", "label", "adv_pred", "clean_correct", "success_at_budget", "min_eps", "eps_budget"]
 
 
-def _validate(df: pd.DataFrame, needed: list[str], what: str) -> pd.DataFrame:
+def validate_columns(df: pd.DataFrame, needed: list[str], what: str) -> pd.DataFrame:
     """The records with each cell's `row` (see :func:`shards.identify`), after failing early, naming
     every missing column, instead of a KeyError deep inside pandas."""
     missing = sorted(set(needed) - set(df.columns))
@@ -70,7 +69,7 @@ def _validate(df: pd.DataFrame, needed: list[str], what: str) -> pd.DataFrame:
     return df
 
 
-def _require_unique(df: pd.DataFrame, column: str) -> None:
+def require_unique(df: pd.DataFrame, column: str) -> None:
     """A cell's budget must be unique, else its curve would mix two different experiments."""
     counts = df.groupby(NAMED)[column].nunique()
     if (counts > 1).any():
@@ -103,7 +102,7 @@ def _curves(df: pd.DataFrame, x_name: str, per_cell: Callable[[pd.DataFrame, tup
     `band(g, key)`, where given, is a second `hits` at the same x: the curve's other edge,
     written as `accuracy_from_lo` and `asr_from_lo`.
     """
-    _require_unique(df, "eps_budget")
+    require_unique(df, "eps_budget")
     parts = []
     for key, g in df.groupby(NAMED, sort=True):
         x, hits = per_cell(g, key)
@@ -127,7 +126,7 @@ def eps_grid(df: pd.DataFrame, n: int = 101) -> dict[tuple[str, str], np.ndarray
     8/255 on CIFAR-10 and 16/255 on ImageNet). The budgets themselves are added to the grid
     so every curve has an exact point at its budget.
     """
-    df = _validate(df, _BUDGET_COLUMNS, "eps grid")
+    df = validate_columns(df, _BUDGET_COLUMNS, "eps grid")
     if n < 2:
         raise AdvbenchError(f"eps grid needs n >= 2 points, got {n}")
     grids = {}
@@ -158,7 +157,7 @@ def budget_curve(df: pd.DataFrame, grid: Grid | None = None) -> pd.DataFrame:
     ``grid`` is one array for every cell, or a mapping (dataset, norm) -> array as returned
     by :func:`eps_grid` (the default).
     """
-    df = _validate(df, _BUDGET_COLUMNS, "budget curve")
+    df = validate_columns(df, _BUDGET_COLUMNS, "budget curve")
     grids = eps_grid(df) if grid is None else grid
 
     def cell_grid(key: tuple) -> np.ndarray:
@@ -195,8 +194,8 @@ def strength_curve(df: pd.DataFrame) -> pd.DataFrame:
     (0: already adversarial, -1: never). Same accuracy/ASR definitions as
     :func:`budget_curve`, including NaN accuracy for targeted cells.
     """
-    df = _validate(df, _STRENGTH_COLUMNS, "strength curve")
-    _require_unique(df, "strength_budget")
+    df = validate_columns(df, _STRENGTH_COLUMNS, "strength curve")
+    require_unique(df, "strength_budget")
 
     def per_cell(g: pd.DataFrame, key: tuple) -> tuple[np.ndarray, Callable]:
         budget = int(g["strength_budget"].iloc[0])
@@ -236,12 +235,12 @@ def query_curve(df: pd.DataFrame) -> pd.DataFrame:
     count at which some sample broke, and the budget: drawn as steps it is exact, and on a log
     axis it needs no point at 0. Same accuracy/ASR definitions as :func:`strength_curve`.
     """
-    df = _validate(df, _STRENGTH_COLUMNS, "query curve")
+    df = validate_columns(df, _STRENGTH_COLUMNS, "query curve")
     other = sorted(df.loc[~query_unit(df), "knowledge"].unique())
     if other:
         raise AdvbenchError(f"query curves take score- and decision-based records; got knowledge {', '.join(other)} "
                             "(their strength counts iterations: use the strength curve)")
-    _require_unique(df, "strength_budget")
+    require_unique(df, "strength_budget")
 
     def per_cell(g: pd.DataFrame, key: tuple) -> tuple[np.ndarray, Callable]:
         budget = int(g["strength_budget"].iloc[0])
@@ -278,7 +277,7 @@ def checkpoint_curve(df: pd.DataFrame) -> pd.DataFrame:
     are left out, so the frame may be empty. Where both exist, these points lie on
     :func:`query_curve`.
     """
-    df = _validate(df, [*_BUDGET_COLUMNS, "strength_budget", "success_at_budget"], "checkpoint curve")
+    df = validate_columns(df, [*_BUDGET_COLUMNS, "strength_budget", "success_at_budget"], "checkpoint curve")
     columns = checkpoint_columns(df)
     parts = []
     for key, g in df.groupby(NAMED, sort=True):
@@ -296,115 +295,3 @@ def checkpoint_curve(df: pd.DataFrame) -> pd.DataFrame:
     if not parts:
         return pd.DataFrame(columns=[*NAMED, "eps_budget", "n_samples", "queries", "accuracy", "asr"])
     return pd.concat(parts, ignore_index=True)[[*NAMED, "eps_budget", "n_samples", "queries", "accuracy", "asr"]]
-
-
-RATE = {"untargeted": ("accuracy", "accuracy"), "targeted": ("asr", "attack success rate")}
-"""What Table 3 and the figures report per goal: (summary column, words). Untargeted cells report
-robust accuracy; targeted cells the attack success rate (the share of ALL samples that reach their
-target), since a targeted attack that fails may still leave the prediction wrong and the figures
-can only draw the success rate (see :func:`budget_curve`)."""
-
-
-class SummaryTable(pd.DataFrame):
-    """The frame :func:`summary_table` returns: a plain DataFrame, except that printing it shows
-    every column (wrapped to the terminal's width), so `print(advbench.summary(records))` never
-    hides ``median_min_eps`` behind ``...``. Anything derived from it is a plain DataFrame."""
-
-    def __repr__(self) -> str:
-        width = shutil.get_terminal_size((120, 24)).columns
-        with pd.option_context("display.max_columns", None, "display.width", width):
-            return super().__repr__()
-
-    def __str__(self) -> str:
-        return self.__repr__()
-
-
-def summary_table(df: pd.DataFrame) -> SummaryTable:
-    """The seed's Table 3 as a tidy frame, one row per cell.
-
-    ``median_min_eps``: median over all samples, clean-misclassified samples of untargeted
-    cells counting as 0 (they need no perturbation), unfound ones as inf.
-    ``accuracy``: mean(adv_pred == label) at the budget (valid for both goals).
-    ``asr``: success at the budget, over clean-correct samples (untargeted) or all (targeted).
-    Table 3 and the figures report ``accuracy`` for untargeted and ``asr`` for targeted cells
-    (:data:`RATE`). Printed, the frame shows every column (:class:`SummaryTable`).
-    ``certified_accuracy``: share of samples IBP verifies at the budget (records with a
-    ``certified`` column; NaN where IBP does not apply: l2, models it cannot bound).
-    ``defense_category`` follows the defense where the records carry it.
-    """
-    df = _validate(df, _TABLE_COLUMNS, "summary table")
-    untargeted = df["goal"].eq("untargeted").to_numpy()
-    correct = df["clean_correct"].to_numpy(bool)
-    thresholds = df["min_eps"].astype(float).fillna(np.inf).to_numpy()
-    counted = correct | ~untargeted
-    frame = df[NAMED].assign(
-        eps_budget=df["eps_budget"],
-        min_eps=np.where(untargeted & ~correct, 0.0, thresholds),
-        correct_at_budget=(df["adv_pred"] == df["label"]).to_numpy(),
-        hit=df["success_at_budget"].to_numpy(bool) & counted,
-        counted=counted,
-    )
-    labels = {}
-    if CATEGORY in df.columns:
-        frame[CATEGORY] = df[CATEGORY].fillna("").astype(str).to_numpy()
-        labels[CATEGORY] = (CATEGORY, "first")
-    _require_unique(frame, "eps_budget")
-    tidy = frame.groupby(NAMED, sort=True).agg(
-        **labels,
-        eps_budget=("eps_budget", "first"),
-        n_samples=("min_eps", "size"),
-        median_min_eps=("min_eps", "median"),
-        accuracy=("correct_at_budget", "mean"),
-        hits=("hit", "sum"),
-        counted=("counted", "sum"),
-    )
-    tidy["asr"] = tidy["hits"] / tidy["counted"].where(tidy["counted"] > 0)
-    if "certified" in df.columns:
-        tidy["certified_accuracy"] = df.groupby(NAMED, sort=True)["certified"].mean()
-    return SummaryTable(tidy.drop(columns=["hits", "counted"]).reset_index())
-
-
-def _knowledge_rank(knowledge: pd.Series) -> pd.Series:
-    """Seed order first (white, transfer, score, decision), unknown kinds after it."""
-    return knowledge.map({k: i for i, k in enumerate(KNOWLEDGE_ORDER)}).fillna(len(KNOWLEDGE_ORDER))
-
-
-def _format_cell(median: float, rate: float) -> str:
-    """'0.039 / 56.0%' as in the seed; an attack that never succeeded has median ∞."""
-    left = "∞" if np.isinf(median) else f"{median:.3f}"
-    return f"{left} / {100.0 * rate:.1f}%"
-
-
-def format_table3(tidy: pd.DataFrame, by_category: bool = False) -> dict[tuple[str, str], pd.DataFrame]:
-    """Lay :func:`summary_table` out like the seed: one string table per (norm, goal).
-
-    Rows are (dataset, knowledge, attack), columns are the model rows (`row`: the defense, or the
-    records' model label with it, see :data:`shards.ROW`), cells read
-    "median min_eps / accuracy at budget" (untargeted) or "median min_eps / attack success rate at
-    budget" (targeted, what its figures draw: :data:`RATE`); a pair that was not run shows "—". `by_category`
-    orders the defense columns by category and heads them "defense (category)".
-    """
-    _validate_tidy(tidy)
-    if by_category and CATEGORY not in tidy.columns:
-        raise AdvbenchError(f"grouping the table by category needs a {CATEGORY} column in the summary")
-    tables = {}
-    for key, g in tidy.groupby(["norm", "goal"], sort=True):
-        rate = RATE[key[1]][0]
-        g = g.assign(cell=[_format_cell(m, a) for m, a in zip(g["median_min_eps"], g[rate])])
-        g = g.sort_values(["dataset", "knowledge", "attack"], key=lambda s: _knowledge_rank(s) if s.name == "knowledge" else s)
-        wide = g.pivot_table(index=["dataset", "knowledge", "attack"], columns=ROW, values="cell", aggfunc="first", sort=False)
-        wide.columns.name = None
-        if by_category:
-            category = g.groupby(ROW)[CATEGORY].first()
-            order = sorted(wide.columns, key=lambda d: (category[d], d))
-            wide = wide[order].rename(columns=lambda d: f"{d} ({category[d]})" if category[d] else d)
-        tables[key] = wide.fillna("—")
-    return tables
-
-
-def _validate_tidy(tidy: pd.DataFrame) -> None:
-    """Table formatting takes the output of :func:`summary_table`, not raw records."""
-    needed = [*NAMED, "eps_budget", "median_min_eps", "accuracy", "asr"]
-    missing = sorted(set(needed) - set(tidy.columns))
-    if missing:
-        raise AdvbenchError(f"table formatting needs summary_table columns {', '.join(missing)}; they are missing")

@@ -1,7 +1,7 @@
 """A CI gate over benchmark records: `advbench check` and `advbench run ... gate.min_accuracy=X`.
 
 Each cell is judged at its budget by the number its goal makes meaningful (from
-:func:`advbench.robustness.report.curves.summary_table`):
+:func:`advbench.robustness.report.table3.summary_table`):
 
 * untargeted cells by robust accuracy, checked against ``min_accuracy`` (the attack tried to
   make the model wrong, so the share still right is the robustness);
@@ -34,8 +34,8 @@ import pandas as pd
 
 from advbench.core.errors import AdvbenchError
 from advbench.core.records import read_records
-from advbench.robustness.report.curves import summary_table
 from advbench.robustness.report.shards import ROW, missing_shards, mixed_shards, same_name_cells
+from advbench.robustness.report.table3 import summary_table
 
 VERDICT_DIR_ENV = "ADVBENCH_GATE_DIR"
 """Folder where the jobs of one `advbench run` leave a file per failing cell for the parent."""

@@ -31,19 +31,17 @@ from advbench.core.keys import plain_value
 from advbench.core.terminal import print_table
 from advbench.robustness.report.curves import (
     CATEGORY,
-    RATE,
     STRENGTH_UNITS,
     budget_curve,
     category_label,
     checkpoint_curve,
     eps_grid,
-    format_table3,
     query_curve,
     query_unit,
     strength_curve,
-    summary_table,
 )
 from advbench.robustness.report.shards import ROW, same_name_cells
+from advbench.robustness.report.table3 import RATE, format_table3, summary_table
 
 FIGURE_KEY = ["dataset", "norm", "goal", "knowledge"]
 """One figure per threat model and data set; panels are attacks, lines are model rows (a defense, or a

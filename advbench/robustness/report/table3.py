@@ -1,0 +1,133 @@
+"""The seed's Table 3 from record frames: one tidy row per cell, and its per-threat layout.
+
+Cells read "median min-ε / rate at the budget": robust accuracy for untargeted cells, the
+attack success rate for targeted ones (`RATE`), the quantity the figures of the same cell draw.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pandas as pd
+
+from advbench.core.errors import AdvbenchError
+from advbench.robustness.report.curves import (
+    CATEGORY,
+    KNOWLEDGE_ORDER,
+    TABLE_COLUMNS,
+    require_unique,
+    validate_columns,
+)
+from advbench.robustness.report.shards import NAMED, ROW
+
+RATE = {"untargeted": ("accuracy", "accuracy"), "targeted": ("asr", "attack success rate")}
+"""What Table 3 and the figures report per goal: (summary column, words). Untargeted cells report
+robust accuracy; targeted cells the attack success rate (the share of ALL samples that reach their
+target), since a targeted attack that fails may still leave the prediction wrong and the figures
+can only draw the success rate (see :func:`budget_curve`)."""
+
+
+class SummaryTable(pd.DataFrame):
+    """The frame :func:`summary_table` returns: a plain DataFrame, except that printing it shows
+    every column (wrapped to the terminal's width), so `print(advbench.summary(records))` never
+    hides ``median_min_eps`` behind ``...``. Anything derived from it is a plain DataFrame."""
+
+    def __repr__(self) -> str:
+        width = shutil.get_terminal_size((120, 24)).columns
+        with pd.option_context("display.max_columns", None, "display.width", width):
+            return super().__repr__()
+
+    def __str__(self) -> str:
+        return self.__repr__()
+
+
+def summary_table(df: pd.DataFrame) -> SummaryTable:
+    """The seed's Table 3 as a tidy frame, one row per cell.
+
+    ``median_min_eps``: median over all samples, clean-misclassified samples of untargeted
+    cells counting as 0 (they need no perturbation), unfound ones as inf.
+    ``accuracy``: mean(adv_pred == label) at the budget (valid for both goals).
+    ``asr``: success at the budget, over clean-correct samples (untargeted) or all (targeted).
+    Table 3 and the figures report ``accuracy`` for untargeted and ``asr`` for targeted cells
+    (:data:`RATE`). Printed, the frame shows every column (:class:`SummaryTable`).
+    ``certified_accuracy``: share of samples IBP verifies at the budget (records with a
+    ``certified`` column; NaN where IBP does not apply: l2, models it cannot bound).
+    ``defense_category`` follows the defense where the records carry it.
+    """
+    df = validate_columns(df, TABLE_COLUMNS, "summary table")
+    untargeted = df["goal"].eq("untargeted").to_numpy()
+    correct = df["clean_correct"].to_numpy(bool)
+    thresholds = df["min_eps"].astype(float).fillna(np.inf).to_numpy()
+    counted = correct | ~untargeted
+    frame = df[NAMED].assign(
+        eps_budget=df["eps_budget"],
+        min_eps=np.where(untargeted & ~correct, 0.0, thresholds),
+        correct_at_budget=(df["adv_pred"] == df["label"]).to_numpy(),
+        hit=df["success_at_budget"].to_numpy(bool) & counted,
+        counted=counted,
+    )
+    labels = {}
+    if CATEGORY in df.columns:
+        frame[CATEGORY] = df[CATEGORY].fillna("").astype(str).to_numpy()
+        labels[CATEGORY] = (CATEGORY, "first")
+    require_unique(frame, "eps_budget")
+    tidy = frame.groupby(NAMED, sort=True).agg(
+        **labels,
+        eps_budget=("eps_budget", "first"),
+        n_samples=("min_eps", "size"),
+        median_min_eps=("min_eps", "median"),
+        accuracy=("correct_at_budget", "mean"),
+        hits=("hit", "sum"),
+        counted=("counted", "sum"),
+    )
+    tidy["asr"] = tidy["hits"] / tidy["counted"].where(tidy["counted"] > 0)
+    if "certified" in df.columns:
+        tidy["certified_accuracy"] = df.groupby(NAMED, sort=True)["certified"].mean()
+    return SummaryTable(tidy.drop(columns=["hits", "counted"]).reset_index())
+
+
+def _knowledge_rank(knowledge: pd.Series) -> pd.Series:
+    """Seed order first (white, transfer, score, decision), unknown kinds after it."""
+    return knowledge.map({k: i for i, k in enumerate(KNOWLEDGE_ORDER)}).fillna(len(KNOWLEDGE_ORDER))
+
+
+def _format_cell(median: float, rate: float) -> str:
+    """'0.039 / 56.0%' as in the seed; an attack that never succeeded has median ∞."""
+    left = "∞" if np.isinf(median) else f"{median:.3f}"
+    return f"{left} / {100.0 * rate:.1f}%"
+
+
+def format_table3(tidy: pd.DataFrame, by_category: bool = False) -> dict[tuple[str, str], pd.DataFrame]:
+    """Lay :func:`summary_table` out like the seed: one string table per (norm, goal).
+
+    Rows are (dataset, knowledge, attack), columns are the model rows (`row`: the defense, or the
+    records' model label with it, see :data:`shards.ROW`), cells read
+    "median min_eps / accuracy at budget" (untargeted) or "median min_eps / attack success rate at
+    budget" (targeted, what its figures draw: :data:`RATE`); a pair that was not run shows "—". `by_category`
+    orders the defense columns by category and heads them "defense (category)".
+    """
+    _validate_tidy(tidy)
+    if by_category and CATEGORY not in tidy.columns:
+        raise AdvbenchError(f"grouping the table by category needs a {CATEGORY} column in the summary")
+    tables = {}
+    for key, g in tidy.groupby(["norm", "goal"], sort=True):
+        rate = RATE[key[1]][0]
+        g = g.assign(cell=[_format_cell(m, a) for m, a in zip(g["median_min_eps"], g[rate])])
+        g = g.sort_values(["dataset", "knowledge", "attack"], key=lambda s: _knowledge_rank(s) if s.name == "knowledge" else s)
+        wide = g.pivot_table(index=["dataset", "knowledge", "attack"], columns=ROW, values="cell", aggfunc="first", sort=False)
+        wide.columns.name = None
+        if by_category:
+            category = g.groupby(ROW)[CATEGORY].first()
+            order = sorted(wide.columns, key=lambda d: (category[d], d))
+            wide = wide[order].rename(columns=lambda d: f"{d} ({category[d]})" if category[d] else d)
+        tables[key] = wide.fillna("—")
+    return tables
+
+
+def _validate_tidy(tidy: pd.DataFrame) -> None:
+    """Table formatting takes the output of :func:`summary_table`, not raw records."""
+    needed = [*NAMED, "eps_budget", "median_min_eps", "accuracy", "asr"]
+    missing = sorted(set(needed) - set(tidy.columns))
+    if missing:
+        raise AdvbenchError(f"table formatting needs summary_table columns {', '.join(missing)}; they are missing")
