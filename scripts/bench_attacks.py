@@ -60,7 +60,7 @@ from advbench.robustness.attacks.base import Attack
 from advbench.robustness.attacks.boundary import Boundary
 from advbench.robustness.attacks.evolutionary import Evolutionary
 from advbench.robustness.attacks.gradient import BIM
-from advbench.robustness.attacks.optimized import CarliniWagnerL2, DeepFool
+from advbench.robustness.attacks.minimum_norm import CarliniWagnerL2, DeepFool
 from advbench.robustness.attacks.oracles import (
     DecisionOracle,
     Oracle,

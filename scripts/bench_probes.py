@@ -156,7 +156,7 @@ def hsj_worker(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def deepfool_worker(args: argparse.Namespace) -> dict[str, Any]:
-    from advbench.robustness.attacks.optimized import DeepFool
+    from advbench.robustness.attacks.minimum_norm import DeepFool
     from advbench.robustness.attacks.oracles import WhiteBoxOracle
     model, x, y = noise_batch(args)
     before = memory_before()
@@ -212,7 +212,7 @@ def foolbox_deepfool_worker(args: argparse.Namespace) -> dict[str, Any]:
     """Foolbox's L2DeepFoolAttack with this tree's DeepFool settings, timed, with peak RSS."""
     import foolbox
 
-    from advbench.robustness.attacks.optimized import DeepFool
+    from advbench.robustness.attacks.minimum_norm import DeepFool
     model, x, y = noise_batch(args)
     rows = [0]  # not bench_attacks' RowCounter: importing it adds ~110 MB (rich, torchattacks) to the RSS measured
     model.register_forward_pre_hook(lambda _, inp: rows.__setitem__(0, rows[0] + inp[0].shape[0]))

@@ -16,7 +16,7 @@ Each round's µs/query ratio to torchattacks is kept too, with their median (the
 machine). µs/query is wall time over the queries made: the oracle's count for advbench, the rows its
 model evaluated for torchattacks (which spends one more query than its `n_queries`, so it is
 given `--queries − 1`). `--baseline REV` also times Square as committed at REV (its score.py
-and random.py, read with `git show`) and checks that it returns exactly this tree's results.
+and its draws module, read with `git show`) and checks that it returns exactly this tree's results.
 
     python scripts/bench_square.py --baseline ad4c800 --out square.json
     python scripts/bench_square.py --model resnet56 --batch 32 --queries 200 --only-active
@@ -25,6 +25,7 @@ and random.py, read with `git show`) and checks that it returns exactly this tre
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import statistics
 import subprocess
@@ -44,7 +45,10 @@ from advbench.robustness.attacks import score
 from advbench.robustness.attacks.oracles import ScoreOracle
 from advbench.robustness.models import build_model
 
-_RANDOM = "advbench.robustness.attacks.random"
+_DRAWS = "advbench.robustness.attacks.draws"
+_RENAMED = {"advbench.robustness.attacks.optimized": "advbench.robustness.attacks.minimum_norm",
+            "advbench.robustness.attacks.zoo": "advbench.robustness.attacks.zeroth_order"}
+"""Modules a committed score.py may import by the names they had before."""
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -92,20 +96,37 @@ def inputs(args: argparse.Namespace) -> tuple[nn.Module, torch.Tensor, torch.Ten
 
 
 def committed_score(rev: str) -> types.ModuleType:
-    """score.py as committed at `rev`, run on random.py as committed there (not this tree's)."""
+    """score.py as committed at `rev`, run on the draws module as committed there (not this tree's;
+    named random.py before it was draws.py); modules renamed since are found under their old names."""
     modules: dict[str, types.ModuleType] = {}
     for name in ("random", "score"):
-        path = f"advbench/robustness/attacks/{name}.py"
-        source = subprocess.run(["git", "show", f"{rev}:{path}"], capture_output=True, text=True, check=True).stdout
+        path, source = _committed(rev, ("draws", "random") if name == "random" else (name,))
         module = types.ModuleType(f"committed_{name}")
-        current = sys.modules[_RANDOM]
-        sys.modules[_RANDOM] = modules.get("random", current)
+        draws = modules.get("random", importlib.import_module(_DRAWS))
+        aliases = {**{old: importlib.import_module(new) for old, new in _RENAMED.items()},
+                   _DRAWS: draws, "advbench.robustness.attacks.random": draws}
+        saved = {key: sys.modules.get(key) for key in aliases}
+        sys.modules.update(aliases)
         try:
             exec(compile(source, f"{rev}:{path}", "exec"), module.__dict__)
         finally:
-            sys.modules[_RANDOM] = current
+            for key, value in saved.items():
+                if value is None:
+                    sys.modules.pop(key, None)
+                else:
+                    sys.modules[key] = value
         modules[name] = module
     return modules["score"]
+
+
+def _committed(rev: str, names: tuple[str, ...]) -> tuple[str, str]:
+    """(path, source) of the first of `names` under advbench/robustness/attacks/ that `rev` holds."""
+    for name in names:
+        path = f"advbench/robustness/attacks/{name}.py"
+        shown = subprocess.run(["git", "show", f"{rev}:{path}"], capture_output=True, text=True)
+        if shown.returncode == 0:
+            return path, shown.stdout
+    raise SystemExit(f"{rev} holds none of {', '.join(names)} under advbench/robustness/attacks/")
 
 
 def ours(square_cls: type, model: nn.Module, x: torch.Tensor, y: torch.Tensor, args: argparse.Namespace,

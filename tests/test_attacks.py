@@ -26,7 +26,7 @@ ATTACKS = group_options("attack")
 BUDGETS = {"linf": 0.1, "l2": 0.8}
 # Minimum-norm attacks run their whole schedule on every sample whatever eps: fewer samples
 # keep the catalogue fast. C&W's seed schedule is ~1000 Adam steps a sample: slow here, and
-# its contract is also tested fast with a short schedule in test_optimized.py. APGD-T and the
+# its contract is also tested fast with a short schedule in test_minimum_norm.py. APGD-T and the
 # AutoAttack preset take up to 900/1000 iterations on every robust sample (~40 s a test here);
 # test_apgd.py and test_ensemble.py hold them to the contract fast with short schedules.
 MINIMIZING_N = 50

@@ -18,7 +18,7 @@ from advbench.core import runtime
 from advbench.robustness.attacks.base import AttackResult
 from advbench.robustness.attacks.boundary import Boundary
 from advbench.robustness.attacks.decision import HopSkipJump
-from advbench.robustness.attacks.optimized import DeepFool
+from advbench.robustness.attacks.minimum_norm import DeepFool
 from advbench.robustness.attacks.oracles import DecisionOracle, Oracle, WhiteBoxOracle
 from advbench.robustness.defenses.wrappers import RandomResizePad
 

@@ -43,6 +43,7 @@ import torch
 import torchattacks
 from torch import nn
 
+from advbench.robustness.attacks.draws import uniform
 from advbench.robustness.attacks.gradient import (
     BIM,
     FGSM,
@@ -51,7 +52,6 @@ from advbench.robustness.attacks.gradient import (
     IterativeGradientAttack,
 )
 from advbench.robustness.attacks.oracles import WhiteBoxOracle
-from advbench.robustness.attacks.random import uniform
 
 pytestmark = pytest.mark.slow
 

@@ -8,9 +8,9 @@ import torch
 from test_chunked_probes import assert_same, rows_seen
 from torch import nn
 
-from advbench.robustness.attacks import optimized
+from advbench.robustness.attacks import minimum_norm
 from advbench.robustness.attacks.base import AttackResult
-from advbench.robustness.attacks.optimized import DeepFool
+from advbench.robustness.attacks.minimum_norm import DeepFool
 from advbench.robustness.attacks.oracles import WhiteBoxOracle
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -25,10 +25,10 @@ def test_cifar_size_backwards_stay_under_the_element_cap_with_one_backwards_resu
     x = torch.rand(N, 3, 32, 32, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         y = model(x).argmax(dim=1)
-    cap = optimized.CPU_GRAD_ELEMENTS
+    cap = minimum_norm.CPU_GRAD_ELEMENTS
 
     def run(elements: int) -> tuple[AttackResult, list[int]]:
-        monkeypatch.setattr(optimized, "CPU_GRAD_ELEMENTS", elements)
+        monkeypatch.setattr(minimum_norm, "CPU_GRAD_ELEMENTS", elements)
         with rows_seen(model, backward=True)() as sizes:
             res = DeepFool(steps=3)(WhiteBoxOracle(model, N), x, y, eps=torch.full((N,), 1.0), norm="l2",
                                     sample_id=torch.arange(N))

@@ -17,9 +17,9 @@ from torch import nn
 from advbench.cli.config import compose_config
 from advbench.core.errors import AdvbenchError
 from advbench.core.steps import lp_norm
+from advbench.robustness.attacks.draws import uniform
 from advbench.robustness.attacks.evolutionary import Evolutionary, weighted_choice
 from advbench.robustness.attacks.oracles import DecisionOracle, WhiteBoxOracle
-from advbench.robustness.attacks.random import uniform
 from advbench.robustness.data.targets import target_classes
 from advbench.robustness.evaluation.measure import evaluate_batch
 from advbench.robustness.evaluation.search import SearchSettings

@@ -15,8 +15,8 @@ import torch
 from hydra.utils import instantiate
 
 from advbench.cli.config import compose_config
+from advbench.robustness.attacks.draws import RowCalls, call_keys
 from advbench.robustness.attacks.gradient import BIM
-from advbench.robustness.attacks.random import RowCalls, call_keys
 from advbench.robustness.attacks.score import Square
 from advbench.robustness.defenses.wrappers import wrap
 from advbench.robustness.evaluation import cell

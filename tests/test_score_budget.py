@@ -15,7 +15,7 @@ from torch import nn
 from advbench.robustness.attacks.estimates import NES, SPSA
 from advbench.robustness.attacks.nattack import NATTACK
 from advbench.robustness.attacks.oracles import ScoreOracle
-from advbench.robustness.attacks.zoo import ZOO
+from advbench.robustness.attacks.zeroth_order import ZOO
 from advbench.robustness.models import build_model
 
 

@@ -1,7 +1,7 @@
 """Square's random numbers and squares, batched over samples and steps, are the per-sample ones bit for bit.
 
 The counter generator is checked against a pure-Python splitmix64, one sample and one number
-at a time (the definition, slow); Square's block draws against a `random.uniform` call per
+at a time (the definition, slow); Square's block draws against a `draws.uniform` call per
 step (how Square drew before); its square masks against a per-sample loop; and whole runs
 against results recorded from the per-step version (commit ad4c800), so records do not move.
 """
@@ -14,7 +14,7 @@ import pytest
 import torch
 from sklearn.datasets import load_digits
 
-from advbench.robustness.attacks import random as rng
+from advbench.robustness.attacks import draws as rng
 from advbench.robustness.attacks.oracles import ScoreOracle
 from advbench.robustness.attacks.score import _RESAMPLES, Square, _corner, _Draws, _window
 from advbench.robustness.models import build_model

@@ -18,9 +18,9 @@ import torch
 from advbench.core.steps import lp_norm
 from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.base import AttackResult
+from advbench.robustness.attacks.draws import normal
 from advbench.robustness.attacks.oracles import DecisionOracle
 from advbench.robustness.attacks.queries import CHECKPOINTS, DecisionAttack, QueryLog, Window
-from advbench.robustness.attacks.random import normal
 
 SCHEDULES = ("trust_region", "paper")
 

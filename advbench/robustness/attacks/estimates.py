@@ -19,9 +19,9 @@ from advbench.core.resume import warn
 from advbench.core.steps import ascend, clip, unit_direction
 from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.base import AttackResult
-from advbench.robustness.attacks.optimized import goal_margin
+from advbench.robustness.attacks.draws import normal
+from advbench.robustness.attacks.minimum_norm import goal_margin
 from advbench.robustness.attacks.oracles import ScoreOracle
-from advbench.robustness.attacks.random import normal
 from advbench.robustness.attacks.score import WHOLE_BUDGET, ScoreAttack, rademacher
 
 

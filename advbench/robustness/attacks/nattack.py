@@ -21,9 +21,9 @@ import torch
 from advbench.core.steps import clip, project
 from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.base import AttackResult
-from advbench.robustness.attacks.optimized import BOXES, goal_margin
+from advbench.robustness.attacks.draws import normal
+from advbench.robustness.attacks.minimum_norm import BOXES, goal_margin
 from advbench.robustness.attacks.oracles import ScoreOracle
-from advbench.robustness.attacks.random import normal
 from advbench.robustness.attacks.score import WHOLE_BUDGET, ScoreAttack
 
 

@@ -39,7 +39,7 @@ from torch import nn
 from advbench.core.errors import AdvbenchError
 from advbench.core.runtime import call_slices, forward
 from advbench.robustness.attacks.clean_gradients import CleanGradients
-from advbench.robustness.attacks.random import Drawing, RowCalls
+from advbench.robustness.attacks.draws import Drawing, RowCalls
 from advbench.robustness.threat import goal_met
 
 Objective = Callable[[torch.Tensor], torch.Tensor]

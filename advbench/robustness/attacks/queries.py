@@ -19,9 +19,9 @@ from advbench.core.runtime import pieces, probe_rows
 from advbench.core.steps import lp_norm, per_sample
 from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.base import Attack, AttackResult
-from advbench.robustness.attacks.optimized import SmallestAdversarial
+from advbench.robustness.attacks.draws import uniform
+from advbench.robustness.attacks.minimum_norm import SmallestAdversarial
 from advbench.robustness.attacks.oracles import DecisionOracle
-from advbench.robustness.attacks.random import uniform
 from advbench.robustness.threat import goal_met
 
 _INIT_STREAM = 1 << 32  # uniform-noise starts; iteration streams count up from 1

@@ -4,7 +4,7 @@ Square (Andriushchenko et al. 2020) is random search over square-shaped updates,
 when they lower the margin loss. Every sample runs its own search, all in one tensor loop:
 each step is ONE oracle call carrying one candidate for every active sample, and a sample
 leaves the active set when it meets the goal or spends its query budget. Random numbers are
-drawn per (seed, sample_id, step) (advbench.robustness.attacks.random), so a sample's search does not
+drawn per (seed, sample_id, step) (advbench.robustness.attacks.draws), so a sample's search does not
 depend on its batch.
 
 Strength is queries: `steps` is the query budget and `first_success` is the number of
@@ -23,9 +23,9 @@ from advbench.core.errors import AdvbenchError
 from advbench.core.steps import clip, lp_norm, per_sample
 from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.base import Attack, AttackResult
-from advbench.robustness.attacks.optimized import goal_margin
+from advbench.robustness.attacks.draws import uniform, uniform_streams
+from advbench.robustness.attacks.minimum_norm import goal_margin
 from advbench.robustness.attacks.oracles import ScoreOracle
-from advbench.robustness.attacks.random import uniform, uniform_streams
 
 _TINY = 1e-12
 _RESAMPLES = 16  # redraws of an ℓ∞ square whose colour would not change the image (authors: until it does)

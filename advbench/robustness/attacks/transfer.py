@@ -18,9 +18,9 @@ import torch
 import torch.nn.functional as F
 
 from advbench.robustness.attacks import hyper
+from advbench.robustness.attacks.draws import uniform
 from advbench.robustness.attacks.gradient import IterativeGradientAttack
 from advbench.robustness.attacks.oracles import WhiteBoxOracle
-from advbench.robustness.attacks.random import uniform
 
 
 def diverse_inputs(x: torch.Tensor, *, prob: float, resize_rate: float, seed: int, sample_id: torch.Tensor,

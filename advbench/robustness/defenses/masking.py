@@ -27,7 +27,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, Subset
 
 from advbench.core.resume import warn
-from advbench.robustness.attacks.optimized import goal_margin
+from advbench.robustness.attacks.minimum_norm import goal_margin
 
 FLAG_COLUMNS = ("flag_zero_grad", "flag_randomized", "flag_probabilities")
 PROBABILITY_TOLERANCE = 1e-4

@@ -14,9 +14,9 @@ boundary, so attacks and the engine need no per-defense code (seed 4.2, adaptive
 `straight_through = False` on a BPDA module turns the approximation off (the plain autograd
 gradient, zero through a rounding): `advbench.robustness.defenses.masking` looks at that gradient.
 
-Random draws come from `advbench.robustness.attacks.random`, keyed per row. In the engine each
+Random draws come from `advbench.robustness.attacks.draws`, keyed per row. In the engine each
 pass is told its rows' keys, (sample id, how many passes that sample has been through)
-(`random.RowCalls`, `random.Drawing`), so a sample's draws, and its records, do not depend on its
+(`draws.RowCalls`, `draws.Drawing`), so a sample's draws, and its records, do not depend on its
 batch, its chunk, or on whether the run was killed and resumed. A direct call outside the engine
 keys a row by a hash of its values and the wrapper's pass counter: still independent of the
 batch, and reproducible within a process, but it restarts with the process.
@@ -32,8 +32,8 @@ import torch
 from torch import nn
 
 from advbench.core.errors import AdvbenchError
-from advbench.robustness.attacks import random
-from advbench.robustness.attacks.random import _GOLDEN, _mix
+from advbench.robustness.attacks import draws
+from advbench.robustness.attacks.draws import _GOLDEN, _mix
 from advbench.robustness.attacks.transfer import diverse_inputs
 from advbench.robustness.defenses.rse import conv_noise, inner_convolutions
 
@@ -74,10 +74,10 @@ class InputTransform(nn.Module):
     def pass_keys(self, x: torch.Tensor, streams: int) -> tuple[torch.Tensor, int]:
         """Row keys of this pass and its first stream (a pass uses `streams` of them).
 
-        In the engine: the keys it set for the pass (`random.draw_keys`), stream 0. A direct call:
+        In the engine: the keys it set for the pass (`draws.draw_keys`), stream 0. A direct call:
         each row's `row_keys` with the pass counter's streams, the counter moved on.
         """
-        keys = random.draw_keys()
+        keys = draws.draw_keys()
         if keys is not None:
             if keys.shape[0] != x.shape[0]:
                 raise ValueError(f"{type(self).__name__} got {x.shape[0]} rows for {keys.shape[0]} row keys")
@@ -218,7 +218,7 @@ class _Ensemble(InputTransform):
 
     def normal(self, keys: torch.Tensor, like: torch.Tensor, stream: int) -> torch.Tensor:
         """N(0, 1) noise shaped like `like`, row i from (seed, keys[i], stream)."""
-        return random.normal(self.seed, keys, tuple(like.shape[1:]), stream, device=like.device, dtype=like.dtype)
+        return draws.normal(self.seed, keys, tuple(like.shape[1:]), stream, device=like.device, dtype=like.dtype)
 
 
 def member_keys(rows: torch.Tensor, members: int) -> torch.Tensor:
@@ -274,7 +274,7 @@ class RandomDiscretization(_Ensemble):
         """Each pixel of x + noise set to its nearest centroid, clipped to the bounds."""
         m, c = x.shape[:2]
         seeds = (x + self.noise * self.normal(keys, x, stream)).flatten(2)            # (m, c, pixels)
-        where = (random.uniform(self.seed, keys, (self.clusters,), stream + 1, device=x.device)
+        where = (draws.uniform(self.seed, keys, (self.clusters,), stream + 1, device=x.device)
                  * seeds.shape[2]).long()
         centroids = seeds.gather(2, where[:, None, :].expand(m, c, -1))               # (m, c, k)
         noisy = (x + self.noise * self.normal(keys, x, stream + 2)).flatten(2)

@@ -23,9 +23,9 @@ from advbench.core.errors import AdvbenchError
 from advbench.core.runtime import call_slices
 from advbench.core.steps import lp_norm
 from advbench.robustness.attacks.base import Attack, AttackResult
-from advbench.robustness.attacks.optimized import goal_margin
+from advbench.robustness.attacks.draws import RowCalls
+from advbench.robustness.attacks.minimum_norm import goal_margin
 from advbench.robustness.attacks.oracles import Oracle, Vote, vote
-from advbench.robustness.attacks.random import RowCalls
 from advbench.robustness.threat import ThreatModel
 
 # Budget and bounds checks allow float rounding of the projection, nothing more.

@@ -15,8 +15,8 @@ from advbench.core.errors import AdvbenchError
 from advbench.core.runtime import call_slices
 from advbench.core.steps import clip, per_sample, project
 from advbench.robustness.attacks.base import Attack, AttackResult
+from advbench.robustness.attacks.draws import RowCalls
 from advbench.robustness.attacks.oracles import build_oracle
-from advbench.robustness.attacks.random import RowCalls
 from advbench.robustness.defenses.certify import certified_column
 from advbench.robustness.evaluation.batch import _Batch, pooled_vote
 from advbench.robustness.evaluation.search import SearchSettings, min_eps_search

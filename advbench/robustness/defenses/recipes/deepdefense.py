@@ -1,7 +1,7 @@
 """Recipe `deepdefense` (Yan et al. 2018): a regulariser on the size of an unrolled, differentiable DeepFool step.
 
 The DeepFool perturbation is computed with the benchmark's own boundary step
-(`attacks.optimized.nearest_boundary_step`) but keeps its graph, so the penalty's gradient
+(`attacks.minimum_norm.nearest_boundary_step`) but keeps its graph, so the penalty's gradient
 flows through every unrolled step into the weights.
 """
 
@@ -12,7 +12,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from advbench.core.steps import per_sample
-from advbench.robustness.attacks.optimized import goal_margin, nearest_boundary_step
+from advbench.robustness.attacks.minimum_norm import goal_margin, nearest_boundary_step
 from advbench.robustness.defenses.inner import eval_mode
 from advbench.robustness.defenses.recipes.base import Recipe, RecipeSpec, register
 

@@ -13,7 +13,7 @@ from torch import nn
 
 from advbench.core.errors import AdvbenchError
 from advbench.core.steps import adam_step, lp_norm
-from advbench.robustness.attacks.optimized import (
+from advbench.robustness.attacks.minimum_norm import (
     CarliniWagnerL2,
     ClipBox,
     DeepFool,

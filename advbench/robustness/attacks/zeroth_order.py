@@ -24,10 +24,10 @@ import torch
 from advbench.core.steps import adam_step, clip
 from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.base import AttackResult, success_of
-from advbench.robustness.attacks.optimized import goal_margin, next_const
+from advbench.robustness.attacks.draws import uniform
+from advbench.robustness.attacks.minimum_norm import goal_margin, next_const
 from advbench.robustness.attacks.oracles import ScoreOracle
 from advbench.robustness.attacks.queries import CHECKPOINTS, QueryLog
-from advbench.robustness.attacks.random import uniform
 from advbench.robustness.attacks.score import WHOLE_BUDGET, ScoreAttack
 
 
