@@ -83,11 +83,13 @@ def defense_identity(cfg: Mapping[str, Any]) -> dict[str, Any]:
 
 
 NEWER_MODEL_KEYS = ("eot_samples",)
-"""Model keys added after cells were keyed: left out of the identity while null (their default),
-so the cells of models that do not set them keep their keys."""
+"""Model keys added after cells were keyed: left out of a deterministic model's identity while null
+(their default), so its cells keep their keys. A randomized model keeps them: its cells were
+computed with its dropout switched off and no EOT before, and must not be reused."""
 
 
 def model_identity(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """The model config minus its option name and description (and the newer keys left null)."""
-    return {k: v for k, v in plain(cfg).items()
-            if k not in ("name", "description") and not (k in NEWER_MODEL_KEYS and v is None)}
+    """The model config minus its option name and description (and a deterministic model's newer keys left null)."""
+    spec = plain(cfg)
+    return {k: v for k, v in spec.items() if k not in ("name", "description")
+            and not (k in NEWER_MODEL_KEYS and v is None and not spec.get("randomized"))}
