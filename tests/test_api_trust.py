@@ -257,3 +257,12 @@ def test_a_model_object_is_recorded_as_given_and_its_warnings_are_python_warning
         advbench.evaluate(untrained, (x[y != 0], y[y != 0]), attack="fgsm", eps=0.1, num_classes=10, overrides=QUIET)
     with pytest.warns(AdvbenchWarning, match="gradients may be masked"):
         advbench.evaluate(tiny_model, data, attack="fgsm", eps=0.1, defense="jpeg", overrides=QUIET)
+
+
+def test_randomized_python_cells_are_keyed_anew_and_deterministic_ones_are_not() -> None:
+    from advbench.core.keys import model_identity
+
+    deterministic = {"name": "python", "target": "net.py:Net", "randomized": False, "eot_samples": None}
+    randomized = {**deterministic, "randomized": True}
+    assert "eot_samples" not in model_identity(deterministic), "as before eot_samples existed: the same key"
+    assert model_identity(randomized)["eot_samples"] is None, "records from before (dropout off) are not reused"
