@@ -11,8 +11,8 @@ from hydra.utils import instantiate
 from advbench.cli.config import compose_config
 from advbench.core.errors import AdvbenchError
 from advbench.core.steps import lp_norm
-from advbench.robustness.attacks.ensemble import Ensemble, load_attack
 from advbench.robustness.attacks.oracles import WhiteBoxOracle
+from advbench.robustness.attacks.worst_case import Ensemble, load_attack
 from advbench.robustness.data.targets import target_classes
 from advbench.robustness.evaluation.measure import evaluate_batch
 from advbench.robustness.evaluation.search import SearchSettings

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from advbench.core.steps import ascend, clip, lp_norm, project, unit_direction
-from advbench.robustness.attacks.steps import random_start
+from advbench.robustness.attacks.starts import random_start
 
 NORMS = st.sampled_from(["linf", "l2"])
 

@@ -36,7 +36,7 @@ from advbench.core.steps import ascend, per_sample, unit_direction
 from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.base import Attack, AttackResult
 from advbench.robustness.attacks.oracles import WhiteBoxOracle
-from advbench.robustness.attacks.steps import boundary_start
+from advbench.robustness.attacks.starts import boundary_start
 
 _DLR_DENOM = 1e-12
 LossFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]

@@ -16,7 +16,7 @@ from advbench.core.steps import accumulate_momentum, ascend, unit_direction
 from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.base import Attack, AttackResult
 from advbench.robustness.attacks.oracles import TransferOracle, WhiteBoxOracle
-from advbench.robustness.attacks.steps import random_start
+from advbench.robustness.attacks.starts import random_start
 
 
 class IterativeGradientAttack(Attack):
