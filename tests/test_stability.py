@@ -93,7 +93,7 @@ def synthetic_rd(
 def test_unmoved_metric_scores_zero_rising_negative_falling_positive() -> None:
     table, curves = stability_from_records(synthetic_rd({"flat": 0.0, "up": 1.0, "down": -1.0}))
     score = table.set_index("metric")["stability"]
-    assert score["flat"] == pytest.approx(0.0, abs=1e-9)
+    assert score["flat"] == pytest.approx(0.0, abs=1e-6)  # a float sum of zeros: exact here, last bits elsewhere
     assert score["up"] < -1.0
     assert score["down"] == pytest.approx(-score["up"])
     flat = curves[curves["metric"] == "flat"]
