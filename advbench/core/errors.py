@@ -20,6 +20,12 @@ class AdvbenchWarning(UserWarning):
     its own, so that scripts and tests can catch it, filter it or turn it into an error."""
 
 
+def first_line(exc: BaseException) -> str:
+    """The first non-blank line of an exception's message ("" when it has none): what a one-line
+    error quotes of a library's or a user's multi-line message."""
+    return next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+
+
 DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM})
 """OSError numbers that say "this place cannot be written", not "advbench has a bug"."""
 

@@ -97,20 +97,13 @@ class APGD(Attack):
 
     def __init__(self, *, n_iter: int = 100, loss: str = "ce", n_restarts: int = 1, n_target_classes: int = 0,
                  rho: float = 0.75, momentum: float = 0.75, seed: int = 0) -> None:
-        hyper.whole(self, "n_iter", n_iter)
-        hyper.choice(self, "loss", loss, LOSSES)
-        hyper.whole(self, "n_restarts", n_restarts)
-        hyper.whole(self, "n_target_classes", n_target_classes, 0)
-        hyper.real(self, "rho", rho, 0, 1, open_low=True)
-        hyper.real(self, "momentum", momentum, 0, 1, open_low=True)
-        hyper.whole(self, "seed", seed, None)
-        self.n_iter = n_iter
-        self.loss = loss
-        self.n_restarts = n_restarts
-        self.n_target_classes = n_target_classes
-        self.rho = rho
-        self.momentum = momentum
-        self.seed = seed
+        self.n_iter = hyper.whole(self, "n_iter", n_iter)
+        self.loss = hyper.choice(self, "loss", loss, LOSSES)
+        self.n_restarts = hyper.whole(self, "n_restarts", n_restarts)
+        self.n_target_classes = hyper.whole(self, "n_target_classes", n_target_classes, 0)
+        self.rho = hyper.real(self, "rho", rho, 0, 1, open_low=True)
+        self.momentum = hyper.real(self, "momentum", momentum, 0, 1, open_low=True)
+        self.seed = hyper.whole(self, "seed", seed, None)
 
     @property
     def steps(self) -> int:

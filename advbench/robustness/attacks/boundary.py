@@ -76,17 +76,15 @@ class Boundary(DecisionAttack):
                  checkpoints: Sequence[int] = CHECKPOINTS, seed: int = 0) -> None:
         super().__init__(max_queries=max_queries, init_tries=init_tries, checkpoints=checkpoints, seed=seed,
                          update_stats_every_k=update_stats_every_k, candidates=candidates)
-        hyper.choice(self, "schedule", schedule, SCHEDULES)
+        self.schedule = hyper.choice(self, "schedule", schedule, SCHEDULES)
         for name, value in (("spherical_step", spherical_step), ("source_step", source_step),
                             ("source_step_convergence", source_step_convergence)):
             hyper.real(self, name, value, 0, open_low=True)
-        hyper.real(self, "step_adaptation", step_adaptation, 1, open_low=True)
-        self.schedule = schedule
+        self.step_adaptation = hyper.real(self, "step_adaptation", step_adaptation, 1, open_low=True)
         self.candidates = candidates
         self.spherical_step = spherical_step
         self.source_step = source_step
         self.source_step_convergence = source_step_convergence
-        self.step_adaptation = step_adaptation
         self.update_stats_every_k = update_stats_every_k
 
     def run(self, oracle: DecisionOracle, x: torch.Tensor, y: torch.Tensor, *, eps: torch.Tensor, norm: str,

@@ -56,10 +56,9 @@ class HopSkipJump(DecisionAttack):
                  seed: int = 0) -> None:
         super().__init__(max_queries=max_queries, init_tries=init_tries, checkpoints=checkpoints, seed=seed,
                          init_evals=init_evals, max_evals=max_evals)
-        hyper.real(self, "gamma", gamma, 0, open_low=True)
+        self.gamma = hyper.real(self, "gamma", gamma, 0, open_low=True)
         self.init_evals = init_evals
         self.max_evals = max_evals
-        self.gamma = gamma
 
     def run(self, oracle: DecisionOracle, x: torch.Tensor, y: torch.Tensor, *, eps: torch.Tensor, norm: str,
             target: torch.Tensor | None, sample_id: torch.Tensor) -> AttackResult:

@@ -57,16 +57,11 @@ class GradientEstimateAttack(ScoreAttack):
 
     def __init__(self, *, n_queries: int = 20000, samples: int = 100, sigma: float = 0.001,
                  rel_stepsize: float = 0.15, seed: int = 0) -> None:
-        hyper.whole(self, "n_queries", n_queries)
-        hyper.whole(self, "samples", samples)
-        hyper.real(self, "sigma", sigma, 0, open_low=True)
-        hyper.real(self, "rel_stepsize", rel_stepsize, 0, open_low=True)
-        hyper.whole(self, "seed", seed, None)
-        self.n_queries = n_queries
-        self.samples = samples
-        self.sigma = sigma
-        self.rel_stepsize = rel_stepsize
-        self.seed = seed
+        self.n_queries = hyper.whole(self, "n_queries", n_queries)
+        self.samples = hyper.whole(self, "samples", samples)
+        self.sigma = hyper.real(self, "sigma", sigma, 0, open_low=True)
+        self.rel_stepsize = hyper.real(self, "rel_stepsize", rel_stepsize, 0, open_low=True)
+        self.seed = hyper.whole(self, "seed", seed, None)
         self._reach_told = False
 
     def schedule(self) -> list[int]:

@@ -67,12 +67,10 @@ class Evolutionary(DecisionAttack):
         for name, value in (("search_scale", search_scale), ("coordinates", coordinates), ("c_c", c_c),
                             ("c_cov", c_cov)):
             hyper.real(self, name, value, 0, 1, open_low=True)
-        hyper.real(self, "mu", mu, 0, open_low=True)
-        hyper.real(self, "sigma", sigma, 0, open_low=True)
+        self.mu = hyper.real(self, "mu", mu, 0, open_low=True)
+        self.sigma = hyper.real(self, "sigma", sigma, 0, open_low=True)
         self.search_scale = search_scale
         self.coordinates = coordinates
-        self.mu = mu
-        self.sigma = sigma
         self.c_c = c_c
         self.c_cov = c_cov
         self.success_window = success_window

@@ -38,17 +38,11 @@ class IterativeGradientAttack(Attack):
 
     def __init__(self, *, steps: int = 20, rel_stepsize: float = 0.15, random_init: bool = False,
                  decay: float | None = None, seed: int = 0) -> None:
-        hyper.whole(self, "steps", steps)
-        hyper.real(self, "rel_stepsize", rel_stepsize, 0, open_low=True)
-        hyper.flag(self, "random_init", random_init)
-        if decay is not None:
-            hyper.real(self, "decay", decay, 0)
-        hyper.whole(self, "seed", seed, None)
-        self.steps = steps
-        self.rel_stepsize = rel_stepsize
-        self.random_init = random_init
-        self.decay = decay
-        self.seed = seed
+        self.steps = hyper.whole(self, "steps", steps)
+        self.rel_stepsize = hyper.real(self, "rel_stepsize", rel_stepsize, 0, open_low=True)
+        self.random_init = hyper.flag(self, "random_init", random_init)
+        self.decay = decay if decay is None else hyper.real(self, "decay", decay, 0)
+        self.seed = hyper.whole(self, "seed", seed, None)
 
     def run(self, oracle: WhiteBoxOracle, x: torch.Tensor, y: torch.Tensor, *, eps: torch.Tensor,
             norm: str, target: torch.Tensor | None, sample_id: torch.Tensor) -> AttackResult:

@@ -106,11 +106,9 @@ class DeepFool(Attack):
     norms = ("l2", "linf")
 
     def __init__(self, *, steps: int = 100, overshoot: float = 0.02, candidates: int = 10) -> None:
-        hyper.whole(self, "steps", steps)
-        hyper.real(self, "overshoot", overshoot, 0)
+        self.steps = hyper.whole(self, "steps", steps)
+        self.overshoot = hyper.real(self, "overshoot", overshoot, 0)
         hyper.whole(self, "candidates", candidates, 2)  # the label and one other class
-        self.steps = steps
-        self.overshoot = overshoot
         self.candidates = candidates
 
     def run(self, oracle: Oracle, x: torch.Tensor, y: torch.Tensor, *, eps: torch.Tensor, norm: str,
@@ -283,20 +281,13 @@ class CarliniWagnerL2(Attack):
     def __init__(self, *, iterations: int = 100, binary_search_steps: int = 10, initial_const: float = 1.0,
                  stepsize: float = 0.01, confidence: float = 0.0, abort_early: bool = True,
                  box: str = "tanh") -> None:
-        hyper.whole(self, "iterations", iterations)
-        hyper.whole(self, "binary_search_steps", binary_search_steps)
-        hyper.real(self, "initial_const", initial_const, 0, open_low=True)
-        hyper.real(self, "stepsize", stepsize, 0, open_low=True)
-        hyper.real(self, "confidence", confidence, 0)
-        hyper.flag(self, "abort_early", abort_early)
-        hyper.choice(self, "box", box, BOXES)
-        self.iterations = iterations
-        self.binary_search_steps = binary_search_steps
-        self.initial_const = initial_const
-        self.stepsize = stepsize
-        self.confidence = confidence
-        self.abort_early = abort_early
-        self.box = box
+        self.iterations = hyper.whole(self, "iterations", iterations)
+        self.binary_search_steps = hyper.whole(self, "binary_search_steps", binary_search_steps)
+        self.initial_const = hyper.real(self, "initial_const", initial_const, 0, open_low=True)
+        self.stepsize = hyper.real(self, "stepsize", stepsize, 0, open_low=True)
+        self.confidence = hyper.real(self, "confidence", confidence, 0)
+        self.abort_early = hyper.flag(self, "abort_early", abort_early)
+        self.box = hyper.choice(self, "box", box, BOXES)
 
     @property
     def steps(self) -> int:

@@ -46,20 +46,13 @@ class NATTACK(ScoreAttack):
 
     def __init__(self, *, n_queries: int = 20000, samples: int = 100, sigma: float = 0.1, lr: float = 0.02,
                  init_std: float = 0.001, box: str = "tanh", seed: int = 0) -> None:
-        hyper.whole(self, "n_queries", n_queries)
-        hyper.whole(self, "samples", samples, 2)
-        hyper.real(self, "sigma", sigma, 0, open_low=True)
-        hyper.real(self, "lr", lr, 0, open_low=True)
-        hyper.real(self, "init_std", init_std, 0)
-        hyper.choice(self, "box", box, BOXES)
-        hyper.whole(self, "seed", seed, None)
-        self.n_queries = n_queries
-        self.samples = samples
-        self.sigma = sigma
-        self.lr = lr
-        self.init_std = init_std
-        self.box = box
-        self.seed = seed
+        self.n_queries = hyper.whole(self, "n_queries", n_queries)
+        self.samples = hyper.whole(self, "samples", samples, 2)
+        self.sigma = hyper.real(self, "sigma", sigma, 0, open_low=True)
+        self.lr = hyper.real(self, "lr", lr, 0, open_low=True)
+        self.init_std = hyper.real(self, "init_std", init_std, 0)
+        self.box = hyper.choice(self, "box", box, BOXES)
+        self.seed = hyper.whole(self, "seed", seed, None)
 
     def schedule(self) -> list[int]:
         """Draws of each step (they and the mean point: q + 1 queries): `samples` while they fit, then the rest's."""

@@ -169,11 +169,10 @@ class DecisionAttack(Attack):
         for name, value in (("max_queries", max_queries), *counts.items(), ("init_tries", init_tries)):
             hyper.whole(self, name, value)
         hyper.wholes(self, "checkpoints", checkpoints)
-        hyper.whole(self, "seed", seed, None)
+        self.seed = hyper.whole(self, "seed", seed, None)
         self.max_queries = max_queries
         self.init_tries = init_tries
         self.checkpoints = [int(c) for c in checkpoints]
-        self.seed = seed
 
     @property
     def steps(self) -> int:

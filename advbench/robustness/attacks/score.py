@@ -181,12 +181,9 @@ class Square(ScoreAttack):
     """
 
     def __init__(self, *, n_queries: int = 20000, p_init: float = 0.8, seed: int = 0) -> None:
-        hyper.whole(self, "n_queries", n_queries)
-        hyper.real(self, "p_init", p_init, 0, 1, open_low=True)
-        hyper.whole(self, "seed", seed, None)
-        self.n_queries = n_queries
-        self.p_init = p_init
-        self.seed = seed
+        self.n_queries = hyper.whole(self, "n_queries", n_queries)
+        self.p_init = hyper.real(self, "p_init", p_init, 0, 1, open_low=True)
+        self.seed = hyper.whole(self, "seed", seed, None)
 
     def run(self, oracle: ScoreOracle, x: torch.Tensor, y: torch.Tensor, *, eps: torch.Tensor, norm: str,
             target: torch.Tensor | None, sample_id: torch.Tensor) -> AttackResult:

@@ -89,13 +89,10 @@ class DIM(IterativeGradientAttack):
 
     def __init__(self, *, steps: int = 10, rel_stepsize: float = 0.15, decay: float = 1.0, resize_rate: float = 0.9,
                  prob: float = 0.5, early_stop: bool = True, seed: int = 0) -> None:
-        hyper.real(self, "resize_rate", resize_rate, 0, 1, open_low=True)
-        hyper.real(self, "prob", prob, 0, 1)
-        hyper.flag(self, "early_stop", early_stop)
+        self.resize_rate = hyper.real(self, "resize_rate", resize_rate, 0, 1, open_low=True)
+        self.prob = hyper.real(self, "prob", prob, 0, 1)
+        self.early_stop = hyper.flag(self, "early_stop", early_stop)
         super().__init__(steps=steps, rel_stepsize=rel_stepsize, decay=decay, seed=seed)
-        self.early_stop = early_stop
-        self.resize_rate = resize_rate
-        self.prob = prob
 
     def _gradient(self, oracle: WhiteBoxOracle, x: torch.Tensor, labels: torch.Tensor, targeted: bool,
                   idx: torch.Tensor, sample_id: torch.Tensor, t: int) -> tuple[torch.Tensor | None, torch.Tensor]:
@@ -122,13 +119,10 @@ class TI(DIM):
     def __init__(self, *, steps: int = 10, rel_stepsize: float = 0.15, decay: float = 1.0,
                  kernel_size: int | None = None, nsig: float = 3.0, resize_rate: float = 0.9, prob: float = 0.0,
                  early_stop: bool = True, seed: int = 0) -> None:
-        if kernel_size is not None:
-            hyper.whole(self, "kernel_size", kernel_size, odd=True)
-        hyper.real(self, "nsig", nsig, 0, open_low=True)
+        self.kernel_size = kernel_size if kernel_size is None else hyper.whole(self, "kernel_size", kernel_size, odd=True)
+        self.nsig = hyper.real(self, "nsig", nsig, 0, open_low=True)
         super().__init__(steps=steps, rel_stepsize=rel_stepsize, decay=decay, resize_rate=resize_rate, prob=prob,
                          early_stop=early_stop, seed=seed)
-        self.kernel_size = kernel_size
-        self.nsig = nsig
 
     def _kernel(self, side: int) -> torch.Tensor:
         size = self.kernel_size

@@ -59,7 +59,7 @@ class Ensemble(Attack):
 
     def __init__(self, *, members: Sequence[str], member_params: Mapping[str, Mapping[str, Any]] | None = None,
                  seed: int = 0) -> None:
-        hyper.whole(self, "seed", seed, None)
+        self.seed = hyper.whole(self, "seed", seed, None)
         names = [str(m) for m in plain_value(members)]
         overrides = dict(plain_value(member_params) or {})
         if not names:
@@ -71,7 +71,6 @@ class Ensemble(Attack):
             raise AdvbenchError(f"member_params names {', '.join(unknown)}, not among the members {', '.join(names)}")
         self.members = names
         self.member_params = overrides
-        self.seed = seed
         self._attacks = [load_attack(name, seed, overrides.get(name)) for name in names]
         self.norms = self._shared("norms")
         self.goals = self._shared("goals")

@@ -70,9 +70,9 @@ class ZOO(ScoreAttack):
             hyper.real(self, key, value, 0, open_low=True)
         for key, value in (("adam_beta1", adam_beta1), ("adam_beta2", adam_beta2)):
             hyper.real(self, key, value, 0, 1, open_high=True)
-        hyper.real(self, "confidence", confidence, 0)
+        self.confidence = hyper.real(self, "confidence", confidence, 0)
         hyper.wholes(self, "checkpoints", checkpoints)
-        hyper.whole(self, "seed", seed, None)
+        self.seed = hyper.whole(self, "seed", seed, None)
         self.n_queries = n_queries
         self.coordinates = coordinates
         self.lr = lr
@@ -83,9 +83,7 @@ class ZOO(ScoreAttack):
         self.abort_every = abort_every
         self.adam_beta1 = adam_beta1
         self.adam_beta2 = adam_beta2
-        self.confidence = confidence
         self.checkpoints = [int(c) for c in checkpoints]
-        self.seed = seed
 
     def schedule(self, d: int) -> list[int]:
         """Coordinates of each step (2B + 1 queries) on inputs of d numbers: B = `coordinates` (all d

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from advbench.core.errors import AdvbenchError
+from advbench.core.errors import AdvbenchError, first_line
 
 NORMALIZATIONS = ("outside", "inside")
 
@@ -40,16 +40,15 @@ class Classifier(nn.Module):
         self.user_code = user_code
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.user_code:
-            return self.net((x - self.mean) / self.std)
         try:
             return self.net((x - self.mean) / self.std)
         except torch.OutOfMemoryError:  # the batch size search's signal, not the model's fault
             raise
         except Exception as exc:  # a user's network failing mid-run: say whose, keep its traceback as the cause
-            first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+            if not self.user_code:
+                raise
             raise AdvbenchError(f"model '{self.arch}' failed on a batch of {x.shape[0]} "
-                                f"{'x'.join(map(str, x.shape[1:]))} inputs: {type(exc).__name__}: {first}") from exc
+                                f"{'x'.join(map(str, x.shape[1:]))} inputs: {type(exc).__name__}: {first_line(exc)}") from exc
 
 
 def evaluation_mode(model: nn.Module) -> nn.Module:

@@ -38,7 +38,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from advbench.core.errors import AdvbenchError
+from advbench.core.errors import AdvbenchError, first_line
 from advbench.core.keys import file_digest
 from advbench.core.torchfile import read_torch_file
 from advbench.robustness.models.base import Classifier
@@ -233,7 +233,7 @@ def _load_model(utils: ModuleType, name: str, dataset: str, threat: str, model_d
 
 
 def _first_line(exc: BaseException) -> str:
-    return next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
+    return first_line(exc) or type(exc).__name__
 
 
 def robustbench_model(num_classes: int, in_channels: int, model_name: str | None = None, threat: str = "Linf",

@@ -31,7 +31,7 @@ import torch
 from omegaconf import DictConfig, ListConfig
 from torch import nn
 
-from advbench.core.errors import AdvbenchError
+from advbench.core.errors import AdvbenchError, first_line
 from advbench.core.keys import content_key, file_digest, plain_value
 from advbench.robustness.models import IMAGENET_MEAN, IMAGENET_STD, robustbench_zoo
 from advbench.robustness.models.base import Classifier
@@ -114,8 +114,7 @@ def _import_file(path: Path, target: str) -> ModuleType:
 
 def _user_code_failed(target: str, doing: str, exc: BaseException) -> AdvbenchError:
     """One line for an exception (or `sys.exit`) raised by the user's own code while advbench ran it."""
-    first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
-    said = f"exited with status {exc.code}" if isinstance(exc, SystemExit) else f"{type(exc).__name__}: {first}"
+    said = f"exited with status {exc.code}" if isinstance(exc, SystemExit) else f"{type(exc).__name__}: {first_line(exc)}"
     return AdvbenchError(f"model.target '{target}': {doing} failed: {said}")
 
 
@@ -284,8 +283,7 @@ def check_forward(model: nn.Module, input_shape: Sequence[int], num_classes: int
             out = model(torch.full((2, *input_shape), 0.5))
     except Exception as exc:  # the user's network on this input: its message is the diagnosis
         exc = exc.__cause__ if isinstance(exc, AdvbenchError) and exc.__cause__ is not None else exc
-        first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
-        raise AdvbenchError(f"model {what} fails on the data set's {shape} input: {type(exc).__name__}: {first}") from None
+        raise AdvbenchError(f"model {what} fails on the data set's {shape} input: {type(exc).__name__}: {first_line(exc)}") from None
     got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
     if got != (2, num_classes):
         raise AdvbenchError(f"model {what} must return logits (N, {num_classes}) for the data set's {num_classes} "
