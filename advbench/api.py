@@ -37,7 +37,7 @@ from advbench.robustness.models.base import Classifier, evaluation_mode
 from advbench.robustness.models.given import (
     Normalisation,
     applicable_wrapper,
-    as_given,
+    AS_GIVEN_DEFENSE,
     caller_state_kept,
     refuse_inapplicable,
 )
@@ -87,7 +87,8 @@ def evaluate(model: nn.Module, data: Any = "digits", *, attack: str | Attack = "
                                                   device, seed, randomized, choices))
         wrapper = applicable_wrapper(cfg.defense)
         if defense is None and not any(o.lstrip("+").startswith("defense") for o in overrides):
-            as_given(cfg)
+            with open_dict(cfg):
+                cfg.defense = dict(AS_GIVEN_DEFENSE)
         dataset = instantiate(cfg.dataset) if isinstance(data, str) else \
             TensorData.of(data, num_classes=num_classes or _classes_of(model, data))
         given = _given(cfg, model, dataset, attack, Normalisation(mean, std), (randomized, eot_samples), name, wrapper)

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from advbench.cli.config import compose_config
 from advbench.cli.main import main
-from advbench.core.catalog import load_option
+from advbench.core.catalog import option_data
 from advbench.core.errors import AdvbenchError
 from advbench.robustness.models.robustbench_zoo import robustbench_missing
 
@@ -99,4 +99,4 @@ def test_the_other_command_lines_compose(index: int) -> None:
         return
     cfg = compose_config("config", overrides)
     option = command[1].split("=", 1)[1]  # model=robustbench's model.name is the zoo's name, not the option's
-    assert cfg.model._target_ == load_option("model", option)._target_
+    assert cfg.model._target_ == option_data("model", option)["_target_"]

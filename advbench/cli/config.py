@@ -25,7 +25,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-import advbench.core.paths  # noqa: F401  (registers the ${advbench:cache|data|weights} resolver the YAML uses)
+import advbench.cli.options  # noqa: F401  (registers the ${advbench:cache|data|weights} resolver the YAML uses)
 from advbench.cli.compositions import OWN_COMPOSITION_FLAGS, composed_once
 from advbench.cli.validate import _one_line, validate
 from advbench.cli.workers import watch_parent

@@ -70,7 +70,7 @@ class Published:
         """Where the config looks for the file."""
         if self.metric is None:
             return Path(location("weights")) / self.published_name
-        from advbench.core.catalog import load_option  # the YAML alone: listing needs no torch
+        from advbench.cli.options import load_option  # the YAML alone: listing needs no torch
 
         return Path(os.path.expanduser(str(OmegaConf.select(load_option("metric", self.metric), self.option))))
 
@@ -263,7 +263,7 @@ ROBUSTBENCH = "robustbench:"
 def fetch_robustbench(spec: str, dataset: str, threat: str, force: bool) -> list[Path]:
     """RobustBench's file(s) for `robustbench:<name>` through its own downloader, into the layout
     `model=robustbench` reads (`model_dir` of conf/model/robustbench.yaml)."""
-    from advbench.core.catalog import load_option
+    from advbench.cli.options import load_option
     from advbench.robustness.models import robustbench_zoo
 
     model_dir = OmegaConf.select(load_option("model", "robustbench"), "model_dir")

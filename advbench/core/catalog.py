@@ -56,14 +56,34 @@ def groups(root: Path | None = None) -> list[str]:
     return sorted(found)
 
 
-def load_option(group: str, option: str) -> DictConfig | None:
-    """One option's YAML as an unresolved config; None when the group has no such option.
-
-    The one reader of option files outside Hydra's composition, so every caller sees the
-    same node and a broken file is the same one-line error everywhere.
-    """
+def option_file(group: str, option: str) -> Path | None:
+    """The YAML file of one option; None when the group has no such option."""
     path = conf_dir() / group / f"{option}.yaml"
-    if not path.is_file():
+    return path if path.is_file() else None
+
+
+def option_data(group: str, option: str) -> dict[str, Any] | None:
+    """One option's YAML as written (interpolations unresolved); None when the group has no such option.
+
+    For what an option says of itself (a defense's category, an attack's parameters); a config
+    that must be resolved is composed above, by the command line (`advbench.cli.options`).
+    """
+    path = option_file(group, option)
+    if path is None:
+        return None
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise AdvbenchError(f"option file '{path}' is invalid: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise AdvbenchError(f"option file '{path}' is invalid: not a mapping of keys")
+    return data
+
+
+def load_option(group: str, option: str) -> DictConfig | None:
+    """One option's YAML as an unresolved config (None: no such option), for the readers not yet given specs."""
+    path = option_file(group, option)
+    if path is None:
         return None
     try:
         return OmegaConf.load(path)

@@ -10,11 +10,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
 
 # Dataset keys that never change an image, a label or a sample id: the option name (a label),
 # the default budgets (the cell key holds the budget actually used) and the download switch.
@@ -38,21 +37,19 @@ def file_digest(path: Path) -> str:
 
 
 def plain(cfg: Mapping[str, Any] | None) -> dict[str, Any]:
-    """A resolved plain dict of a config node (empty for None)."""
-    if cfg is None:
-        return {}
-    if isinstance(cfg, DictConfig):
-        return plain_value(cfg)
-    return plain_value(OmegaConf.create(dict(cfg)))
+    """A plain dict of a mapping, nested mappings and sequences made plain too (empty for None)."""
+    return {} if cfg is None else plain_value(cfg)
 
 
 def plain_value(value: Any) -> Any:
-    """An OmegaConf container as resolved plain lists and dicts; any other value as it is.
+    """Nested mappings as dicts and sequences (not strings) as lists; any other value as it is.
 
-    Hydra hands lists and dicts over as containers; records, keys and messages need plain ones.
+    Configs arrive as read-only mappings of mappings; records, keys and messages need plain ones.
     """
-    if isinstance(value, (DictConfig, ListConfig)):
-        return OmegaConf.to_container(value, resolve=True)
+    if isinstance(value, Mapping):
+        return {str(k): plain_value(v) for k, v in value.items()}
+    if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
+        return [plain_value(v) for v in value]
     return value
 
 

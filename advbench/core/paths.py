@@ -12,8 +12,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from omegaconf import OmegaConf
-
 from advbench.core.errors import AdvbenchError
 
 LOCATIONS: dict[str, tuple[str, str | None]] = {
@@ -40,9 +38,6 @@ def location(kind: str) -> str:
         cache = _from_env("ADVBENCH_CACHE") or Path.home() / ".cache" / "advbench"
         folder = cache / below_cache if below_cache else cache
     return str(folder)
-
-
-OmegaConf.register_new_resolver("advbench", location, replace=True, use_cache=False)
 
 
 def writable_folder(path: Path | str, what: str) -> Path:

@@ -23,11 +23,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
-from hydra.errors import InstantiationException
-from hydra.utils import instantiate
-from omegaconf import OmegaConf
 
-from advbench.core.catalog import group_options, load_option
+from advbench.core.catalog import group_options, option_data
+from advbench.core.construct import construct
 from advbench.core.errors import AdvbenchError
 from advbench.core.keys import plain_value
 from advbench.robustness.attacks import hyper
@@ -37,19 +35,25 @@ from advbench.robustness.attacks.oracles import Oracle
 
 def load_attack(name: str, seed: int, overrides: Mapping[str, Any] | None = None) -> Attack:
     """The attack of option `name` in conf/attack, with the ensemble's seed and any overrides."""
-    cfg = load_option("attack", name)
-    if cfg is None:
+    option = option_data("attack", name)
+    if option is None or not isinstance(option.get("params"), dict):
         raise AdvbenchError(f"unknown ensemble member '{name}'; valid: {', '.join(group_options('attack'))}")
-    if "seed" in cfg.params:
-        cfg.params.seed = seed
-    for key, value in (overrides or {}).items():
-        OmegaConf.update(cfg, f"params.{key}", value, force_add=True)
+    params = {key: _option_key(option, value) for key, value in option["params"].items()}
+    if "seed" in params:
+        params["seed"] = seed
+    params.update(overrides or {})
     try:
-        return instantiate(cfg.params)
-    except InstantiationException as exc:
-        reason = str(exc.__cause__ or exc).splitlines()[0]
-        raise AdvbenchError(f"cannot build ensemble member '{name}': {reason}") from None
+        return construct(params)
+    except AdvbenchError as exc:
+        raise AdvbenchError(f"cannot build ensemble member '{name}': {exc}") from None
 
+
+
+def _option_key(option: Mapping[str, Any], value: Any) -> Any:
+    """A parameter as the option file means it: `${..members}` is the option's own `members:` key."""
+    if isinstance(value, str) and value.startswith("${..") and value.endswith("}"):
+        return option.get(value[4:-1])
+    return value
 
 
 class Ensemble(Attack):

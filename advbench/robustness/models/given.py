@@ -20,10 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from omegaconf import open_dict
 from torch import nn
 
-from advbench.core.catalog import group_options, load_option
+from advbench.core.catalog import group_options, option_data
 from advbench.core.errors import AdvbenchError
 from advbench.core.keys import plain
 
@@ -90,16 +89,14 @@ AS_GIVEN = "none"
 was, not advbench's natural recipe (a PGD-AT model of the user's is not `pgd_at+natural`)."""
 
 
-def as_given(cfg: Any) -> None:
-    """Make the composed run's defense say "the model as given": no recipe, no wrapper."""
-    with open_dict(cfg):
-        cfg.defense = {"name": AS_GIVEN, "description": "the model object as given, no defense added by advbench",
-                       "category": ["as given"], "threat_model": "none", "wrapper": None, "recipe": None}
+AS_GIVEN_DEFENSE = {"name": AS_GIVEN, "description": "the model object as given, no defense added by advbench",
+                    "category": ["as given"], "threat_model": "none", "wrapper": None, "recipe": None}
+"""The defense config of a model object evaluated without one: no recipe, no wrapper."""
 
 
 def transformation_defenses() -> list[str]:
     """The defense options that only put a transform in front of a naturally trained model."""
-    options = {name: plain(load_option("defense", name)) for name in group_options("defense")}
+    options = {name: option_data("defense", name) or {} for name in group_options("defense")}
     return [name for name, spec in options.items()
             if spec.get("wrapper") and (spec.get("recipe") or {}).get("type") in (None, "natural")]
 

@@ -25,7 +25,7 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator, PercentFormatter
 from rich.console import Console
 from rich.table import Table
 
-from advbench.core.catalog import load_option
+from advbench.core.catalog import option_data
 from advbench.core.errors import AdvbenchError
 from advbench.core.keys import plain_value
 from advbench.core.terminal import print_table
@@ -96,7 +96,7 @@ def defense_categories(df: pd.DataFrame) -> dict[str, str]:
     out = {}
     for defense in sorted(df["defense"].unique()):
         if defense not in known:
-            data = load_option("defense", defense)
+            data = option_data("defense", defense)
             category = None if data is None else plain_value(data.get("category"))
             known[defense] = category_label(category) or "uncategorised"
         out[defense] = known[defense]
