@@ -35,9 +35,9 @@ from advbench.robustness.defenses.wrappers import wrap
 from advbench.robustness.evaluation.cell import Given, run_cell
 from advbench.robustness.models.base import Classifier, evaluation_mode
 from advbench.robustness.models.given import (
+    AS_GIVEN_DEFENSE,
     Normalisation,
     applicable_wrapper,
-    AS_GIVEN_DEFENSE,
     caller_state_kept,
     refuse_inapplicable,
 )

@@ -14,7 +14,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-
 # Dataset keys that never change an image, a label or a sample id: the option name (a label),
 # the default budgets (the cell key holds the budget actually used) and the download switch.
 _DATASET_LABELS = ("name", "budgets", "download", "description")
