@@ -18,12 +18,13 @@ from typing import Any
 
 import pandas as pd
 import torch
-from hydra.utils import instantiate
 from omegaconf import open_dict
 from torch import nn
 
 from advbench.cli.config import compose_config
+from advbench.cli.specs import cell_spec
 from advbench.core.catalog import describe, group_options, groups
+from advbench.core.construct import construct
 from advbench.core.digests import code_digest, module_digest
 from advbench.core.errors import AdvbenchError
 from advbench.core.paths import writable_folder
@@ -44,6 +45,7 @@ from advbench.robustness.models.given import (
 from advbench.robustness.models.user_models import check_forward, check_randomized, check_randomness, mark_randomized
 from advbench.robustness.report.plot import render_all, with_categories
 from advbench.robustness.report.table3 import summary_table
+from advbench.robustness.specs import AttackSpec, CellSpec
 
 
 def evaluate(model: nn.Module, data: Any = "digits", *, attack: str | Attack = "bim", threat: str = "linf",
@@ -89,11 +91,14 @@ def evaluate(model: nn.Module, data: Any = "digits", *, attack: str | Attack = "
         if defense is None and not any(o.lstrip("+").startswith("defense") for o in overrides):
             with open_dict(cfg):
                 cfg.defense = dict(AS_GIVEN_DEFENSE)
-        dataset = instantiate(cfg.dataset) if isinstance(data, str) else \
+        spec = cell_spec(cfg)
+        if isinstance(attack, Attack):
+            spec = dataclasses.replace(spec, attack=AttackSpec(type(attack).__name__.lower(), attack.params()))
+        dataset = construct(spec.dataset.config) if isinstance(data, str) else \
             TensorData.of(data, num_classes=num_classes or _classes_of(model, data))
-        given = _given(cfg, model, dataset, attack, Normalisation(mean, std), (randomized, eot_samples), name, wrapper)
+        given = _given(spec, model, dataset, attack, Normalisation(mean, std), (randomized, eot_samples), name, wrapper)
         given = dataclasses.replace(given, kept=out_dir is not None)
-        part = run_cell(cfg, given)
+        part = run_cell(spec, given)
         if part is None:  # only a sweep skips a cell, and evaluate runs one
             raise AdvbenchError("the cell was skipped")
         return read_kind([part], kinds=("benchmark",))[1]
@@ -119,7 +124,7 @@ def _overrides(name: str, data: Any, attack: str | Attack, threat: str, eps: flo
     return [*args, *extra]
 
 
-def _given(cfg: Any, model: nn.Module, dataset: Any, attack: str | Attack, normalisation: Normalisation,
+def _given(spec: CellSpec, model: nn.Module, dataset: Any, attack: str | Attack, normalisation: Normalisation,
            randomness: tuple[bool, int | None], name: str, wrapper: dict[str, Any] | None) -> Given:
     """The objects and what stands for them in the cell key: the model's code and weights, the data's content.
 
@@ -140,10 +145,8 @@ def _given(cfg: Any, model: nn.Module, dataset: Any, attack: str | Attack, norma
     if isinstance(dataset, TensorData):
         identity.update(dataset=dataset.name, dataset_config=dataset.identity())
     if isinstance(attack, Attack):
-        with open_dict(cfg):
-            cfg.attack.name = type(attack).__name__.lower()
-        identity.update(attack=cfg.attack.name, attack_params=attack.params())
-    return Given(model=wrap(net, wrapper, seed=int(cfg.seed)), identity=identity, dataset=dataset,
+        identity.update(attack=spec.attack.name, attack_params=attack.params())
+    return Given(model=wrap(net, wrapper, seed=spec.settings.seed), identity=identity, dataset=dataset,
                  attack=attack if isinstance(attack, Attack) else None)
 
 

@@ -17,10 +17,11 @@ from torchvision import models as tv
 
 from advbench.cli.config import compose_config
 from advbench.cli.main import main
+from advbench.cli.specs import target_spec
 from advbench.core.errors import AdvbenchError
-from advbench.robustness.defenses.zoo import load_defended_model
 from advbench.robustness.models import ARCHITECTURES, build_model
 from advbench.robustness.models.checkpoint import load_checkpoint
+from advbench.robustness.targets import load_target
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 CIFAR = SimpleNamespace(num_classes=10, input_shape=(3, 32, 32))
@@ -124,7 +125,7 @@ def test_config_builds_the_layout_and_the_engine_loads_it(tmp_path: Path) -> Non
     torch.save(saved.net.state_dict(), path)
     cfg = compose_config("config", ["dataset=cifar10", "model=wrn28_10", "model.widen_factor=2", f"checkpoint={path}",
                                     "model.mean=[0]", "model.std=[1]"])
-    model = load_defended_model(cfg, CIFAR)
+    model = load_target(target_spec(cfg), CIFAR)
     x = torch.rand(2, 3, 32, 32)
     torch.testing.assert_close(_logits(model, x), _logits(saved, x))
 
@@ -160,15 +161,16 @@ def test_another_defenses_checkpoint_at_a_cache_path_is_refused(tmp_path: Path, 
 
     import hydra.utils
 
-    from advbench.robustness.defenses.zoo import _cfg_checkpoint_path, ensure_checkpoint, load_trained_model
+    from advbench.robustness.defenses.checkpoints import cache_entry
+    from advbench.robustness.defenses.trained import ensure_checkpoint, load_trained_model
 
     cache = [f"cache_dir={tmp_path}", "defense.recipe.epochs=1"]
     natural = compose_config("config", ["defense=natural", *cache])
     rse = compose_config("config", ["defense=rse", *cache])
-    shutil.copy(ensure_checkpoint(rse), _cfg_checkpoint_path(natural))
+    shutil.copy(ensure_checkpoint(target_spec(rse)), cache_entry(target_spec(natural)))
     dataset = hydra.utils.instantiate(natural.dataset)
     with pytest.raises(AdvbenchError) as caught:
-        load_trained_model(natural, dataset)
+        load_trained_model(target_spec(natural), dataset)
     message = str(caught.value)
     assert "was trained as rse on digits, not natural on digits" in message and "\n" not in message
 

@@ -14,6 +14,7 @@ import torch
 from click.testing import CliRunner
 
 from advbench.cli.main import main
+from advbench.cli.specs import run_main
 
 ADVBENCH = [sys.executable, "-m", "advbench"]
 
@@ -166,17 +167,17 @@ def test_interrupted_run_resumes(tmp_path: Path, trained_digits_cache: Path, mon
 
     monkeypatch.setattr(cell, "evaluate_batch", dying)
     with pytest.raises(KeyboardInterrupt):
-        cell.run_main(cfg)
+        run_main(cfg)
     assert not list(Path(cfg.records_dir).glob("*.parquet")), "no final part after a kill"
     assert len(list(Path(cfg.records_dir).glob(".partial/*/chunk-*.parquet"))) == 2
 
     calls["n"] = -100
-    resumed = pd.read_parquet(cell.run_main(cfg))
+    resumed = pd.read_parquet(run_main(cfg))
     assert calls["n"] == -100 + 2, "only the two missing chunks are recomputed"
     monkeypatch.setattr(cell, "evaluate_batch", real)
     cfg_clean = compose_config("config", ["experiment=smoke", "attack=fgsm", f"out_dir={tmp_path / 'clean'}", "chunk_size=16",
                                           "batch_size=16"])
-    clean = pd.read_parquet(cell.run_main(cfg_clean))
+    clean = pd.read_parquet(run_main(cfg_clean))
     cols = ["sample_id", "success_at_budget", "adv_pred", "min_eps", "first_success_strength"]
     pd.testing.assert_frame_equal(resumed[cols].reset_index(drop=True), clean[cols].reset_index(drop=True))
     assert not (Path(cfg.records_dir) / ".partial").exists() or not any((Path(cfg.records_dir) / ".partial").rglob("*.parquet"))

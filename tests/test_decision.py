@@ -117,7 +117,7 @@ def test_targeted_starts_from_the_batch_and_fails_cleanly_without_one(name: str,
 def test_end_to_end_under_the_decision_threat(tmp_path: Path, trained_digits_cache: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     from advbench.cli.config import compose_config
-    from advbench.robustness.evaluation.cell import run_main
+    from advbench.cli.specs import run_main
 
     monkeypatch.setenv("ADVBENCH_CACHE", str(trained_digits_cache))
     overrides = ["attack=hsj", "attack.params.max_queries=300", "attack.params.checkpoints=[100,200]",

@@ -13,6 +13,7 @@ import torch
 from omegaconf import OmegaConf
 
 from advbench.cli.config import compose_config
+from advbench.cli.specs import run_main
 from advbench.core.catalog import conf_dir
 from advbench.core.errors import AdvbenchError
 from advbench.core.records import read_records
@@ -21,7 +22,7 @@ from advbench.robustness.attacks.base import Attack, AttackResult
 from advbench.robustness.attacks.gradient import BIM, FGSM, MIM, PGD
 from advbench.robustness.attacks.oracles import WhiteBoxOracle
 from advbench.robustness.data.targets import target_classes
-from advbench.robustness.evaluation.cell import _batch_frame, run_main
+from advbench.robustness.evaluation.cell import _batch_frame
 from advbench.robustness.evaluation.measure import evaluate_batch
 from advbench.robustness.evaluation.search import SearchSettings
 from advbench.robustness.report.curves import CELL, budget_curve, strength_curve

@@ -14,6 +14,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from advbench.cli.config import compose_config
+from advbench.cli.specs import cell_spec, run_main
 from advbench.core.errors import AdvbenchError
 from advbench.core.runtime import (
     CPU_AUTO_BATCH,
@@ -26,7 +27,7 @@ from advbench.core.runtime import (
 from advbench.robustness.attacks.apgd import APGD
 from advbench.robustness.attacks.gradient import BIM, MIM
 from advbench.robustness.attacks.oracles import ScoreOracle, WhiteBoxOracle
-from advbench.robustness.evaluation.cell import cell_identity, cell_key, run_main
+from advbench.robustness.evaluation.cell import cell_identity, cell_key
 from advbench.robustness.evaluation.measure import evaluate_batch
 from advbench.robustness.evaluation.search import SearchSettings
 from advbench.robustness.threat import ThreatModel
@@ -183,7 +184,7 @@ def test_the_cell_key_changes_with_precision_and_memory_format(tmp_path, trained
     for how in ([], ["precision=bf16"], ["channels_last=true"], ["precision=bf16", "channels_last=true"]):
         cfg = compose_config("config", ["defense.recipe.epochs=4", *how])
         threat = ThreatModel(norm="linf", goal="untargeted", eps=0.1)
-        identity = cell_identity(cfg, threat, BIM())
+        identity = cell_identity(cell_spec(cfg), threat, BIM())
         keys[" ".join(how)] = cell_key(identity)
         assert ("precision" in identity) == bool(how), "fp32 contiguous leaves the key of older cells as it was"
     assert len(set(keys.values())) == 4, keys

@@ -12,10 +12,12 @@ from torch import nn
 
 from advbench.cli.config import compose_config
 from advbench.cli.main import main
+from advbench.cli.specs import target_spec
 from advbench.core.errors import AdvbenchError
 from advbench.robustness.data.digits import Digits
+from advbench.robustness.defenses.checkpoints import checkpoint_key
 from advbench.robustness.defenses.recipes import LOSSES, Recipe
-from advbench.robustness.defenses.zoo import checkpoint_key, load_trained_model
+from advbench.robustness.defenses.trained import load_trained_model
 from advbench.robustness.models import build_model
 from advbench.robustness.models.checkpoint import load_checkpoint
 from advbench.robustness.models.denoise import DenoisingBlock
@@ -118,7 +120,7 @@ def test_fd_config_is_pgd_at_recipe_on_a_denoised_backbone() -> None:
     pgd_at = compose_config("train", ["defense=pgd_at"])
     assert fd.defense.recipe == pgd_at.defense.recipe and list(fd.defense.category) == ["robust training"]
     assert fd.model.denoise.kind == "gaussian" and "denoise" not in pgd_at.model
-    assert checkpoint_key(fd) != checkpoint_key(pgd_at)
+    assert checkpoint_key(target_spec(fd)) != checkpoint_key(target_spec(pgd_at))
     cifar = compose_config("config", ["defense=fd", "model=resnet56", "dataset=cifar10"])
     assert cifar.model.depth == 56 and cifar.model.denoise.stages is None
 
@@ -153,7 +155,7 @@ def test_advbench_train_fd_writes_a_checkpoint_with_meta(tmp_path: Path) -> None
     assert result.exit_code == 0, result.output
     (path,) = (tmp_path / "checkpoints" / "digits" / "small_cnn").glob("fd-*.pt")
     cfg = compose_config("train", args)
-    model = load_trained_model(cfg, Digits())
+    model = load_trained_model(target_spec(cfg), Digits())
     assert len(_blocks(model)) == 2
     meta = load_checkpoint(path, build_model("small_cnn", 10, 1, denoise=DENOISE))
     assert meta["recipe"] == "pgd_at" and meta["config"]["model"]["denoise"]["kind"] == "gaussian"

@@ -17,10 +17,11 @@ from click.testing import CliRunner
 
 from advbench.cli.config import compose_config
 from advbench.cli.main import main
+from advbench.cli.specs import target_spec
 from advbench.cli.validate import validate
 from advbench.core.errors import AdvbenchError
 from advbench.core.records import write_part
-from advbench.robustness.defenses.zoo import ensure_checkpoint
+from advbench.robustness.defenses.trained import ensure_checkpoint
 from advbench.robustness.report.gate import (
     VERDICT_DIR_ENV,
     Thresholds,
@@ -176,7 +177,7 @@ def checkpoint(trained_digits_cache: Path) -> Path:
     """The user's model in CI: the natural digits small_cnn checkpoint file the shared cache
     fixture trained (other tests may add other checkpoints to that cache)."""
     cfg = compose_config("train", ["defense=natural", "defense.recipe.epochs=4", f"cache_dir={trained_digits_cache}"])
-    path = ensure_checkpoint(cfg)
+    path = ensure_checkpoint(target_spec(cfg))
     return path
 
 

@@ -15,6 +15,7 @@ import torch
 from hydra.utils import instantiate
 
 from advbench.cli.config import compose_config
+from advbench.cli.specs import cell_spec, run_main
 from advbench.robustness.attacks.draws import RowCalls, call_keys
 from advbench.robustness.attacks.gradient import BIM
 from advbench.robustness.attacks.score import Square
@@ -120,7 +121,7 @@ BASE = ["experiment=smoke", "attack=bim", "attack.params.steps=3", "defense.reci
 
 
 def run(kind: str, out: Path, *extra: str) -> Path:
-    return cell.run_main(compose_config("config", [*BASE, *CELLS[kind], f"out_dir={out}", *extra]))
+    return run_main(compose_config("config", [*BASE, *CELLS[kind], f"out_dir={out}", *extra]))
 
 
 @pytest.mark.parametrize("kind", list(CELLS))
@@ -149,7 +150,7 @@ def test_a_resumed_randomized_cell_equals_an_uninterrupted_run(kind: str, tmp_pa
 def test_randomized_cells_name_their_noise_deterministic_ones_keep_their_keys() -> None:
     def identity(*overrides: str) -> dict:
         cfg = compose_config("config", list(overrides))
-        return cell.cell_identity(cfg, cell.build_threat(cfg, dict(cfg.dataset.budgets)),
+        return cell.cell_identity(cell_spec(cfg), cell.build_threat(cell_spec(cfg), dict(cfg.dataset.budgets)),
                                   instantiate(cfg.attack.params))
 
     assert identity("defense=rp")["noise"] == "counter-v1"

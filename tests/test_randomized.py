@@ -12,17 +12,19 @@ from torch import nn
 
 from advbench.cli.config import compose_config
 from advbench.cli.main import main
+from advbench.cli.specs import target_spec
 from advbench.robustness.attacks.oracles import build_oracle
 from advbench.robustness.data.digits import Digits
+from advbench.robustness.defenses.checkpoints import cache_entry
 from advbench.robustness.defenses.masking import cell_flags, gradient_flags
 from advbench.robustness.defenses.rse import conv_noise, inner_convolutions
+from advbench.robustness.defenses.trained import load_trained_model
 from advbench.robustness.defenses.trainer import train_defense
 from advbench.robustness.defenses.wrappers import (
     RandomDiscretization,
     RandomSelfEnsemble,
     wrap,
 )
-from advbench.robustness.defenses.zoo import _cfg_checkpoint_path, load_trained_model
 from advbench.robustness.models import build_model
 from advbench.robustness.models.checkpoint import load_checkpoint
 
@@ -123,7 +125,7 @@ def test_flags_fire_on_probabilities_zero_gradients_and_randomness(tiny_model, b
 def test_flags_stay_quiet_on_the_natural_small_cnn_and_warn_on_jpeg(trained_digits_cache: Path, capsys) -> None:
     cfg = compose_config("config", [f"cache_dir={trained_digits_cache}", "defense.recipe.epochs=4"])
     dataset = Digits()
-    model = load_trained_model(cfg, dataset)
+    model = load_trained_model(target_spec(cfg), dataset)
     cpu = torch.device("cpu")
     assert cell_flags(model, dataset.eval_set(), range(64), cpu, label="cell", warn_user=True) == NONE_FIRED
     assert capsys.readouterr().err == ""
@@ -138,9 +140,9 @@ def test_advbench_train_rse_on_digits_deploys_with_its_noise(tmp_path: Path) -> 
     assert result.exit_code == 0, result.output
     (path,) = (tmp_path / "checkpoints" / "digits" / "small_cnn").glob("rse-*.pt")
     cfg = compose_config("train", args)
-    assert path == _cfg_checkpoint_path(cfg)
+    assert path == cache_entry(target_spec(cfg))
     other = compose_config("train", [*args, "defense.recipe.inner_noise=0.05"])
-    assert _cfg_checkpoint_path(other) != path, "another noise level is another checkpoint"
+    assert cache_entry(target_spec(other)) != path, "another noise level is another checkpoint"
     model = wrap(build_model("small_cnn", 10, 1), dict(cfg.defense.wrapper), seed=0)
     meta = load_checkpoint(path, model.model)
     assert meta["recipe"] == "rse" and meta["config"]["recipe"]["init_noise"] == 0.2 and meta["clean_accuracy"] > 0.5

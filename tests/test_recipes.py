@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -13,24 +14,22 @@ from torch import nn
 from torch.nn import functional as F
 
 from advbench.cli.config import compose_config
+from advbench.cli.specs import static_target, target_spec, train_main
 from advbench.core.catalog import group_options
 from advbench.core.errors import AdvbenchError
+from advbench.robustness.defenses.checkpoints import checkpoint_key
 from advbench.robustness.defenses.inner import pgd_linf
 from advbench.robustness.defenses.recipes import LOSSES, REGISTRY, SINGLE_STEPS, Recipe
 from advbench.robustness.defenses.recipes.adp import adp_regularizer
 from advbench.robustness.defenses.recipes.alp import logit_pairing
 from advbench.robustness.defenses.recipes.deepdefense import unrolled_deepfool
+from advbench.robustness.defenses.trained import load_trained_model
 from advbench.robustness.defenses.trainer import build_defended_model
-from advbench.robustness.defenses.zoo import (
-    checkpoint_key,
-    load_defended_model,
-    load_trained_model,
-    static_model_config,
-    train_main,
-)
 from advbench.robustness.models import instantiate_model
 from advbench.robustness.models.checkpoint import load_checkpoint
 from advbench.robustness.models.ensemble import Ensemble
+from advbench.robustness.specs import DefenseSpec
+from advbench.robustness.targets import load_target
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 RECIPES = ("deepdefense", "alp", "ens_at", "adp")
@@ -263,15 +262,15 @@ def test_checkpoint_key_follows_the_checkpoints_a_recipe_starts_from(tmp_path: P
     cfg = compose_config("train", ["defense=ens_at", f"cache_dir={tmp_path}"])
     other = cfg.copy()
     other.defense.recipe.static_models[0].seed = 4
-    natural = static_model_config(cfg, cfg.defense.recipe.static_models[0])
-    assert checkpoint_key(cfg) != checkpoint_key(other)
-    changed = natural.copy()
-    changed.defense.recipe.epochs = 1
-    assert checkpoint_key(natural) != checkpoint_key(changed)
-    static = static_model_config(cfg, {"model": "small_cnn", "seed": 3, "width": 32})
-    assert (static.defense.name, static.seed, static.model.width, static.model.hidden) == ("natural", 3, 32, 128)
+    target = target_spec(cfg)
+    natural = target.static_models[0]
+    assert checkpoint_key(target) != checkpoint_key(target_spec(other))
+    shorter = {**natural.defense.config, "recipe": {**natural.defense.recipe, "epochs": 1}}
+    assert checkpoint_key(natural) != checkpoint_key(dataclasses.replace(natural, defense=DefenseSpec(shorter)))
+    static = static_target(cfg, target, {"model": "small_cnn", "seed": 3, "width": 32})
+    assert (static.defense.name, static.seed, static.model.get("width"), static.model.get("hidden")) == ("natural", 3, 32, 128)
     with pytest.raises(AdvbenchError, match="needs 'model:' naming a conf/model option"):
-        static_model_config(static, {"model": "nonet"})
+        static_target(cfg, static, {"model": "nonet"})
 
 
 TINY = ["dataset.test_fraction=0.93", "defense.recipe.epochs=1", "threads=1"]
@@ -285,13 +284,13 @@ def test_advbench_train_writes_each_recipes_checkpoint_with_its_meta(tmp_path: P
         path = train_main(cfg)
         assert path.name.startswith(f"{name}-") and str(path) in capsys.readouterr().out.splitlines()[-1]
         dataset = hydra.utils.instantiate(cfg.dataset)
-        model = load_trained_model(cfg, dataset)
+        model = load_trained_model(target_spec(cfg), dataset)
         meta = load_checkpoint(path, build_defended_model(cfg.model, cfg.defense.recipe, 10, 1))
         assert meta["recipe"] == name and 0.0 <= meta["clean_accuracy"] <= 1.0
         assert meta["architecture"] == ("small_cnnx3" if name == "adp" else "small_cnn")
         assert not any(p.requires_grad for p in model.parameters())
         with open_dict(cfg):
             cfg.checkpoint = str(path)  # what `advbench run checkpoint=...` loads
-        assert type(load_defended_model(cfg, dataset)) is type(model)
+        assert type(load_target(target_spec(cfg), dataset)) is type(model)
     cached = {p.parent.name + "/" + p.name.split("-")[0] for p in (tmp_path / "checkpoints").rglob("*.pt")}
     assert cached == {"small_cnn/natural", "small_cnn_w32/natural", *(f"small_cnn/{n}" for n in RECIPES)}

@@ -22,10 +22,12 @@ import torch
 from hydra.utils import instantiate
 
 from advbench.cli.config import compose_config
+from advbench.cli.specs import cell_spec, run_main, target_spec
 from advbench.core.errors import AdvbenchError
 from advbench.core.records import write_part
 from advbench.core.resume import CellFiles, sample_ids
-from advbench.robustness.defenses.zoo import checkpoint_key, ensure_checkpoint
+from advbench.robustness.defenses.checkpoints import checkpoint_key
+from advbench.robustness.defenses.trained import ensure_checkpoint
 from advbench.robustness.evaluation import cell
 
 # Timing and provenance differ between any two runs; everything else must not.
@@ -81,7 +83,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory, trained_digits_cache: Pa
     saved = os.environ.get("ADVBENCH_CACHE")
     os.environ["ADVBENCH_CACHE"] = str(trained_digits_cache)
     try:
-        return pd.read_parquet(cell.run_main(config(tmp_path_factory.mktemp("reference"))))
+        return pd.read_parquet(run_main(config(tmp_path_factory.mktemp("reference"))))
     finally:
         if saved is None:
             os.environ.pop("ADVBENCH_CACHE")
@@ -99,10 +101,10 @@ def test_resume_with_another_chunk_size(first: int, second: int, tmp_path: Path,
     """The issue's 128-of-480 and 576-for-480: chunks are matched by sample id, not by index."""
     kill_after(monkeypatch, batches=5)  # 40 samples done: two chunks of 16 or one of 24
     with pytest.raises(KeyboardInterrupt):
-        cell.run_main(config(tmp_path, f"chunk_size={first}"))
+        run_main(config(tmp_path, f"chunk_size={first}"))
     assert chunks(config(tmp_path))
     calls = count_batches(monkeypatch)
-    resumed = pd.read_parquet(cell.run_main(config(tmp_path, f"chunk_size={second}")))
+    resumed = pd.read_parquet(run_main(config(tmp_path, f"chunk_size={second}")))
     assert len(resumed) == 64 and resumed["sample_id"].is_unique
     pd.testing.assert_frame_equal(comparable(resumed), comparable(reference))
     done = (40 // first) * first
@@ -113,11 +115,11 @@ def test_truncated_chunk_is_recomputed_with_a_warning(tmp_path: Path, monkeypatc
                                                       reference: pd.DataFrame) -> None:
     kill_after(monkeypatch, batches=4)
     with pytest.raises(KeyboardInterrupt):
-        cell.run_main(config(tmp_path))
+        run_main(config(tmp_path))
     first = chunks(config(tmp_path))[0]
     first.write_bytes(first.read_bytes()[:100])
     monkeypatch.undo()
-    resumed = pd.read_parquet(cell.run_main(config(tmp_path)))
+    resumed = pd.read_parquet(run_main(config(tmp_path)))
     assert "ignoring chunk" in capsys.readouterr().err
     pd.testing.assert_frame_equal(comparable(resumed), comparable(reference))
 
@@ -128,7 +130,7 @@ def test_foreign_chunk_is_recomputed_with_a_warning(foreign: str, tmp_path: Path
     """A parquet that is not this cell's chunk (another cell's records, any table) is never adopted."""
     kill_after(monkeypatch, batches=4)
     with pytest.raises(KeyboardInterrupt):
-        cell.run_main(config(tmp_path))
+        run_main(config(tmp_path))
     first = chunks(config(tmp_path))[0]
     if foreign == "other_cell":
         other = pd.read_parquet(first).assign(cell_key="0123456789ab", adv_pred=-1)
@@ -136,7 +138,7 @@ def test_foreign_chunk_is_recomputed_with_a_warning(foreign: str, tmp_path: Path
         other = pd.DataFrame({"sample_id": range(32), "x": 1.0})
     other.to_parquet(first)
     monkeypatch.undo()
-    resumed = pd.read_parquet(cell.run_main(config(tmp_path)))
+    resumed = pd.read_parquet(run_main(config(tmp_path)))
     assert "ignoring chunk" in capsys.readouterr().err
     pd.testing.assert_frame_equal(comparable(resumed), comparable(reference))
 
@@ -145,61 +147,61 @@ def test_force_clears_partial_state(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     """force=true must not reuse a chunk left by an earlier run (here: one with wrong numbers)."""
     kill_after(monkeypatch, batches=2)
     with pytest.raises(KeyboardInterrupt):
-        cell.run_main(config(tmp_path))
+        run_main(config(tmp_path))
     stale = chunks(config(tmp_path))[0]
     pd.read_parquet(stale).assign(adv_pred=-7).to_parquet(stale)
     monkeypatch.undo()
-    forced = pd.read_parquet(cell.run_main(config(tmp_path, "force=true")))
+    forced = pd.read_parquet(run_main(config(tmp_path, "force=true")))
     pd.testing.assert_frame_equal(comparable(forced), comparable(reference))
     assert not chunks(config(tmp_path))
     calls = count_batches(monkeypatch)
-    cell.run_main(config(tmp_path, "force=true"))
+    run_main(config(tmp_path, "force=true"))
     assert calls["n"] == 8, "force=true recomputes a finished cell"
 
 
 def test_skip_when_finished_and_unreadable_part_is_recomputed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                              capsys, reference: pd.DataFrame) -> None:
-    out = cell.run_main(config(tmp_path))
+    out = run_main(config(tmp_path))
     calls = count_batches(monkeypatch)
-    assert cell.run_main(config(tmp_path)) == out and calls["n"] == 0
+    assert run_main(config(tmp_path)) == out and calls["n"] == 0
     assert "skip" in capsys.readouterr().err
     out.write_bytes(b"PAR1 not really")
-    pd.testing.assert_frame_equal(comparable(pd.read_parquet(cell.run_main(config(tmp_path)))), comparable(reference))
+    pd.testing.assert_frame_equal(comparable(pd.read_parquet(run_main(config(tmp_path)))), comparable(reference))
     assert calls["n"] == 8 and "unreadable records" in capsys.readouterr().err
 
 
 def test_kills_leave_no_orphans_after_the_next_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Leftovers of kills (temporary files, chunks of finished cells) go on the next run."""
-    finished = cell.run_main(config(tmp_path, "threat=l2"))
+    finished = run_main(config(tmp_path, "threat=l2"))
     stale_partial = CellFiles(finished).partial
     stale_partial.mkdir(parents=True)
     (stale_partial / "chunk-000000-00016.parquet").write_bytes(b"left by a kill after the part was written")
     records = finished.parent
     orphan_part = records / f".{finished.name}.{'a' * 32}.tmp"
     orphan_part.write_bytes(b"half a part")
-    out = cell.part_path(records, cell.cell_identity(config(tmp_path), *_threat_attack(config(tmp_path))))
+    out = cell.part_path(records, cell.cell_identity(cell_spec(config(tmp_path)), *_threat_attack(config(tmp_path))))
     orphan_own = records / f".{out.name}.{'b' * 32}.tmp"
     orphan_own.write_bytes(b"half a part")
     kill_after(monkeypatch, batches=2)
     with pytest.raises(KeyboardInterrupt):
-        cell.run_main(config(tmp_path))
+        run_main(config(tmp_path))
     orphan_chunk = CellFiles(out).partial / f".chunk-000016-00016.parquet.{'c' * 32}.tmp"
     orphan_chunk.write_bytes(b"half a chunk")
     monkeypatch.undo()
-    cell.run_main(config(tmp_path))
+    run_main(config(tmp_path))
     leftovers = [p for p in records.rglob("*") if p.is_file() and ".locks" not in p.parts]
     assert sorted(leftovers) == sorted([finished, out]), leftovers
 
 
 def _threat_attack(cfg):
     dataset = instantiate(cfg.dataset)
-    return cell.build_threat(cfg, dataset.budgets), instantiate(cfg.attack.params)
+    return cell.build_threat(cell_spec(cfg), dataset.budgets), instantiate(cfg.attack.params)
 
 
 def key_of(tmp_path: Path, *extra: str) -> str:
     cfg = config(tmp_path, *extra)
-    threat = cell.build_threat(cfg, dict(cfg.dataset.budgets))
-    return cell.cell_key(cell.cell_identity(cfg, threat, instantiate(cfg.attack.params)))
+    threat = cell.build_threat(cell_spec(cfg), dict(cfg.dataset.budgets))
+    return cell.cell_key(cell.cell_identity(cell_spec(cfg), threat, instantiate(cfg.attack.params)))
 
 
 @pytest.mark.parametrize("change", [
@@ -227,13 +229,13 @@ def test_cell_key_covers_the_checkpoint_content(tmp_path: Path) -> None:
 
     cfg = config(tmp_path)
     model = instantiate_model(cfg.model, 10, 1)
-    meta = load_checkpoint(ensure_checkpoint(cfg), model)
+    meta = load_checkpoint(ensure_checkpoint(target_spec(cfg)), model)
     ckpt = save_checkpoint(tmp_path / "mine.pt", model, meta)
-    first = cell.run_main(config(tmp_path, f"checkpoint={ckpt}"))
+    first = run_main(config(tmp_path, f"checkpoint={ckpt}"))
     with torch.no_grad():
         next(model.parameters()).mul_(-1)
     save_checkpoint(ckpt, model, meta)
-    second = cell.run_main(config(tmp_path, f"checkpoint={ckpt}"))
+    second = run_main(config(tmp_path, f"checkpoint={ckpt}"))
     assert second != first and second.is_file()
     assert not pd.read_parquet(first)["adv_pred"].equals(pd.read_parquet(second)["adv_pred"])
 
@@ -242,21 +244,23 @@ def test_cell_key_covers_the_checkpoint_content(tmp_path: Path) -> None:
                                     "dataset.test_fraction=0.25", "seed=1"])
 def test_checkpoint_cache_is_keyed_on_content(change: str) -> None:
     base = ["defense=natural", "defense.recipe.epochs=4"]
-    assert checkpoint_key(compose_config("train", [*base, change])) != checkpoint_key(compose_config("train", base))
+    changed, unchanged = (target_spec(compose_config("train", o)) for o in ([*base, change], base))
+    assert checkpoint_key(changed) != checkpoint_key(unchanged)
 
 
 def test_checkpoint_cache_key_is_shared_by_train_and_run() -> None:
     """`advbench train` writes the file a smoke `run` (any n_samples) looks up."""
     train = compose_config("train", ["defense=natural"])
-    assert checkpoint_key(train) == checkpoint_key(compose_config("config", ["experiment=smoke", "dataset.n_samples=7"]))
+    run = compose_config("config", ["experiment=smoke", "dataset.n_samples=7"])
+    assert checkpoint_key(target_spec(train)) == checkpoint_key(target_spec(run))
 
 
 def test_run_trains_a_new_checkpoint_when_the_recipe_changes(tmp_path: Path) -> None:
     """The issue: `defense.recipe.epochs` changed, yet the cell skipped on the old model."""
-    first = cell.run_main(config(tmp_path))
-    second = cell.run_main(config(tmp_path, "defense.recipe.epochs=1"))
+    first = run_main(config(tmp_path))
+    second = run_main(config(tmp_path, "defense.recipe.epochs=1"))
     assert first != second
-    meta = torch.load(ensure_checkpoint(config(tmp_path, "defense.recipe.epochs=1")), weights_only=True)["meta"]
+    meta = torch.load(ensure_checkpoint(target_spec(config(tmp_path, "defense.recipe.epochs=1"))), weights_only=True)["meta"]
     assert meta["config"]["recipe"]["epochs"] == 1
 
 
@@ -301,7 +305,7 @@ def test_second_run_of_a_running_cell_waits_then_skips(tmp_path: Path, trained_d
     """The issue's two sweeps into one folder: the second waits for the cell's lock, then skips
     (before, it computed alongside and crashed with FileNotFoundError when `.partial/` went)."""
     cfg = config(tmp_path)
-    files = CellFiles(cell.part_path(Path(cfg.records_dir), cell.cell_identity(cfg, *_threat_attack(cfg))))
+    files = CellFiles(cell.part_path(Path(cfg.records_dir), cell.cell_identity(cell_spec(cfg), *_threat_attack(cfg))))
     log = tmp_path / "second.err"
     with files.lock():  # this test plays the first run, mid-cell
         files.partial.mkdir(parents=True)
@@ -366,7 +370,7 @@ def test_unwritable_lock_folder_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "records").mkdir()
     (tmp_path / "records/.locks").write_text("not a folder")
     with pytest.raises(AdvbenchError, match="cannot create the lock file"):
-        cell.run_main(config(tmp_path))
+        run_main(config(tmp_path))
 
 
 # ---- a part must be its own cell, whole -------------------------------------------------------
@@ -377,7 +381,7 @@ def _two_cells(tmp_path: Path) -> tuple[Path, Path]:
     for attack in ("fgsm", "bim"):
         cfg = compose_config("config", ["experiment=smoke", f"attack={attack}", "dataset.n_samples=16",
                                         "search.enabled=false", f"out_dir={tmp_path}"])
-        parts.append(cell.run_main(cfg))
+        parts.append(run_main(cfg))
     return parts[0], parts[1]
 
 
@@ -395,7 +399,7 @@ def test_a_part_of_another_cell_under_a_cells_name_is_recomputed_and_refused_by_
     cfg = compose_config("config", ["experiment=smoke", "attack=bim", "dataset.n_samples=16", "search.enabled=false",
                                     f"out_dir={tmp_path}"])
     capsys.readouterr()
-    assert cell.run_main(cfg) == bim
+    assert run_main(cfg) == bim
     assert "belong to another cell" in capsys.readouterr().err
     assert set(pd.read_parquet(bim)["attack"]) == {"bim"}, "the cell was computed again"
 
@@ -413,6 +417,6 @@ def test_a_part_with_rows_removed_is_recomputed_and_refused_by_plot(tmp_path: Pa
     cfg = compose_config("config", ["experiment=smoke", "attack=fgsm", "dataset.n_samples=16", "search.enabled=false",
                                     f"out_dir={tmp_path}"])
     capsys.readouterr()
-    cell.run_main(cfg)
+    run_main(cfg)
     assert "hold 8 rows for the cell's 16 samples" in capsys.readouterr().err
     assert len(pd.read_parquet(fgsm)) == 16

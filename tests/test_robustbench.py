@@ -31,10 +31,11 @@ from hydra.utils import instantiate
 
 from advbench.cli.config import compose_config
 from advbench.cli.main import main
+from advbench.cli.specs import target_spec
 from advbench.core.errors import AdvbenchError
-from advbench.robustness.defenses.zoo import load_defended_model
 from advbench.robustness.models import robustbench_zoo
 from advbench.robustness.models.user_models import source_identity
+from advbench.robustness.targets import load_target
 
 
 def _missing() -> str | None:
@@ -111,7 +112,7 @@ def test_robustbench_model_is_the_zoo_net_on_raw_pixels(zoo_dir: Path, fake_cifa
     """The zoo's own network with the file's weights, no normalisation added in front of it; the
     cell key's weights part names the entry and the file's sha256."""
     cfg = compose_config("config", _common(zoo_dir, fake_cifar_root, tmp_path))
-    model = load_defended_model(cfg, instantiate(cfg.dataset))
+    model = load_target(target_spec(cfg), instantiate(cfg.dataset))
     x = torch.rand(2, 3, 32, 32)
     with torch.no_grad():
         torch.testing.assert_close(model(x), _zoo_net()(x), rtol=0, atol=0)

@@ -13,9 +13,9 @@ from click.testing import CliRunner
 
 from advbench.cli.config import compose_config
 from advbench.cli.main import main
+from advbench.cli.specs import run_main
 from advbench.core.errors import AdvbenchError
 from advbench.core.records import write_part
-from advbench.robustness.evaluation.cell import run_main
 from advbench.robustness.report.curves import budget_curve, strength_curve
 from advbench.robustness.report.gate import Thresholds, check_records
 from advbench.robustness.report.shards import missing_shards, mixed_shards, same_name_cells

@@ -12,6 +12,7 @@ import torch
 from sklearn.datasets import load_digits
 from torch import nn
 
+from advbench.cli.specs import cell_spec
 from advbench.robustness.attacks.estimates import NES, SPSA
 from advbench.robustness.attacks.nattack import NATTACK
 from advbench.robustness.attacks.oracles import ScoreOracle
@@ -192,7 +193,8 @@ def test_cells_of_attacks_that_now_spend_the_whole_budget_get_new_keys(row: str)
 
     def identity(*overrides: str) -> dict:
         cfg = compose_config("config", list(overrides))
-        return cell.cell_identity(cfg, cell.build_threat(cfg, dict(cfg.dataset.budgets)), instantiate(cfg.attack.params))
+        spec = cell_spec(cfg)
+        return cell.cell_identity(spec, cell.build_threat(spec, dict(cfg.dataset.budgets)), instantiate(cfg.attack.params))
 
     assert identity(f"+experiment/blackbox_row={row}", "threat.norm=l2")["attack_revision"] == "whole-budget"
     assert "attack_revision" not in identity("+experiment/blackbox_row=square", "threat.norm=l2")

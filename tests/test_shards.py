@@ -10,8 +10,8 @@ from click.testing import CliRunner
 
 from advbench.cli.config import compose_config
 from advbench.cli.main import main
+from advbench.cli.specs import run_main
 from advbench.core.records import read_records
-from advbench.robustness.evaluation.cell import run_main
 from advbench.robustness.report.table3 import summary_table
 
 PER_SAMPLE = ["sample_id", "label", "adv_pred", "clean_correct", "success_at_budget", "min_eps", "min_eps_lo",

@@ -14,22 +14,18 @@ from torch.nn import functional as F
 from torchvision import models as tv_models
 
 from advbench.cli.config import compose_config
+from advbench.cli.specs import target_spec, train_main
 from advbench.core.errors import AdvbenchError
 from advbench.robustness.data.digits import Digits
+from advbench.robustness.defenses.checkpoints import checkpoint_key, checkpoint_path
 from advbench.robustness.defenses.inner import (
     cross_entropy_objective,
     kl_objective,
     pgd_linf,
 )
 from advbench.robustness.defenses.recipes import Recipe
+from advbench.robustness.defenses.trained import ensure_checkpoint, load_trained_model
 from advbench.robustness.defenses.trainer import evaluate_accuracy, train_defense
-from advbench.robustness.defenses.zoo import (
-    checkpoint_key,
-    checkpoint_path,
-    ensure_checkpoint,
-    load_trained_model,
-    train_main,
-)
 from advbench.robustness.models import instantiate_model
 from advbench.robustness.models.checkpoint import load_checkpoint
 
@@ -186,22 +182,22 @@ def test_divergence_is_reported(digits: Digits, tmp_path: Path) -> None:
 def test_train_main_saves_to_the_cache_and_prints_one_line(tmp_path: Path, capsys) -> None:
     cfg = compose_config("train", ["defense=natural", "defense.recipe.epochs=1", f"cache_dir={tmp_path}", "device=auto"])
     path = train_main(cfg)
-    assert path == checkpoint_path(tmp_path, "digits", "small_cnn", "natural", checkpoint_key(cfg))
+    assert path == checkpoint_path(tmp_path, "digits", "small_cnn", "natural", checkpoint_key(target_spec(cfg)))
     assert path.parent == tmp_path / "checkpoints/digits/small_cnn" and path.name.startswith("natural-")
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("trained small_cnn/natural on digits: clean accuracy") and str(path) in lines[0]
-    model = load_trained_model(cfg, Digits())
+    model = load_trained_model(target_spec(cfg), Digits())
     assert not model.training and not any(p.requires_grad for p in model.parameters())
 
 
 def test_ensure_checkpoint_trains_digits_once(tmp_path: Path) -> None:
     cfg = compose_config("train", ["defense=natural", "defense.recipe.epochs=1", f"cache_dir={tmp_path}", "dataset.n_samples=10"])
-    path = ensure_checkpoint(cfg)
+    path = ensure_checkpoint(target_spec(cfg))
     model = instantiate_model(cfg.model, 10, 1)
     accuracy = load_checkpoint(path, model)["clean_accuracy"]
     assert accuracy == evaluate_accuracy(model, Digits().eval_set())
     stamp = path.stat().st_mtime_ns
-    assert ensure_checkpoint(cfg) == path and path.stat().st_mtime_ns == stamp
+    assert ensure_checkpoint(target_spec(cfg)) == path and path.stat().st_mtime_ns == stamp
 
 
 def test_missing_cifar_checkpoint_names_the_command(tmp_path: Path, fake_cifar_root: Path) -> None:
@@ -209,7 +205,7 @@ def test_missing_cifar_checkpoint_names_the_command(tmp_path: Path, fake_cifar_r
         "train", ["dataset=cifar10", f"dataset.root={fake_cifar_root}", "model=resnet56", "defense=trades", f"cache_dir={tmp_path}"]
     )
     with pytest.raises(AdvbenchError) as err:
-        ensure_checkpoint(cfg)
+        ensure_checkpoint(target_spec(cfg))
     assert str(err.value).endswith("create it with: advbench train dataset=cifar10 model=resnet56 defense=trades")
     assert not any(tmp_path.iterdir())
 
@@ -229,18 +225,19 @@ def test_pretrained_natural_model_needs_no_checkpoint(tmp_path: Path, fake_cifar
     overrides = ["dataset=cifar10", f"dataset.root={fake_cifar_root}", "model=resnet50", f"cache_dir={tmp_path}"]
     cfg = compose_config("train", [*overrides, "defense=natural", f"model.weights_path={tmp_path / 'w.pth'}"])
     dataset = hydra.utils.instantiate(cfg.dataset)
-    model = load_trained_model(cfg, dataset)
+    model = load_trained_model(target_spec(cfg), dataset)
     x = torch.rand(2, 3, 32, 32)
     with torch.no_grad():
         torch.testing.assert_close(model(x), reference((x - model.mean) / model.std))
     with pytest.raises(AdvbenchError, match="defense=pgd_at"):
-        load_trained_model(compose_config("train", [*overrides, "defense=pgd_at", f"model.weights_path={tmp_path / 'w.pth'}"]), dataset)
+        weighted = compose_config("train", [*overrides, "defense=pgd_at", f"model.weights_path={tmp_path / 'w.pth'}"])
+        load_trained_model(target_spec(weighted), dataset)
 
 
 def test_the_weights_do_not_depend_on_the_thread_count_of_the_command(tmp_path: Path) -> None:
     """`advbench train` (threads: null, one per core) and a benchmark preset (threads=1) train the same weights."""
+    from advbench.cli.specs import train_main
     from advbench.core.torchfile import read_torch_file
-    from advbench.robustness.defenses.zoo import train_main
 
     states = []
     for threads in (1, 2):
@@ -255,9 +252,9 @@ def test_the_weights_do_not_depend_on_the_thread_count_of_the_command(tmp_path: 
 
 
 def test_the_training_thread_count_is_in_the_checkpoint_key() -> None:
-    from advbench.robustness.defenses.zoo import checkpoint_key
+    from advbench.robustness.defenses.checkpoints import checkpoint_key
 
-    one, two = (checkpoint_key(compose_config("train", [f"training_threads={n}"])) for n in (1, 2))
+    one, two = (checkpoint_key(target_spec(compose_config("train", [f"training_threads={n}"]))) for n in (1, 2))
     assert one != two
 
 

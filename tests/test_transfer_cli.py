@@ -16,10 +16,10 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from advbench.cli.config import compose_config
+from advbench.cli.specs import cell_spec
 from advbench.core.catalog import conf_dir
 from advbench.core.errors import AdvbenchError
 from advbench.robustness.evaluation.cell import build_threat, cell_identity
-from advbench.robustness.evaluation.substitute import substitute_config
 
 ADVBENCH = [sys.executable, "-m", "advbench"]
 FAST = ["dataset.n_samples=40", "search.max_probes=3", "threads=1", "defense.recipe.epochs=2",
@@ -33,8 +33,8 @@ def run_cli(*args: str, cache: Path, cwd: Path) -> subprocess.CompletedProcess:
 
 def identity(overrides: list[str]) -> dict:
     cfg = compose_config("config", overrides)
-    threat = build_threat(cfg, {"linf": 0.2, "l2": 0.8})
-    return cell_identity(cfg, threat, instantiate(cfg.attack.params))
+    threat = build_threat(cell_spec(cfg), {"linf": 0.2, "l2": 0.8})
+    return cell_identity(cell_spec(cfg), threat, instantiate(cfg.attack.params))
 
 
 @pytest.mark.slow
@@ -56,7 +56,7 @@ def test_transfer_run_end_to_end_via_the_cli(tmp_path: Path) -> None:
 
 def test_transfer_cell_in_process_then_skipped_when_done(tmp_path: Path, trained_digits_cache: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    from advbench.robustness.evaluation.cell import run_main
+    from advbench.cli.specs import run_main
 
     monkeypatch.setenv("ADVBENCH_CACHE", str(trained_digits_cache))
     overrides = ["attack=bim", "threat=l2_transfer_targeted", "substitute=digits_seed1", "dataset.n_samples=32",
@@ -72,14 +72,14 @@ def test_transfer_cell_in_process_then_skipped_when_done(tmp_path: Path, trained
 
 
 def test_transfer_without_a_substitute_is_an_error(tmp_path: Path) -> None:
-    from advbench.robustness.evaluation.cell import run_main
+    from advbench.cli.specs import run_main
 
     with pytest.raises(AdvbenchError, match="needs a substitute model; set substitute=.*digits_seed1"):
         run_main(compose_config("config", ["threat=linf_transfer", f"out_dir={tmp_path}"]))
 
 
 def test_missing_substitute_checkpoint_is_an_error_about_the_substitute(tmp_path: Path) -> None:
-    from advbench.robustness.evaluation.cell import run_main
+    from advbench.cli.specs import run_main
 
     cfg = compose_config("config", ["threat=linf_transfer", "substitute=digits_seed1",
                                     f"substitute.checkpoint={tmp_path}/nope.pt", f"out_dir={tmp_path}"])
@@ -89,13 +89,13 @@ def test_missing_substitute_checkpoint_is_an_error_about_the_substitute(tmp_path
 
 def test_a_sweep_skips_cells_the_attack_does_not_support(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                           capsys: pytest.CaptureFixture) -> None:
-    from advbench.robustness.evaluation import cell
+    from advbench.cli import specs
 
     cfg = compose_config("config", ["attack=cw", "threat=linf", f"out_dir={tmp_path}"])
     with pytest.raises(AdvbenchError, match="supports norms l2"):
-        cell.run_main(cfg)
-    monkeypatch.setattr(cell, "_in_sweep", lambda: True)
-    assert cell.run_main(cfg) is None
+        specs.run_main(cfg)
+    monkeypatch.setattr(specs, "in_sweep", lambda: True)
+    assert specs.run_main(cfg) is None
     assert "skip digits/natural/cw linf" in capsys.readouterr().err
     assert not (tmp_path / "records").exists()
 
@@ -128,10 +128,10 @@ def test_a_substitute_that_is_the_target_is_an_error(tmp_path: Path) -> None:
 
 def test_the_seed_cifar10_pairing() -> None:
     common = ["experiment=seed_cifar10", "model=wrn34_10"]
-    assert substitute_config(compose_config("config", [*common, "defense=pgd_at"])).defense.name == "trades"
-    assert substitute_config(compose_config("config", [*common, "defense=natural"])).defense.name == "trades"
-    assert substitute_config(compose_config("config", [*common, "defense=trades"])).defense.name == "pgd_at"
-    imagenet = substitute_config(compose_config("config", ["experiment=seed_imagenet"]))
+    assert cell_spec(compose_config("config", [*common, "defense=pgd_at"])).substitute.defense.name == "trades"
+    assert cell_spec(compose_config("config", [*common, "defense=natural"])).substitute.defense.name == "trades"
+    assert cell_spec(compose_config("config", [*common, "defense=trades"])).substitute.defense.name == "pgd_at"
+    imagenet = cell_spec(compose_config("config", ["experiment=seed_imagenet"])).substitute
     assert imagenet.model.name == "resnet152" and imagenet.defense.name == "natural"
 
 

@@ -23,12 +23,13 @@ from torchvision import models as tv
 
 from advbench.cli.config import compose_config
 from advbench.cli.main import main
+from advbench.cli.specs import cell_spec, target_spec
 from advbench.core.errors import AdvbenchError
-from advbench.robustness.defenses.zoo import load_defended_model
 from advbench.robustness.evaluation.cell import build_threat, cell_identity, cell_key, model_label
 from advbench.robustness.models import Classifier, instantiate_model
 from advbench.robustness.models.torchvision_nets import torchvision_net
 from advbench.robustness.models.user_models import resolve_target, torchvision_archs
+from advbench.robustness.targets import load_target
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 IMAGENET = (torch.tensor([0.485, 0.456, 0.406]).view(3, 1, 1), torch.tensor([0.229, 0.224, 0.225]).view(3, 1, 1))
@@ -90,7 +91,7 @@ def test_torchvision_net_from_a_state_dict_gives_its_logits(resnet18_file, fake_
         cfg = compose_config("config", [*common, weights])
         dataset = instantiate(cfg.dataset)
         with torch.no_grad():
-            torch.testing.assert_close(load_defended_model(cfg, dataset)(x), expected, rtol=0, atol=0)
+            torch.testing.assert_close(load_target(target_spec(cfg), dataset)(x), expected, rtol=0, atol=0)
 
 
 def test_torchvision_cells_end_to_end(resnet18_file, fake_cifar_root: Path, tmp_path: Path) -> None:
@@ -232,11 +233,11 @@ def test_python_model_loads_its_checkpoint_and_normalises(user_folder: Path) -> 
     cfg = compose_config("config", _python("my_net:Net", "checkpoint=w.pt", "model.mean=[0.5]", "model.std=[0.25]"))
     x = torch.rand(3, 1, 8, 8)
     with torch.no_grad():
-        got, expected = load_defended_model(cfg, instantiate(cfg.dataset))(x), net((x - 0.5) / 0.25)
+        got, expected = load_target(target_spec(cfg), instantiate(cfg.dataset))(x), net((x - 0.5) / 0.25)
     torch.testing.assert_close(got, expected, rtol=0, atol=0)
     own = compose_config("config", _python("my_net:Net"))  # the factory's weights: seeded, the same on every run
     state = torch.get_rng_state()
-    first, second = (load_defended_model(own, instantiate(own.dataset)) for _ in range(2))
+    first, second = (load_target(target_spec(own), instantiate(own.dataset)) for _ in range(2))
     with torch.no_grad():
         torch.testing.assert_close(first(x), second(x), rtol=0, atol=0)
     assert torch.equal(state, torch.get_rng_state()), "building leaves torch's global RNG alone"
@@ -248,12 +249,12 @@ def test_randomized_python_model_is_judged_by_a_vote(user_folder: Path) -> None:
     frame = _records(user_folder / "out")
     assert set(frame["judge_draws"]) == {3} and frame["flag_randomized"].all()
     cfg = compose_config("config", _python("my_net:Noisy", "model.randomized=true", "judge.draws=3"))
-    assert cell_identity(cfg, build_threat(cfg, {"linf": 0.2}), instantiate(cfg.attack.params))["judge_draws"] == 3
+    assert cell_identity(cell_spec(cfg), build_threat(cell_spec(cfg), {"linf": 0.2}), instantiate(cfg.attack.params))["judge_draws"] == 3
 
 
 def _key(overrides: list[str]) -> str:
     cfg = compose_config("config", overrides)
-    return cell_key(cell_identity(cfg, build_threat(cfg, {"linf": 0.2}), instantiate(cfg.attack.params)))
+    return cell_key(cell_identity(cell_spec(cfg), build_threat(cell_spec(cfg), {"linf": 0.2}), instantiate(cfg.attack.params)))
 
 
 def test_cell_key_covers_target_kwargs_source_and_checkpoint_not_the_label(user_folder: Path) -> None:
@@ -298,10 +299,10 @@ def test_python_errors_are_one_line(user_folder: Path) -> None:
 
 
 def test_model_label_defaults_and_override() -> None:
-    assert model_label(compose_config("config", [])) == "natural"
-    assert model_label(compose_config("config", ["defense=pgd_at"])) == "pgd_at"
-    assert model_label(compose_config("config", ["label=my robust net"])) == "my robust net"
-    assert model_label(compose_config("config", ["model=torchvision", "model.arch=vgg11"])) == "vgg11"
+    assert model_label(cell_spec(compose_config("config", []))) == "natural"
+    assert model_label(cell_spec(compose_config("config", ["defense=pgd_at"]))) == "pgd_at"
+    assert model_label(cell_spec(compose_config("config", ["label=my robust net"]))) == "my robust net"
+    assert model_label(cell_spec(compose_config("config", ["model=torchvision", "model.arch=vgg11"]))) == "vgg11"
     with pytest.raises(AdvbenchError, match=r"label must be text or null, got \[1, 2\]"):
         compose_config("config", ["label=[1,2]"])
     with pytest.raises(AdvbenchError, match=r"model.kwargs must be a mapping, e.g. model.kwargs=\{width:32\}; got 3"):

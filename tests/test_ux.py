@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from advbench.cli.config import compose_config
-from advbench.robustness.defenses.zoo import ensure_checkpoint
+from advbench.cli.specs import target_spec
+from advbench.robustness.defenses.trained import ensure_checkpoint
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -38,13 +39,13 @@ def test_readme_says_how_much_results_vary() -> None:
 
 def test_training_on_first_use_says_what_and_why_on_stderr(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cfg = compose_config("config", ["defense=natural", "defense.recipe.epochs=2", f"cache_dir={tmp_path}"])
-    path = ensure_checkpoint(cfg)
+    path = ensure_checkpoint(target_spec(cfg))
     err = capsys.readouterr().err
     assert "training natural small_cnn on digits (first use: no cached checkpoint at" in err
     assert str(path) in err
     # not a terminal here: rich draws no bar, so every epoch gets its own line
     assert re.search(r"epoch 1/2: loss \d+\.\d{3}, [\d.]+ s", err) and "epoch 2/2" in err
-    ensure_checkpoint(cfg)
+    ensure_checkpoint(target_spec(cfg))
     assert "training" not in capsys.readouterr().err, "a cached model is loaded silently"
 
 

@@ -14,6 +14,7 @@ import pytest
 import torch
 from torch import nn
 
+from advbench.cli.specs import cell_spec
 from advbench.robustness.attacks.gradient import BIM, PGD
 from advbench.robustness.attacks.oracles import build_oracle, vote
 from advbench.robustness.attacks.score import Square
@@ -151,7 +152,7 @@ def test_the_vote_size_is_in_the_key_of_randomized_cells_only() -> None:
     def key(*overrides: str) -> dict:
         cfg = compose_config("config", list(overrides))
         threat = ThreatModel(norm="linf", goal="untargeted", knowledge="white", eps=0.2)
-        return cell_identity(cfg, threat, instantiate(cfg.attack.params))
+        return cell_identity(cell_spec(cfg), threat, instantiate(cfg.attack.params))
 
     assert "judge_draws" not in key("defense=natural")
     assert "judge_draws" not in key("defense=jpeg")

@@ -13,6 +13,7 @@ from hydra.utils import instantiate
 from PIL import Image
 
 from advbench.cli.config import compose_config
+from advbench.cli.specs import cell_spec, run_main, target_spec
 from advbench.core.catalog import describe, group_options
 from advbench.core.errors import AdvbenchError
 from advbench.core.records import read_records
@@ -135,8 +136,8 @@ def test_bad_wrapper_settings_are_one_line(tiny_model) -> None:
 
 def key_of(tmp_path: Path, *extra: str) -> str:
     cfg = compose_config("config", [f"out_dir={tmp_path}", *extra])
-    threat = cell.build_threat(cfg, dict(cfg.dataset.budgets))
-    return cell.cell_key(cell.cell_identity(cfg, threat, instantiate(cfg.attack.params)))
+    threat = cell.build_threat(cell_spec(cfg), dict(cfg.dataset.budgets))
+    return cell.cell_key(cell.cell_identity(cell_spec(cfg), threat, instantiate(cfg.attack.params)))
 
 
 def test_the_cell_key_covers_the_wrapper_but_not_the_labels(tmp_path) -> None:
@@ -158,23 +159,20 @@ def test_every_defense_has_metadata_and_instantiates(tmp_path, tiny_model) -> No
 
 
 def test_a_wrapper_trains_and_loads_its_bases_checkpoint(tmp_path) -> None:
-    from advbench.robustness.defenses.zoo import (
-        _cfg_checkpoint_path,
-        train_command,
-    )
+    from advbench.robustness.defenses.checkpoints import cache_entry, train_command
 
     natural = compose_config("config", ["defense=natural", f"cache_dir={tmp_path}"])
     for name in ("jpeg", "bit_red", "rp", "randmix"):
         cfg = compose_config("config", [f"defense={name}", f"cache_dir={tmp_path}"])
-        assert _cfg_checkpoint_path(cfg) == _cfg_checkpoint_path(natural)
-        assert train_command(cfg).endswith("defense=natural")
+        assert cache_entry(target_spec(cfg)) == cache_entry(target_spec(natural))
+        assert train_command(target_spec(cfg)).endswith("defense=natural")
 
 
 def test_jpeg_cell_end_to_end_uses_bpda_and_lowers_accuracy(tmp_path, trained_digits_cache) -> None:
     out = tmp_path / "out"
     common = ["attack=bim", "dataset.n_samples=48", "defense.recipe.epochs=4", f"cache_dir={trained_digits_cache}",
               f"out_dir={out}", "search.enabled=false", "threads=1"]
-    cell.run_main(compose_config("config", ["defense=jpeg", *common]))
+    run_main(compose_config("config", ["defense=jpeg", *common]))
     frame = read_records([out / "records"])
     assert (frame["grad_mode"] == "bpda").all() and (frame["defense"] == "jpeg").all()
     assert frame["flag_zero_grad"].all() and not frame["flag_randomized"].any(), "JPEG without BPDA has no gradient"

@@ -12,7 +12,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import Dataset
 
 from advbench.core.errors import AdvbenchError
@@ -29,14 +28,15 @@ class ImageDataset(ABC):
 
     num_classes: int
     input_shape: tuple[int, int, int]
+    trains_on_first_use: bool = False
+    """Whether a missing checkpoint of a model on this data set is trained when first asked for
+    (seconds on a CPU), rather than named as the `advbench train` line that makes it."""
 
     def __init__(self, name: str, budgets: Mapping[str, Any] | None = None, n_samples: int | None = None) -> None:
         if n_samples is not None and n_samples < 1:
             raise AdvbenchError(f"dataset n_samples must be >= 1 or null, got {n_samples}")
         self.name = name
-        self.budgets: dict[str, Any] = (
-            OmegaConf.to_container(budgets, resolve=True) if isinstance(budgets, DictConfig) else dict(budgets or {})
-        )
+        self.budgets: dict[str, Any] = dict(budgets or {})
         self.n_samples = n_samples
 
     @abstractmethod

@@ -82,6 +82,7 @@ class Digits(ImageDataset):
 
     num_classes = 10
     input_shape = (1, 8, 8)
+    trains_on_first_use = True
 
     def __init__(
         self,

@@ -4,7 +4,7 @@ The recipes (`defenses.recipes`) say what a batch's loss is; this module does ev
 around it that every recipe shares: seeding, the model (one network or an ADP ensemble),
 the data loader, the optimizer and learning-rate schedule, the divergence check, progress
 on stderr, the clean accuracy and the checkpoint. Where checkpoints live and when they are
-trained is the cache's business (`defenses.zoo`).
+trained is the cache's business (`defenses.trained`).
 """
 
 from __future__ import annotations

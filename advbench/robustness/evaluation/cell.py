@@ -16,8 +16,6 @@ from typing import Any
 
 import pandas as pd
 import torch
-from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -30,8 +28,9 @@ from rich.progress import (
 from torch.utils.data import DataLoader, Subset
 
 from advbench.core.cells import claim_cell, fill_cell
+from advbench.core.construct import construct
 from advbench.core.errors import AdvbenchError
-from advbench.core.keys import content_key, dataset_identity, defense_identity, model_identity, plain
+from advbench.core.keys import content_key, plain
 from advbench.core.resume import CellFiles, sample_ids, warn
 from advbench.core.runtime import (
     as_input,
@@ -46,8 +45,7 @@ from advbench.robustness.attacks.base import Attack
 from advbench.robustness.data.targets import target_classes
 from advbench.robustness.defenses.masking import cell_flags
 from advbench.robustness.defenses.wrappers import WRAPPERS
-from advbench.robustness.defenses.zoo import load_defended_model, weights_identity
-from advbench.robustness.evaluation.measure import JUDGE_DRAWS, evaluate_batch
+from advbench.robustness.evaluation.measure import evaluate_batch
 from advbench.robustness.evaluation.search import SearchSettings
 from advbench.robustness.evaluation.substitute import (
     load_substitute,
@@ -57,6 +55,8 @@ from advbench.robustness.models.given import AS_GIVEN
 from advbench.robustness.models.user_models import default_label
 from advbench.robustness.report.curves import category_label
 from advbench.robustness.report.gate import gate_cell
+from advbench.robustness.specs import CellSpec
+from advbench.robustness.targets import load_target, weights_identity
 from advbench.robustness.threat import ThreatModel
 
 console = Console(stderr=True)
@@ -64,21 +64,22 @@ console = Console(stderr=True)
 
 
 
-def cell_identity(cfg: DictConfig, threat: ThreatModel, attack: Attack) -> dict[str, Any]:
+def cell_identity(spec: CellSpec, threat: ThreatModel, attack: Attack) -> dict[str, Any]:
     """Everything that changes a cell's numbers; its hash names the part file.
 
     Names are labels for the file name; the numbers are fixed by the configs behind them
     (data root, split, subset, model, recipe) and by the weights (see `weights_identity`).
     """
+    target, settings = spec.target, spec.settings
     return {
-        "dataset": cfg.dataset.name,
-        "dataset_config": dataset_identity(cfg.dataset, evaluation=True),
-        "model": cfg.model.name,
-        "model_config": model_identity(cfg.model),
-        "defense": cfg.defense.name,
-        "defense_config": defense_identity(cfg.defense),
-        "weights": weights_identity(cfg),
-        "attack": cfg.attack.name,
+        "dataset": spec.dataset.name,
+        "dataset_config": spec.dataset.identity(evaluation=True),
+        "model": target.model.name,
+        "model_config": target.model.identity(),
+        "defense": target.defense.name,
+        "defense_config": target.defense.identity(),
+        "weights": weights_identity(target),
+        "attack": spec.attack.name,
         "attack_params": attack.params(),
         **({"attack_revision": attack.revision} if attack.revision else {}),
         "norm": threat.norm,
@@ -86,29 +87,24 @@ def cell_identity(cfg: DictConfig, threat: ThreatModel, attack: Attack) -> dict[
         "knowledge": threat.knowledge,
         "eps": threat.eps,
         "normalized_l2": threat.normalized_l2,
-        "seed": int(cfg.seed),
-        "shard": [int(cfg.shard.index), int(cfg.shard.count)],
-        "search": OmegaConf.to_container(cfg.search),
-        **judge_identity(cfg),
+        "seed": settings.seed,
+        "shard": list(settings.shard),
+        "search": plain(settings.search),
+        **judge_identity(spec),
         # How a randomized model's noise is drawn (by sample id and call index since counter-v1);
         # only randomized cells (those judged by a vote) carry it, so deterministic cells keep their keys.
-        **({"noise": "counter-v1"} if judge_identity(cfg) else {}),
-        **execution_identity(str(cfg.get("precision", "fp32")), bool(cfg.get("channels_last", False))),
-        **substitute_identity(cfg, threat),
+        **({"noise": "counter-v1"} if judge_identity(spec) else {}),
+        **execution_identity(settings.precision, settings.channels_last),
+        **substitute_identity(spec, threat),
     }
 
 
-def judge_draws(cfg: DictConfig) -> int:
-    """`judge.draws` of the run (JUDGE_DRAWS when a config predates the key)."""
-    return int(OmegaConf.select(cfg, "judge.draws", default=JUDGE_DRAWS))
-
-
-def judge_identity(cfg: DictConfig) -> dict[str, int]:
+def judge_identity(spec: CellSpec) -> dict[str, int]:
     """The vote's size where it changes numbers: only behind a randomized wrapper or for a model
     marked `model.randomized`, so the cells of deterministic models keep their keys."""
-    wrapper = plain(cfg.defense.get("wrapper")) or {}
-    randomized = getattr(WRAPPERS.get(wrapper.get("type")), "randomized", False) or bool(cfg.model.get("randomized"))
-    return {"judge_draws": judge_draws(cfg)} if randomized else {}
+    wrapper = plain(spec.target.defense.wrapper)
+    randomized = getattr(WRAPPERS.get(wrapper.get("type")), "randomized", False) or bool(spec.target.model.get("randomized"))
+    return {"judge_draws": spec.settings.judge_draws} if randomized else {}
 
 
 def cell_key(identity: dict[str, Any]) -> str:
@@ -123,25 +119,16 @@ def part_path(records_dir: Path, identity: dict[str, Any]) -> Path:
     return records_dir / f"{stem}_{cell_key(i)}.parquet"
 
 
-def build_threat(cfg: DictConfig, budgets: dict[str, Any]) -> ThreatModel:
-    """Threat from cfg.threat; eps defaults to the data set's budget for the norm."""
-    t = cfg.threat
-    norm = str(t.norm)
-    eps = t.get("eps")
+def build_threat(spec: CellSpec, budgets: dict[str, Any]) -> ThreatModel:
+    """The cell's threat; ε defaults to the data set's budget for the norm."""
+    t = spec.threat
+    eps = t.eps
     if eps is None:
-        if norm not in budgets:
-            raise AdvbenchError(f"dataset '{cfg.dataset.name}' has no default {norm} budget; set threat.eps")
-        eps = budgets[norm]
-    normalized = bool(budgets.get("l2_normalized", False)) if norm == "l2" else False
-    return ThreatModel(norm=norm, goal=str(t.goal), knowledge=str(t.knowledge), eps=float(eps), normalized_l2=normalized)
-
-
-def _in_sweep() -> bool:
-    """Whether this cell is one job of a `-m` sweep (which skips cells its attack does not support)."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
-    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+        if t.norm not in budgets:
+            raise AdvbenchError(f"dataset '{spec.dataset.name}' has no default {t.norm} budget; set threat.eps")
+        eps = budgets[t.norm]
+    normalized = bool(budgets.get("l2_normalized", False)) if t.norm == "l2" else False
+    return ThreatModel(norm=t.norm, goal=t.goal, knowledge=t.knowledge, eps=float(eps), normalized_l2=normalized)
 
 
 @dataclass(frozen=True)
@@ -161,65 +148,62 @@ class Given:
     kept: bool = True
 
 
-def run_main(cfg: DictConfig) -> Path | None:
-    """Hydra task of `advbench run`: one cell, records to parquet (skipped if present)."""
-    return run_cell(cfg)
-
-
-def run_cell(cfg: DictConfig, given: Given | None = None) -> Path | None:
-    """One cell of a composed config, records to parquet (skipped if present); the part's path.
+def run_cell(spec: CellSpec, given: Given | None = None) -> Path | None:
+    """One cell, records to parquet (skipped if present); the part's path.
 
     None: a sweep's cell that the attack does not support (norm, knowledge or goal), skipped
     with one line so that presets can sweep attacks × threats. `given`: the Python API's model
-    (and data, attack) instead of those the config names.
+    (and data, attack) instead of those the spec names.
     """
-    set_threads(cfg.get("threads"))
-    device = resolve_device(str(cfg.device))
-    dataset = given.dataset if given is not None and given.dataset is not None else instantiate(cfg.dataset)
-    threat = build_threat(cfg, dataset.budgets)
-    attack: Attack = given.attack if given is not None and given.attack is not None else instantiate(cfg.attack.params)
-    named = model_label(cfg)  # a user's model or a `label=` shows in the lines, before its defense
-    row = named if cfg.defense.name in (named, AS_GIVEN) else f"{named}+{cfg.defense.name}"
-    label = f"{dataset.name}/{row}/{cfg.attack.name} {threat.norm} {threat.goal} ε={threat.eps:g}"
+    settings = spec.settings
+    set_threads(settings.threads)
+    device = resolve_device(settings.device)
+    dataset = given.dataset if given is not None and given.dataset is not None else construct(spec.dataset.config)
+    threat = build_threat(spec, dataset.budgets)
+    attack: Attack = given.attack if given is not None and given.attack is not None else construct(spec.attack.params)
+    named = model_label(spec)  # a user's model or a `label=` shows in the lines, before its defense
+    defense = spec.target.defense.name
+    row = named if defense in (named, AS_GIVEN) else f"{named}+{defense}"
+    label = f"{dataset.name}/{row}/{spec.attack.name} {threat.norm} {threat.goal} ε={threat.eps:g}"
     if threat.knowledge != "white":
         label += f" ({threat.knowledge})"
     why = attack.unsupported(threat.norm, threat.knowledge, threat.goal)
     if why is not None:
-        if not _in_sweep():
+        if not settings.in_sweep:
             raise AdvbenchError(why)
         console.print(f"[dim]skip {label}: {why}[/dim]", soft_wrap=True)
         return None
-    identity = {**cell_identity(cfg, threat, attack), **(given.identity if given is not None else {})}
-    out = part_path(Path(cfg.records_dir), identity)
+    identity = {**cell_identity(spec, threat, attack), **(given.identity if given is not None else {})}
+    out = part_path(Path(settings.records_dir), identity)
     # Under the cell's lock a concurrent run of the same cell waits here, then skips.
-    with claim_cell(out, cell_key(identity), expected_ids(cfg, dataset), force=bool(cfg.force)) as files:
+    with claim_cell(out, cell_key(identity), expected_ids(spec, dataset), force=settings.force) as files:
         if files is None:
             console.print(f"[dim]skip {label}: records exist at {out} (force=true to redo)[/dim]", soft_wrap=True)
-            gate_cell(cfg.get("gate"), out, label, in_sweep=_in_sweep())
+            gate_cell(settings.gate, out, label, in_sweep=settings.in_sweep)
             return out
-        execution = {"precision": str(cfg.get("precision", "fp32")), "channels_last": bool(cfg.get("channels_last", False))}
-        model = deploy((given.model if given is not None else load_defended_model(cfg, dataset)).to(device), **execution)
-        substitute = load_substitute(cfg, dataset, threat)
-        frame = evaluate_cell(cfg, dataset, model, attack, threat, identity, files, label, device,
+        execution = {"precision": settings.precision, "channels_last": settings.channels_last}
+        model = deploy((given.model if given is not None else load_target(spec.target, dataset)).to(device), **execution)
+        substitute = load_substitute(spec, dataset, threat)
+        frame = evaluate_cell(spec, dataset, model, attack, threat, identity, files, label, device,
                               substitute=None if substitute is None else deploy(substitute.to(device), **execution))
-    summarize(frame, label, out if given is None or given.kept else None, searched=bool(cfg.search.enabled))
+    summarize(frame, label, out if given is None or given.kept else None, searched=bool(settings.search.get("enabled")))
     warn_if_near_chance(frame, label, dataset.num_classes)
-    gate_cell(cfg.get("gate"), out, label, in_sweep=_in_sweep())
+    gate_cell(settings.gate, out, label, in_sweep=settings.in_sweep)
     return out
 
 
-def expected_ids(cfg: DictConfig, dataset: Any) -> list[int]:
+def expected_ids(spec: CellSpec, dataset: Any) -> list[int]:
     """The sample ids this cell (and shard) must hold; a shard that would hold none is the user's error."""
     eval_set = dataset.eval_set()
     ids = sample_ids(eval_set)
-    index, count = int(cfg.shard.index), int(cfg.shard.count)
+    index, count = spec.settings.shard
     if index >= len(eval_set):
         raise AdvbenchError(f"shard {index} of {count} holds no samples: the data set has {len(eval_set)} "
                             f"(shard i takes samples i, i+{count}, ...); use shard.count <= {len(eval_set)}")
     return [ids[p] for p in range(index, len(eval_set), count)]
 
 
-def evaluate_cell(cfg: DictConfig, dataset: Any, model: torch.nn.Module, attack: Attack, threat: ThreatModel,
+def evaluate_cell(spec: CellSpec, dataset: Any, model: torch.nn.Module, attack: Attack, threat: ThreatModel,
                   identity: dict[str, Any], files: CellFiles, label: str, device: torch.device,
                   substitute: torch.nn.Module | None = None) -> pd.DataFrame:
     """Evaluate the cell chunk by chunk, reusing the verified chunks a killed run wrote, and write its part.
@@ -227,19 +211,20 @@ def evaluate_cell(cfg: DictConfig, dataset: Any, model: torch.nn.Module, attack:
     `substitute` is the model transfer attacks craft on (None for other knowledge levels).
     Samples go to `evaluate_batch` in pools of `probe_pool` batches, each call of `batch_size`.
     """
+    settings = spec.settings
     eval_set = dataset.eval_set()
-    positions = list(range(int(cfg.shard.index), len(eval_set), int(cfg.shard.count)))
-    chunk = int(cfg.chunk_size)
+    positions = list(range(settings.shard[0], len(eval_set), settings.shard[1]))
+    chunk = settings.chunk_size
     if chunk < 1:
         raise AdvbenchError(f"chunk_size must be >= 1, got {chunk}")
     ids = sample_ids(eval_set)
-    search = SearchSettings(**OmegaConf.to_container(cfg.search))  # type: ignore[arg-type]
-    static = {**_static_columns(cfg, identity, threat, attack, device, model), "cell_samples": len(positions),
+    search = SearchSettings(**settings.search)
+    static = {**_static_columns(spec, identity, threat, attack, device, model), "cell_samples": len(positions),
               "shard_group": content_key({k: v for k, v in identity.items() if k != "shard"})}
-    batch = batch_size(cfg.batch_size, model, eval_set[positions[0]][0] if positions else torch.zeros(0),
+    batch = batch_size(settings.batch_size, model, eval_set[positions[0]][0] if positions else torch.zeros(0),
                        min(len(positions), chunk), device)
-    pool = int(cfg.get("probe_pool", 1))  # batches whose search probes share calls (see `batch._Batch`)
-    if cfg.batch_size == "auto":
+    pool = settings.probe_pool  # batches whose search probes share calls (see `batch._Batch`)
+    if settings.batch_size == "auto":
         console.print(f"[dim]{label}: batch_size=auto -> {batch} on {device}[/dim]", soft_wrap=True)
     static.update(cell_flags(model, eval_set, positions[:batch], device, label=label,
                              warn_user=threat.knowledge == "white"))
@@ -254,10 +239,10 @@ def evaluate_cell(cfg: DictConfig, dataset: Any, model: torch.nn.Module, attack:
             for x, y, sample_id in loader:
                 tic = time.perf_counter()
                 x, y = as_input(model, x.to(device)), y.to(device)
-                target = target_classes(sample_id, y.cpu(), dataset.num_classes, int(cfg.seed)).to(device) \
+                target = target_classes(sample_id, y.cpu(), dataset.num_classes, settings.seed).to(device) \
                     if threat.targeted else None
                 measured = evaluate_batch(attack, model, x, y, target, threat, search, sample_id=sample_id,
-                                          substitute=substitute, draws=judge_draws(cfg), call_rows=batch)
+                                          substitute=substitute, draws=settings.judge_draws, call_rows=batch)
                 seconds = (time.perf_counter() - tic) / len(y)
                 rows.append(_batch_frame(measured, y.cpu(), sample_id, target, seconds))
                 progress.advance(task, len(y))
@@ -266,20 +251,21 @@ def evaluate_cell(cfg: DictConfig, dataset: Any, model: torch.nn.Module, attack:
         return fill_cell(files, cell_key(identity), __version__, [ids[p] for p in positions], chunk, compute)
 
 
-def _static_columns(cfg: DictConfig, identity: dict[str, Any], threat: ThreatModel, attack: Attack,
+def _static_columns(spec: CellSpec, identity: dict[str, Any], threat: ThreatModel, attack: Attack,
                     device: torch.device, model: torch.nn.Module) -> dict[str, Any]:
     """The columns every record of the cell shares: provenance, the cell's names, its threat and settings."""
-    run_id = str(cfg.get("run_id") or datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S"))
+    settings = spec.settings
+    run_id = str(settings.run_id or datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S"))
     return {
         "run_id": run_id,
         "cell_key": cell_key(identity),
         "advbench_version": __version__,
         "dataset": identity["dataset"],
         "model": identity["model"],
-        "model_label": model_label(cfg),
+        "model_label": model_label(spec),
         "weights": json.dumps(identity.get("weights"), sort_keys=True, default=str),
         "defense": identity["defense"],
-        "defense_category": category_label(plain(cfg.defense).get("category")),
+        "defense_category": category_label(plain(spec.target.defense.config).get("category")),
         "attack": identity["attack"],
         "attack_params": json.dumps(identity["attack_params"], sort_keys=True),
         "norm": threat.norm,
@@ -287,20 +273,20 @@ def _static_columns(cfg: DictConfig, identity: dict[str, Any], threat: ThreatMod
         "knowledge": threat.knowledge,
         "eps_budget": threat.eps,
         "strength_budget": int(getattr(attack, "steps", 1)),
-        "seed": int(cfg.seed),
-        "shard": int(cfg.shard.index),
-        "shard_count": int(cfg.shard.count),
+        "seed": settings.seed,
+        "shard": settings.shard[0],
+        "shard_count": settings.shard[1],
         "device": str(device),
         "precision": str(getattr(model, "precision", "fp32")),
         "channels_last": bool(getattr(model, "channels_last", False)),
     }
 
 
-def model_label(cfg: DictConfig) -> str:
+def model_label(spec: CellSpec) -> str:
     """The records' `model_label`: `label=`, else the defense for advbench's models and
     `model.arch` / `model.target` for users' (a label: in no key)."""
-    given = cfg.get("label")
-    return str(given) if given is not None else default_label(cfg.model, str(cfg.defense.name))
+    given = spec.settings.label
+    return str(given) if given is not None else default_label(spec.target.model, spec.target.defense.name)
 
 
 def _batch_frame(measured: dict[str, torch.Tensor | str], y: torch.Tensor, sample_id: torch.Tensor,

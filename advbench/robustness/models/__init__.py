@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable
 
-import hydra.utils
-from omegaconf import OmegaConf
 from torch import nn
 
+from advbench.core.construct import construct
 from advbench.core.errors import AdvbenchError
+from advbench.core.keys import plain
 from advbench.robustness.models.base import Classifier
 from advbench.robustness.models.denoise import add_denoising
 from advbench.robustness.models.ibp_cnn import ibp_large
@@ -93,9 +93,8 @@ def build_model(
 
 def instantiate_model(model_cfg: Mapping[str, Any], num_classes: int, in_channels: int) -> Classifier:
     """Instantiate a `conf/model` entry for a data set with `num_classes` and `in_channels`."""
-    plain = OmegaConf.to_container(OmegaConf.create(dict(model_cfg)), resolve=True)
-    args = {k: v for k, v in plain.items() if k not in MODEL_META_KEYS}
-    return hydra.utils.instantiate(args, num_classes=num_classes, in_channels=in_channels)
+    args = {k: v for k, v in plain(model_cfg).items() if k not in MODEL_META_KEYS}
+    return construct(args, num_classes=num_classes, in_channels=in_channels)
 
 
 __all__ = ["ARCHITECTURES", "Architecture", "Classifier", "build_model", "instantiate_model"]

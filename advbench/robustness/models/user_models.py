@@ -28,7 +28,6 @@ from types import ModuleType
 from typing import Any
 
 import torch
-from omegaconf import DictConfig, ListConfig
 from torch import nn
 
 from advbench.core.errors import AdvbenchError, first_line
@@ -36,6 +35,7 @@ from advbench.core.keys import content_key, file_digest, plain_value
 from advbench.robustness.models import IMAGENET_MEAN, IMAGENET_STD, robustbench_zoo
 from advbench.robustness.models.base import Classifier
 from advbench.robustness.models.torchvision_nets import torchvision_net
+from advbench.robustness.specs import ModelSpec
 
 TORCHVISION_TARGET = "advbench.robustness.models.user_models.torchvision_model"
 PYTHON_TARGET = "advbench.robustness.models.user_models.python_model"
@@ -229,40 +229,35 @@ def check_randomness(randomized: Any, eot_samples: Any, prefix: str = "") -> Non
 # ---------------------------------------------------------------- what the rest of advbench asks
 
 
-def user_kind(model_cfg: Mapping[str, Any]) -> str | None:
-    """`torchvision`, `python` or `robustbench` (`models.robustbench_zoo`) for users' models, None for advbench's own."""
+def model_kind(model_cfg: Mapping[str, Any]) -> str:
+    """Whose network a `conf/model` entry builds (`specs.MODEL_KINDS`): `torchvision`, `python`,
+    `robustbench` (`models.robustbench_zoo`) for users' models, `zoo` for advbench's own."""
     kinds = {TORCHVISION_TARGET: "torchvision", PYTHON_TARGET: "python", robustbench_zoo.TARGET: "robustbench"}
-    return kinds.get(str(model_cfg.get("_target_")))
+    return kinds.get(str(model_cfg.get("_target_")), "zoo")
 
 
-def own_weights(model_cfg: Mapping[str, Any]) -> bool:
+def own_weights(model: ModelSpec) -> bool:
     """A Python model comes with its weights (its factory's), a RobustBench one with its zoo
     file; neither needs a cache entry."""
-    return user_kind(model_cfg) in ("python", "robustbench")
+    return model.kind in ("python", "robustbench")
 
 
-def default_label(model_cfg: Mapping[str, Any], defense: str) -> str:
+def default_label(model: ModelSpec, defense: str) -> str:
     """The records' `model_label` when `label=` is null: `model.arch` / `model.target` for
     users' models, else the defense's name."""
-    kind = user_kind(model_cfg)
-    if kind == "torchvision" and model_cfg.get("arch"):
-        return str(model_cfg["arch"])
-    if kind == "python" and model_cfg.get("target"):
-        return str(model_cfg["target"])
-    if kind == "robustbench" and model_cfg.get("model_name"):
-        return str(model_cfg["model_name"])
-    return defense
+    key = {"torchvision": "arch", "python": "target", "robustbench": "model_name"}.get(model.kind)
+    return str(model.get(key)) if key is not None and model.get(key) else defense
 
 
-def source_identity(model_cfg: Mapping[str, Any]) -> dict[str, Any]:
+def source_identity(model: ModelSpec) -> dict[str, Any]:
     """sha256 of the file a Python model's code is in, where it can be found without running
     it, so that editing the network keys its cells anew (a factory's other files are not seen);
     for a RobustBench model, its zoo entry and the sha256 of its file (an error if it is absent)."""
-    if user_kind(model_cfg) == "robustbench":
-        return robustbench_zoo.identity(model_cfg)
-    if user_kind(model_cfg) != "python" or not isinstance(model_cfg.get("target"), str):
+    if model.kind == "robustbench":
+        return robustbench_zoo.identity(model.config)
+    if model.kind != "python" or not isinstance(model.get("target"), str):
         return {}
-    where, _, _ = str(model_cfg["target"]).rpartition(":")
+    where, _, _ = str(model.get("target")).rpartition(":")
     if where.endswith(".py"):
         path: Path | None = Path(where).expanduser().resolve()
     else:
@@ -307,9 +302,9 @@ def check_randomized(model: nn.Module, input_shape: Sequence[int], what: str) ->
                             "must draw whatever its `training` flag); drop randomized=true for a deterministic model")
 
 
-def check_config(model_cfg: DictConfig) -> None:
+def check_config(model_cfg: Mapping[str, Any]) -> None:
     """The user-model keys of a composed config (`cli.validate`), before any work starts."""
-    kind = user_kind(model_cfg)
+    kind = model_kind(model_cfg)
     if kind == "torchvision" and model_cfg.get("arch") is not None:
         check_torchvision_arch(model_cfg.get("arch"))
     if kind == "robustbench" and model_cfg.get("model_name") not in (None, robustbench_zoo.PLACEHOLDER):
@@ -318,9 +313,10 @@ def check_config(model_cfg: DictConfig) -> None:
         check_randomness(model_cfg.get("randomized"), model_cfg.get("eot_samples"), "model.")
         if model_cfg.get("target") is not None:
             split_target(model_cfg.get("target"))
-        if not isinstance(model_cfg.get("kwargs"), (DictConfig, type(None))):
+        if not isinstance(model_cfg.get("kwargs"), (Mapping, type(None))):
             raise AdvbenchError(f"model.kwargs must be a mapping, e.g. model.kwargs={{width:32}}; "
                                 f"got {plain_value(model_cfg.get('kwargs'))!r}")
         for key in ("mean", "std"):
-            if not isinstance(model_cfg.get(key), (ListConfig, type(None))):
-                raise AdvbenchError(f"model.{key} must be a list of numbers or null, got {model_cfg.get(key)!r}")
+            value = model_cfg.get(key)
+            if value is not None and (isinstance(value, str) or not isinstance(value, Sequence)):
+                raise AdvbenchError(f"model.{key} must be a list of numbers or null, got {value!r}")

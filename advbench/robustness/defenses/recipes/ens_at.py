@@ -3,7 +3,7 @@
 The single steps (`single_step: fgsm | step_ll`) are objectives of the inner maximisation and
 live with it in `defenses.inner` (`SINGLE_STEPS`), where the recipe schema validates
 `single_step:` without importing this module. The static source models are loaded
-by the checkpoint cache (`defenses.zoo`) and passed to the loss as `static_models`.
+by the checkpoint cache (`defenses.trained`) and passed to the loss as `static_models`.
 """
 
 from __future__ import annotations

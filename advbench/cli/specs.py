@@ -1,0 +1,204 @@
+"""The one reader of Hydra's composed configs for the robustness half: it turns them into specs.
+
+`advbench run` and `advbench train` hand their composed config here; everything below gets
+frozen `advbench.robustness.specs` values built from it, resolved, with nothing left to
+interpret: a substitute after the seed's fallback rule, the checkpoints a recipe trains from
+(`init:`, Ens-AT's static models) as targets of their own, the options of the running command
+that a printed `advbench train` line must repeat, whether the cell is one job of a sweep.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from advbench.cli.options import load_option
+from advbench.core.errors import AdvbenchError
+from advbench.core.keys import plain
+from advbench.robustness.specs import (
+    AttackSpec,
+    CellSettings,
+    CellSpec,
+    DatasetSpec,
+    DefenseSpec,
+    ModelSpec,
+    TargetSpec,
+    ThreatSpec,
+)
+
+TRAINING_THREADS = 1
+"""CPU threads a model trains on unless `training_threads` says otherwise: fixed, because the
+thread count changes the order of float sums and so the weights; with it fixed (and in the key)
+one machine gives one set of weights whichever command trained a model first."""
+
+def _resolved(node: Any) -> dict[str, Any]:
+    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else plain(node)
+
+
+def model_spec(node: Any) -> ModelSpec:
+    from advbench.robustness.models.user_models import model_kind  # imports torch
+
+    config = _resolved(node)
+    return ModelSpec(config=config, kind=model_kind(config))
+
+
+def target_spec(cfg: DictConfig) -> TargetSpec:
+    """The run's target (or, for `advbench train`, what it trains), with what it trains from."""
+    target = TargetSpec(
+        model=model_spec(cfg.model),
+        defense=DefenseSpec(_resolved(cfg.defense)),
+        dataset=DatasetSpec(_resolved(cfg.dataset)),
+        seed=int(cfg.seed),
+        checkpoint=str(cfg.checkpoint) if cfg.get("checkpoint") else None,
+        cache_dir=str(cfg.cache_dir),
+        device=str(cfg.get("device", "cpu")),
+        threads=cfg.get("threads"),
+        training_threads=int(cfg.get("training_threads") or TRAINING_THREADS),
+        train_overrides=tuple(training_overrides()),
+    )
+    return _with_sources(cfg, target)
+
+
+def _with_sources(cfg: DictConfig, target: TargetSpec) -> TargetSpec:
+    """`target` with the targets its recipe starts from (`init:`) and learns against (`static_models:`)."""
+    recipe = target.defense.recipe or {}
+    init = recipe.get("init")
+    statics = tuple(static_target(cfg, target, entry) for entry in recipe.get("static_models") or [])
+    start = None if init is None else _trained_from_scratch(cfg, target, str(init))
+    return dataclasses.replace(target, init=start, static_models=statics)
+
+
+def _trained_from_scratch(cfg: DictConfig, target: TargetSpec, defense: str, model: Any = None,
+                          seed: int | None = None) -> TargetSpec:
+    """`target` trained with `defense` (a conf/defense option whose recipe starts from scratch),
+    optionally on another model config or seed: how a recipe names the checkpoints it trains from."""
+    option = load_option("defense", defense)
+    if option is None or option.get("recipe") is None or option.recipe.get("init") is not None:
+        raise AdvbenchError(f"'{defense}' is not a defense whose recipe trains from scratch, to start from")
+    scratch = copy.deepcopy(cfg)  # resolved where the run's own options are: `${dataset.name}`, `${..recipe.x}`
+    with open_dict(scratch):
+        scratch.defense = option
+        if model is not None:
+            scratch.model = model
+    return dataclasses.replace(target, defense=DefenseSpec(_resolved(scratch.defense)), checkpoint=None,
+                               model=model_spec(scratch.model) if model is not None else target.model,
+                               seed=target.seed if seed is None else int(seed), init=None, static_models=())
+
+
+def static_target(cfg: DictConfig, target: TargetSpec, entry: Mapping[str, Any]) -> TargetSpec:
+    """One Ens-AT static source: `entry` names a conf/model option, a training seed and overrides
+    of that model's keys; the recipe is natural's, so the source is cached (and on digits trained
+    on first use) like any natural checkpoint."""
+    spec = dict(plain(entry))
+    option = spec.pop("model", None)
+    seed = spec.pop("seed", None)
+    model = load_option("model", option) if isinstance(option, str) else None
+    if model is None:
+        raise AdvbenchError(f"static model {plain(entry)} needs 'model:' naming a conf/model option")
+    return _trained_from_scratch(cfg, target, "natural", OmegaConf.merge(model, spec), seed)
+
+
+def substitute_spec(cfg: DictConfig, target: TargetSpec) -> tuple[TargetSpec | None, str]:
+    """The substitute this run's target gets and its option name; a model is never its own
+    substitute: when the target has the substitute's model and defense, `fallback` is used."""
+    sub = cfg.get("substitute")
+    if sub is None or sub.get("model") is None:
+        return None, ""
+    fallback = sub.get("fallback")
+    if fallback is not None and sub.model.name == cfg.model.name and sub.defense.name == cfg.defense.name:
+        sub = fallback
+    chosen = dataclasses.replace(
+        target, model=model_spec(sub.model), defense=DefenseSpec(_resolved(sub.defense)),
+        checkpoint=str(sub.checkpoint) if sub.get("checkpoint") else None,
+        seed=target.seed if sub.get("seed") is None else int(sub.seed), init=None, static_models=())
+    scratch = copy.deepcopy(cfg)
+    with open_dict(scratch):
+        scratch.model, scratch.defense = sub.model, sub.defense
+    return _with_sources(scratch, chosen), str(sub.get("name", ""))
+
+
+def cell_spec(cfg: DictConfig) -> CellSpec:
+    """The cell `advbench run` measures."""
+    target = target_spec(cfg)
+    substitute, name = substitute_spec(cfg, target)
+    threat = cfg.threat
+    return CellSpec(
+        dataset=target.dataset,
+        target=target,
+        attack=AttackSpec(name=str(cfg.attack.name), params=_resolved(cfg.attack.params)),
+        threat=ThreatSpec(norm=str(threat.norm), goal=str(threat.goal), knowledge=str(threat.knowledge),
+                          eps=None if threat.get("eps") is None else float(threat.eps)),
+        settings=cell_settings(cfg),
+        substitute=substitute,
+        substitute_name=name,
+    )
+
+
+def cell_settings(cfg: DictConfig) -> CellSettings:
+    """How the cell runs and is recorded (`advbench.robustness.specs.CellSettings`)."""
+    from advbench.robustness.evaluation.measure import JUDGE_DRAWS as judge_default  # imports torch
+
+    batch = cfg.get("batch_size", 256)
+    return CellSettings(
+        seed=int(cfg.seed),
+        device=str(cfg.device),
+        threads=cfg.get("threads"),
+        batch_size=batch if batch == "auto" else int(batch),
+        chunk_size=int(cfg.chunk_size),
+        probe_pool=int(cfg.get("probe_pool", 4)),
+        precision=str(cfg.get("precision", "fp32")),
+        channels_last=bool(cfg.get("channels_last", False)),
+        shard=(int(cfg.shard.index), int(cfg.shard.count)),
+        judge_draws=int(OmegaConf.select(cfg, "judge.draws", default=judge_default)),
+        search=_resolved(cfg.search),
+        records_dir=str(cfg.records_dir),
+        force=bool(cfg.force),
+        run_id=None if cfg.get("run_id") is None else str(cfg.run_id),
+        label=None if cfg.get("label") is None else str(cfg.label),
+        gate=None if cfg.get("gate") is None else _resolved(cfg.gate),
+        in_sweep=in_sweep(),
+    )
+
+
+def in_sweep() -> bool:
+    """Whether this cell is one job of a `-m` sweep (which skips cells its attack does not support)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+_TRAINING_KEYS = ("dataset.", "model.", "defense.recipe.", "hydra.searchpath=", "cache_dir=", "training_threads=",
+                  "device=")
+"""Overrides of a run that an `advbench train` line for its model needs too (where the data is, ...)."""
+
+
+def training_overrides() -> list[str]:
+    """The running Hydra job's overrides a train line must repeat (none outside a Hydra job)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return []
+    given = HydraConfig.get().overrides
+    typed = [*OmegaConf.to_container(given.hydra), *OmegaConf.to_container(given.task)]  # as typed: not resolved
+    return [o for o in typed if o.startswith(_TRAINING_KEYS)
+            and not o.startswith(("model.arch=", "model.target=", "model.name="))]
+
+
+def run_main(cfg: DictConfig) -> Path | None:
+    """Hydra task of `advbench run`: one cell, records to parquet (skipped if present)."""
+    from advbench.robustness.evaluation.cell import run_cell  # imports torch
+
+    return run_cell(cell_spec(cfg))
+
+
+def train_main(cfg: DictConfig) -> Path:
+    """Hydra task of `advbench train`: train the (dataset, model, defense) and cache the checkpoint."""
+    from advbench.robustness.defenses.trained import train_target  # imports torch
+
+    return train_target(target_spec(cfg))
