@@ -25,10 +25,11 @@ import shutil
 import sys
 import tempfile
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -166,7 +167,7 @@ def check_records(paths: Iterable[Path], limits: Thresholds, names: dict[str, st
     return judge(records, limits, names)
 
 
-def gate_cell(gate: object, part: Path, label: str, *, in_sweep: bool = False) -> None:
+def gate_cell(gate: Thresholds | Mapping[str, Any] | None, part: Path, label: str, *, in_sweep: bool = False) -> None:
     """`advbench run` with `gate.*` set: judge the cell `label` just run (or found on disk) at `part`.
 
     The verdict goes into the folder the `advbench run` process named in ADVBENCH_GATE_DIR,
@@ -174,7 +175,7 @@ def gate_cell(gate: object, part: Path, label: str, *, in_sweep: bool = False) -
     folder (the engine called as a library) a failure is an AdvbenchError. A cell whose goal
     has no threshold is an error on its own, and a note in a sweep that mixes goals.
     """
-    values = [getattr(gate, field.name, None) if gate is not None else None for field in fields(Thresholds)]
+    values = gate.values() if isinstance(gate, Thresholds) else [(gate or {}).get(f.name) for f in fields(Thresholds)]
     if all(v is None for v in values):
         return
     limits = Thresholds(*values)

@@ -1,0 +1,101 @@
+"""What the Python API costs beyond the attack: `import advbench; advbench.evaluate` against
+`import torch`, and one `evaluate` call against a plain torchattacks PGD loop on the same model.
+
+Both sides attack the same digits CNN with PGD (ℓ∞, ε = 0.1, 10 steps of ε/4, one random
+start) on the same samples; advbench runs without its minimum-ε search (`search.enabled=false`)
+so both do the same gradient work, and its fixed cost (config, keys, records) is the
+difference. Rounds are interleaved so that load on the machine hits both sides alike; prints
+medians and each size's ratio.
+
+    python scripts/bench_api.py --rounds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+IMPORTS = {
+    "import torch": "import torch",
+    "import advbench; advbench.evaluate": "import advbench; advbench.evaluate",
+}
+EPS, STEPS = 0.1, 10
+
+
+def import_seconds(code: str) -> float:
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code], check=True)
+    return time.perf_counter() - start
+
+
+def digits_model():
+    """The digits CNN the benchmark trains (trained on first use into a scratch cache), and the digits."""
+    import torch
+
+    from advbench.cli.config import compose_config
+    from advbench.cli.specs import target_spec
+    from advbench.robustness.data.digits import Digits
+    from advbench.robustness.targets import load_target
+
+    os.environ["ADVBENCH_CACHE"] = tempfile.mkdtemp(prefix="bench_api_")
+    data = Digits()
+    model = load_target(target_spec(compose_config("config", [])), data)
+    x, y = zip(*[(item[0], item[1]) for item in data.eval_set()])
+    return model, torch.stack(x), torch.tensor(y)
+
+
+def advbench_seconds(model, x, y) -> float:
+    import advbench
+
+    start = time.perf_counter()
+    advbench.evaluate(model, (x, y), attack="pgd", attack_params={"steps": STEPS, "rel_stepsize": 0.25}, eps=EPS,
+                      overrides=["search.enabled=false"])
+    return time.perf_counter() - start
+
+
+def torchattacks_seconds(model, x, y) -> float:
+    import torchattacks
+
+    attack = torchattacks.PGD(model, eps=EPS, alpha=EPS / 4, steps=STEPS, random_start=True)
+    start = time.perf_counter()
+    adversarial = attack(x, y)
+    (model(adversarial).argmax(1) == y).float().mean().item()
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (at least 5 for a median)")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[128, 512], help="samples per call")
+    args = parser.parse_args()
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    imports: dict[str, list[float]] = {name: [] for name in IMPORTS}
+    for _ in range(args.rounds):
+        for name, code in IMPORTS.items():
+            imports[name].append(import_seconds(code))
+    for name, seconds in imports.items():
+        print(f"{name:40s} {statistics.median(seconds):6.2f} s")
+    print(f"{'ratio':40s} {statistics.median(imports['import advbench; advbench.evaluate']) / statistics.median(imports['import torch']):6.2f}x")
+
+    import torch
+
+    torch.set_num_threads(1)
+    model, x, y = digits_model()
+    advbench_seconds(model, x[:8], y[:8])  # the first call imports what evaluate needs
+    for size in args.sizes:
+        ours, theirs = [], []
+        for _ in range(args.rounds):
+            ours.append(advbench_seconds(model, x[:size], y[:size]))
+            theirs.append(torchattacks_seconds(model, x[:size], y[:size]))
+        a, t = statistics.median(ours), statistics.median(theirs)
+        print(f"{size:4d} samples: advbench.evaluate {a:6.3f} s, torchattacks PGD {t:6.3f} s, ratio {a / t:5.2f}x, "
+              f"fixed cost {a - t:+.3f} s")
+
+
+if __name__ == "__main__":
+    main()
