@@ -61,17 +61,21 @@ def stability_main(cfg: DictConfig) -> Any:
 def iqa_main(cfg: DictConfig) -> Any:
     """`advbench iqa run`: one cell, a metric under an attack at every budget; the part's path."""
     from advbench.core.construct import construct
+    from advbench.core.runtime import set_threads
     from advbench.quality.iqa.run import IqaSpec, iqa_cell
 
+    set_threads(cfg.get("threads"))
     params = resolved(cfg.attack.params)
     spec = job_spec(IqaSpec, cfg, metric=metric_name(cfg),
                     attack_params={k: v for k, v in params.items() if k != "_target_"})
-    return iqa_cell(spec, build_metric(cfg.metric), construct(params))
+    attack = construct(params)
+    return iqa_cell(spec, build_metric(cfg.metric), attack)
 
 
 def check_iqa(cfg: DictConfig) -> None:
     """The values an `iqa run` job needs before any work (`advbench.quality.iqa.run.check_iqa_settings`)."""
     from advbench.quality.iqa.run import check_iqa_settings
 
-    check_iqa_settings(resolved(cfg.get("eps")), cfg.get("batch_size"), cfg.get("chunk_size"), str(OmegaConf.select(cfg, "attack.name")),
+    check_iqa_settings(resolved(cfg.get("eps")), cfg.get("batch_size"), cfg.get("chunk_size"),
+                       str(OmegaConf.select(cfg, "attack.name")),
                        str(OmegaConf.select(cfg, "attack.params._target_", default="")))

@@ -28,7 +28,6 @@ from advbench.core.digests import module_digest, tensor_digest
 from advbench.core.errors import AdvbenchError
 from advbench.core.keys import content_key
 from advbench.core.names import safe_name
-from advbench.core.runtime import set_threads
 from advbench.core.version import __version__
 from advbench.quality.attacks.base import MetricAttack, PrepareContext, check_budgets, check_gradient, score_and_grad
 from advbench.quality.images import as_batch, uap_images
@@ -51,13 +50,16 @@ class IqaSpec:
     size: int
     seed: int
     device: str
-    threads: int | None
     batch_size: int
     chunk_size: int
     force: bool
     run_id: str | None
     progress: bool
     records_dir: str
+
+    def __post_init__(self) -> None:
+        """The budgets checked, and normalised, before any metric is built."""
+        object.__setattr__(self, "eps", check_budgets(self.eps))
 
 
 def load_images(spec: IqaSpec) -> tuple[torch.Tensor, str]:
@@ -69,8 +71,7 @@ def load_images(spec: IqaSpec) -> tuple[torch.Tensor, str]:
 
 def iqa_cell(spec: IqaSpec, metric: QualityMetric, attack: MetricAttack) -> Path:
     """Run one cell: `metric` under `attack` at every budget (skipped when its records exist); the part's path."""
-    set_threads(spec.threads)
-    budgets = check_budgets(spec.eps)
+    budgets = list(spec.eps)
     name = safe_name(spec.metric, "metric")
     device = device_of(spec.device)
     metric = metric.to(device).eval()

@@ -48,6 +48,10 @@ class StabilitySpec:
     out_dir: str
     progress: bool
 
+    def __post_init__(self) -> None:
+        """Amplitudes checked, and normalised, before any metric is built."""
+        object.__setattr__(self, "amplitudes", tuple(check_amplitude(a) for a in self.amplitudes))
+
 
 def job_videos(spec: Any) -> list[Path]:
     """The videos to test: a folder's video files, one file, or synthetic clips when `spec.videos` is None."""
@@ -69,7 +73,7 @@ def job_videos(spec: Any) -> list[Path]:
 
 def stability_job(spec: StabilitySpec, metric: QualityMetric) -> RDRun:
     """Perturb, encode and score every video x amplitude x bitrate; RD records to parquet."""
-    amplitudes = [check_amplitude(a) for a in spec.amplitudes]
+    amplitudes = list(spec.amplitudes)
     name, device = spec.metric, device_of(spec.device)
     delta = load_uap(uap_file(spec.perturbation, spec.uap_dir, name)).to(device)
     raw = spec.raw

@@ -97,6 +97,15 @@ class Table1Spec:
     out_dir: str
     progress: bool
 
+    def __post_init__(self) -> None:
+        """Methods and amplitudes checked, and normalised, before any metric is built."""
+        methods = tuple(str(m).lower() for m in self.methods)
+        unknown = sorted(set(methods) - {"uap", "madc"})
+        if unknown or not methods:
+            raise AdvbenchError(f"unknown method '{unknown[0] if unknown else ''}'; valid: madc, uap")
+        object.__setattr__(self, "methods", methods)
+        object.__setattr__(self, "amplitudes", tuple(check_amplitude(a) for a in self.amplitudes))
+
 
 def _seconds(seconds: float) -> str:
     """Attack time in one unit with three significant digits: '0.0373 s' next to '124 s'."""
@@ -123,11 +132,7 @@ def table1_markdown(table: pd.DataFrame, caption: str) -> str:
 
 def table1_job(spec: Table1Spec, metric: QualityMetric) -> pd.DataFrame:
     """Table 1: mean gain per amplitude for the UAP and MADC, with attack time on the device used."""
-    methods = [str(m).lower() for m in spec.methods]
-    unknown = sorted(set(methods) - {"uap", "madc"})
-    if unknown or not methods:
-        raise AdvbenchError(f"unknown method '{unknown[0] if unknown else ''}'; valid: madc, uap")
-    amplitudes = [check_amplitude(a) for a in spec.amplitudes]
+    methods, amplitudes = spec.methods, list(spec.amplitudes)
     name, device, madc = spec.metric, device_of(spec.device), spec.madc
     path = uap_file(spec.perturbation, spec.uap_dir, name)
     delta = load_uap(path)
