@@ -27,8 +27,8 @@ from advbench.cli.main import main
 from advbench.core.errors import AdvbenchError, user_error
 from advbench.quality.images import read_image
 from advbench.quality.metrics.learned import QualityNet, save_weights
-from advbench.quality.uap import save_uap
-from advbench.quality.video import H264Transcoder, transcode
+from advbench.quality.stability.video import H264Transcoder, transcode
+from advbench.quality.uap.perturbation import save_uap
 from advbench.robustness.attacks.gradient import BIM, MIM, PGD
 from advbench.robustness.data.folder import ImageFolderDataset
 from advbench.robustness.defenses.wrappers import check_wrapper
@@ -278,7 +278,7 @@ def test_read_only_out_dir_with_every_cell_done_says_why_and_what_to_use(
 def test_a_uap_png_over_the_decompression_limit_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from PIL import Image
 
-    from advbench.quality.uap import load_uap
+    from advbench.quality.uap.perturbation import load_uap
 
     Image.new("RGB", (64, 64), (128, 128, 128)).save(tmp_path / "uap.png")
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 64 * 64 // 4)  # over twice the limit: PIL's error, not a warning

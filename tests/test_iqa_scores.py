@@ -10,8 +10,8 @@ import pytest
 import torch
 from skimage.metrics import peak_signal_noise_ratio, structural_similarity
 
-from advbench.quality.fidelity import psnr, ssim
-from advbench.quality.iqa_scores import gain_by_iteration, msu_scores, per_image_scores, t_interval
+from advbench.quality.iqa.fidelity import psnr, ssim
+from advbench.quality.iqa.scores import gain_by_iteration, msu_scores, per_image_scores, t_interval
 
 
 def records(clean: list[float], attacked: list[float], higher_better: bool = True) -> pd.DataFrame:

@@ -17,15 +17,15 @@ import pytest
 import torch
 from torch import nn
 
+from advbench.cli import quality_tasks as iqa_run
 from advbench.cli.config import compose_config
 from advbench.core.digests import tensor_digest
 from advbench.core.errors import AdvbenchError
-from advbench.quality import iqa_run
-from advbench.quality.attacks import universal
 from advbench.quality.attacks.base import PrepareContext
-from advbench.quality.attacks.universal import CumulativeUniversal, Universal
 from advbench.quality.metrics.base import QualityMetric
-from advbench.quality.uap import save_uap
+from advbench.quality.uap import attacks as universal
+from advbench.quality.uap.attacks import CumulativeUniversal, Universal
+from advbench.quality.uap.perturbation import save_uap
 
 ATTACKS = {"uap": Universal, "cumulative_uap": CumulativeUniversal}
 TINY = {"epochs": 1, "batch_size": 2, "n_train": 2}

@@ -19,10 +19,10 @@ from advbench.core.errors import AdvbenchError
 from advbench.core.names import file_name
 from advbench.core.records import write_part
 from advbench.core.resume import CellFiles, sweep_orphans
-from advbench.quality.clips import make_synthetic_videos
 from advbench.quality.metrics.base import QualityMetric
-from advbench.quality.rd import part_path, run_rd
-from advbench.quality.uap import save_uap
+from advbench.quality.stability.clips import make_synthetic_videos
+from advbench.quality.stability.rd import part_path, run_rd
+from advbench.quality.uap.perturbation import save_uap
 
 KEY, VERSION, IDS = "k0", "v0", [0, 1, 2, 3]
 
@@ -197,7 +197,7 @@ def test_a_linked_uap_file_is_refused_and_the_outside_file_kept(suffix: str, tmp
 def test_a_linked_videos_folder_of_the_stability_job_is_refused(tmp_path: Path) -> None:
     from omegaconf import OmegaConf
 
-    from advbench.quality.tasks import _videos
+    from advbench.quality.stability.uap_rd import job_videos as _videos
 
     outside, before = _outside(tmp_path)
     out = tmp_path / "out"

@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from advbench.cli.metrics import build_metric
 from advbench.core.errors import AdvbenchError
 from advbench.quality.images import photo_crops, sample_photos
 from advbench.quality.metrics.learned import CNNQA, save_weights, train_cnnqa
@@ -19,7 +20,6 @@ from advbench.quality.metrics.niqe import (
     ggd_features,
     save_pristine_model,
 )
-from advbench.quality.metrics.registry import build_metric
 
 
 def gaussian_blur(x: torch.Tensor, sigma: float) -> torch.Tensor:

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from advbench.core.errors import AdvbenchError
-from advbench.quality import stability as S
-from advbench.quality.report import published_table2, stability_from_records
+from advbench.quality.stability import scores as S
+from advbench.quality.stability.report import published_table2, stability_from_records
 
 FIXTURE = Path(__file__).parent / "data" / "seed_stability"
 # Table 2 of the paper, as reproduced to two decimals by the published areas (fixture README).

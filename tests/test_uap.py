@@ -11,21 +11,12 @@ import torch
 import torch.nn.functional as F
 
 from advbench.core.errors import AdvbenchError
-from advbench.quality.madc import madc_attack
 from advbench.quality.metrics.base import QualityMetric
-from advbench.quality.uap import (
-    ablation_figure,
-    apply_uap,
-    csf_mask,
-    evaluate_uap,
-    load_uap,
-    plot_ablation,
-    save_uap,
-    signed_gain,
-    tile_uap,
-    train_uap,
-    uap_meta,
-)
+from advbench.quality.metrics.scoring import signed_gain
+from advbench.quality.uap.ablation import ablation_figure, plot_ablation
+from advbench.quality.uap.evaluation import evaluate_uap, madc_attack
+from advbench.quality.uap.perturbation import apply_uap, csf_mask, load_uap, save_uap, tile_uap, uap_meta
+from advbench.quality.uap.training import train_uap
 
 SEED_PNG = Path(__file__).parent / "data" / "uap" / "pretrained_uap_paq2piq.png"
 

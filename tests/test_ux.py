@@ -52,7 +52,7 @@ def test_training_on_first_use_says_what_and_why_on_stderr(tmp_path: Path, capsy
 def test_table1_headers_name_amplitudes_and_numbers_share_one_format() -> None:
     import pandas as pd
 
-    from advbench.quality.tasks import _seconds, table1_display, table1_markdown
+    from advbench.quality.uap.evaluation import _seconds, table1_display, table1_markdown
 
     table = pd.DataFrame([{"attack": "UAP", "0.02": 0.02, "0.6": 0.9, "CPU time": _seconds(0.0373)},
                           {"attack": "MADC", "0.02": 7.73, "0.6": 7.7, "CPU time": _seconds(123.66)}])
@@ -69,7 +69,7 @@ def test_table2_numbers_have_fixed_decimals(tmp_path: Path) -> None:
     import pandas as pd
     from rich.console import Console
 
-    from advbench.quality.report import write_table2
+    from advbench.quality.stability.report import write_table2
 
     table = pd.DataFrame({"metric": ["spaq", "vsfa"], "stability": [2.55, -3.8], "source": "stored areas",
                           "loss_lo": [0.104141, 0.104141], "loss_hi": [0.36, 0.36], "KonIQ": [0.9, float("nan")]})

@@ -11,11 +11,11 @@ import torch
 
 from advbench.core.errors import AdvbenchError
 from advbench.core.records import read_records
-from advbench.quality import video as V
-from advbench.quality.clips import make_synthetic_videos
 from advbench.quality.metrics.base import QualityMetric
-from advbench.quality.rd import Perturbation, RDRun, part_path, run_rd
-from advbench.quality.report import is_rd_records, render_stability
+from advbench.quality.stability import video as V
+from advbench.quality.stability.clips import make_synthetic_videos
+from advbench.quality.stability.rd import Perturbation, RDRun, part_path, run_rd
+from advbench.quality.stability.report import is_rd_records, render_stability
 
 RD_COLUMNS = {"run_id", "metric", "higher_better", "video", "amplitude", "target_bitrate_kbps",
               "real_bitrate_kbps", "metric_score", "metric_scoring", "psnr", "psnr_kind", "n_frames",
@@ -60,8 +60,8 @@ def test_synthetic_clips_move_and_read_back(clips) -> None:
 
 
 def test_the_default_clip_set_films_every_photo_with_three_motions(tmp_path: Path) -> None:
-    from advbench.quality.clips import MOTIONS
     from advbench.quality.images import photo_names
+    from advbench.quality.stability.clips import MOTIONS
 
     paths = make_synthetic_videos(tmp_path, n=None, size=(32, 48), frames=6)
     assert len(paths) == len(photo_names("all")) == 16
@@ -76,7 +76,7 @@ def test_the_default_clip_set_films_every_photo_with_three_motions(tmp_path: Pat
 
 
 def test_shake_rolls_the_camera_rigidly() -> None:
-    from advbench.quality.clips import _film
+    from advbench.quality.stability.clips import _film
 
     image = np.zeros((200, 300), np.uint8)
     image[:, 150] = 255  # one vertical line through the centre
@@ -241,7 +241,7 @@ def test_video_metrics_score_each_decoded_clip_as_a_video(name: str, tmp_path: P
 
     A fresh round trip of the same frames is the clip the job scored: encodes are reproducible.
     """
-    from advbench.quality.metrics.registry import build_metric
+    from advbench.cli.metrics import build_metric
 
     torch.manual_seed(0)
     metric = build_metric(name, weights=None, backbone_weights=None, backbone="resnet18")

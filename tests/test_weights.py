@@ -17,7 +17,7 @@ import torch
 from click.testing import CliRunner
 
 from advbench.cli.main import main
-from advbench.quality.metrics.registry import build_metric
+from advbench.cli.metrics import build_metric
 
 
 @dataclass

@@ -129,11 +129,11 @@ def plot(records: tuple[Path, ...], out_dir: Path, group_by: str) -> None:
     writable_folder(out_dir, "--out")
     console = Console()
     if kind.name == "rd":
-        from advbench.quality.report import render_stability
+        from advbench.quality.stability.report import render_stability
 
         written = render_stability(frame, out_dir)
     elif kind.name == "iqa":
-        from advbench.quality.iqa_report import render_iqa
+        from advbench.quality.iqa.report import render_iqa
 
         written = render_iqa(frame, out_dir)
     else:

@@ -2,7 +2,8 @@
 
 `train`, `eval` and `stability` forward their arguments to Hydra apps (configs
 `conf/uap_train.yaml`, `conf/uap_eval.yaml`, `conf/uap_stability.yaml`), so `-m` sweeps and
-launcher plugins work; the tasks below are plain functions of the composed config.
+launcher plugins work; their tasks (`advbench.cli.quality_tasks`) turn the composed config
+into the quality half's plain job specs.
 `ablation` is a plain command that draws what a sweep of `train` wrote.
 
 Outputs (relative to the working directory unless `out_dir` is absolute):
@@ -10,7 +11,7 @@ Outputs (relative to the working directory unless `out_dir` is absolute):
 * train: `<out_dir>/<metric>/<data>-seed<S>-n<N>-ep<E>.{pt,png}` (the UAP; <data> is the image
   folder's name or `photos`) and `.parquet` (per-image gains on held-out images, the ablation records);
 * eval: `<out_dir>/<metric>/table1_<uap>.{md,csv}` and `table1_<uap>.parquet` (per image);
-* stability: RD records under `<out_dir>` (see `advbench.quality.rd`), drawn by `advbench plot`.
+* stability: RD records under `<out_dir>` (see `advbench.quality.stability.rd`), drawn by `advbench plot`.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def train(args: tuple[str, ...]) -> None:
     `advbench uap train -m seed=0,1,2,3,4`, `-m subset=16,32,64`, `-m uap.epochs=1,3,5`;
     then `advbench uap ablation <out_dir>/<metric>`.
     """
-    hydra_command("uap_train", "advbench.quality.tasks.train_main", "advbench uap train")(args)
+    hydra_command("uap_train", "advbench.cli.quality_tasks.train_main", "advbench uap train")(args)
 
 
 @uap.command(name="eval", context_settings=HYDRA_ARGS)
@@ -63,7 +64,7 @@ def eval_(args: tuple[str, ...]) -> None:
     data=FOLDER, n_images=N, madc.steps=1000, methods=[uap], csf=true, device=cpu|cuda.
     Writes Markdown, CSV and per-image parquet to <out_dir>/<metric>/.
     """
-    hydra_command("uap_eval", "advbench.quality.tasks.eval_main", "advbench uap eval")(args)
+    hydra_command("uap_eval", "advbench.cli.quality_tasks.eval_main", "advbench uap eval")(args)
 
 
 @uap.command(context_settings=HYDRA_ARGS)
@@ -79,7 +80,7 @@ def stability(args: tuple[str, ...]) -> None:
     force=true; points made with other settings are recomputed.
     Then `advbench plot <out_dir>` computes Table 2 and the gain-vs-loss figure.
     """
-    hydra_command("uap_stability", "advbench.quality.tasks.stability_main", "advbench uap stability")(args)
+    hydra_command("uap_stability", "advbench.cli.quality_tasks.stability_main", "advbench uap stability")(args)
 
 
 @uap.command()
@@ -91,7 +92,7 @@ def stability(args: tuple[str, ...]) -> None:
 def ablation(records: tuple[Path, ...], out: Path, amplitude: float | None) -> None:
     """Draw the spread of per-image gains across the runs of an ablation sweep of `uap train`."""
     from advbench.core.records import read_records
-    from advbench.quality.uap import plot_ablation
+    from advbench.quality.uap.ablation import plot_ablation
 
     @one_line_errors
     def draw() -> Path:
@@ -114,12 +115,8 @@ def table2(published: Path, out_dir: Path, srcc: Path | None) -> None:
     Computes the stability scores twice, from the stored per-video areas and from a clean
     recomputation of the raw scores and real bitrates; the `source` column says which is which.
     """
-    from advbench.quality.report import (
-        plot_gain_vs_loss,
-        published_table2,
-        write_table2,
-    )
-    from advbench.quality.stability import load_srcc
+    from advbench.quality.stability.report import plot_gain_vs_loss, published_table2, write_table2
+    from advbench.quality.stability.scores import load_srcc
 
     @one_line_errors
     def make() -> list[Path]:
@@ -156,4 +153,4 @@ def iqa_run(args: tuple[str, ...]) -> None:
     device=cpu|cuda, out_dir=DIR, experiment=iqa_offline|iqa_msu. Cells resume after a kill and are
     skipped when their records exist (force=true to redo). Then `advbench plot <out_dir>/records`.
     """
-    hydra_command("iqa", "advbench.quality.iqa_run.iqa_main", "advbench iqa run")(args)
+    hydra_command("iqa", "advbench.cli.quality_tasks.iqa_main", "advbench iqa run")(args)

@@ -81,7 +81,7 @@ def _flag(key: str, value: Any) -> None:
 
 def _amplitudes(key: str, value: Any) -> None:
     """A non-empty list of pixel amplitudes in (0, 1] (0, the unperturbed level, is allowed too)."""
-    from advbench.quality.uap import check_amplitude  # the quality half loads only for its own commands
+    from advbench.quality.uap.perturbation import check_amplitude  # the quality half loads only for its own commands
 
     levels = list(value) if isinstance(value, ListConfig) else []
     if not levels:
@@ -102,7 +102,7 @@ def _batch_size(key: str, value: Any) -> None:
 
 def _perturbation(key: str, value: Any) -> None:
     """A UAP file given on the command line must load (shape, range) before metrics are built."""
-    from advbench.quality.uap import load_uap
+    from advbench.quality.uap.perturbation import load_uap
 
     if value is not None:
         load_uap(value)
@@ -120,7 +120,7 @@ def _bitrates(key: str, value: Any) -> None:
 
 def _preset(key: str, value: Any) -> None:
     """An x264 preset name (PyAV, the video half, loads only for the commands that encode)."""
-    from advbench.quality.video import X264_PRESETS
+    from advbench.quality.stability.video import X264_PRESETS
 
     _one_of(*X264_PRESETS)(key, value)
 
@@ -303,9 +303,9 @@ def validate(cfg: DictConfig) -> None:
         if value is not _ABSENT:
             check(key, value)
     if cfg.get("task") == "iqa":
-        from advbench.quality.iqa_run import check_iqa_config
+        from advbench.cli.quality_tasks import check_iqa
 
-        check_iqa_config(cfg)
+        check_iqa(cfg)
     if cfg.get("batch_size") == "auto" and "attack" not in cfg:
         raise AdvbenchError("batch_size=auto applies to advbench run only; give a whole number >= 1")
     shard = cfg.get("shard")

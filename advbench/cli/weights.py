@@ -96,10 +96,7 @@ class Published:
 
                 torchvision_net(self.model, 1000, 3, weights_path=str(path))
             else:
-                from advbench.quality.metrics.registry import (
-                    build_metric,
-                    metric_config,
-                )
+                from advbench.cli.metrics import build_metric, metric_config
 
                 node = metric_config(self.metric)
                 others = {k: None for k in ("weights", "backbone_weights") if k in node and k != self.option}

@@ -3,7 +3,7 @@
 An attack raises a no-reference metric's verdict on images in [0, 1] within a per-image ℓ∞
 budget `eps` (shape (N,)), so one call serves a whole sweep of budgets: the rows of a batch
 may be one image at several budgets. "Raise" means towards the metric's better end: the
-gradient followed is that of the metric's goodness (`quality.uap.goodness`), whose sign is
+gradient followed is that of the metric's goodness (`quality.metrics.scoring.goodness`), whose sign is
 flipped for lower-better metrics such as NIQE.
 
 Each attack returns the attacked images and the metric's raw score after every iteration
@@ -20,7 +20,7 @@ import torch
 
 from advbench.core.errors import AdvbenchError
 from advbench.quality.metrics.base import QualityMetric
-from advbench.quality.uap import goodness
+from advbench.quality.metrics.scoring import goodness
 
 BOUNDS = (0.0, 1.0)
 
@@ -104,3 +104,12 @@ def check_budgets(eps: Any, key: str = "eps") -> list[float]:
     if len(set(out)) != len(out):
         raise AdvbenchError(f"{key} repeats a budget: {out}")
     return out
+
+
+def check_steps(steps: int, **positive: float | None) -> None:
+    """An attack's step count, a whole number >= 1, and its `positive` hyperparameters (None: unset)."""
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise AdvbenchError(f"steps must be a whole number >= 1, got {steps!r}")
+    for key, value in positive.items():
+        if value is not None and not (isinstance(value, (int, float)) and value > 0 and value < float("inf")):
+            raise AdvbenchError(f"{key} must be a positive number, got {value!r}")

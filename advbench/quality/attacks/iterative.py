@@ -10,7 +10,6 @@ projecting with `advbench.core.steps`, the code the robustness half's FGSM/BIM/M
 * Korhonen–You: Adam (lr 0.005, 10 steps) on the gradient masked by the image's spatial
   activity (Sobel magnitude of luma, dilated), so changes hide in textured regions; projected
   onto the ε-ball here, so every attack meets one budget.
-* MADC: the accept-if-better ascent of `advbench.quality.madc` with RMS ≤ ε and |δ| ≤ ε.
 """
 
 from __future__ import annotations
@@ -20,26 +19,17 @@ import torch.nn.functional as F
 
 from advbench.core.errors import AdvbenchError
 from advbench.core.steps import accumulate_momentum, adam_step, linf_box, step_in_box
-from advbench.quality.attacks.base import BOUNDS, Attacked, MetricAttack, final_scores, score_and_grad
-from advbench.quality.madc import madc_batch
+from advbench.quality.attacks.base import BOUNDS, Attacked, MetricAttack, check_steps, final_scores, score_and_grad
 from advbench.quality.metrics.base import QualityMetric
 
 _LUMA = torch.tensor([0.299, 0.587, 0.114])
-
-
-def _check_steps(steps: int, **positive: float | None) -> None:
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise AdvbenchError(f"steps must be a whole number >= 1, got {steps!r}")
-    for key, value in positive.items():
-        if value is not None and not (isinstance(value, (int, float)) and value > 0 and value < float("inf")):
-            raise AdvbenchError(f"{key} must be a positive number, got {value!r}")
 
 
 class IterativeFGSM(MetricAttack):
     """Sign steps on the goodness gradient, momentum `decay` (0: none), step α or ε/steps when α is None."""
 
     def __init__(self, *, steps: int = 10, alpha: float | None = 1 / 255, decay: float = 0.0) -> None:
-        _check_steps(steps, alpha=alpha)
+        check_steps(steps, alpha=alpha)
         if not 0 <= decay < float("inf"):
             raise AdvbenchError(f"decay must be a number >= 0, got {decay!r}")
         self.steps, self.alpha, self.decay = steps, alpha, float(decay)
@@ -105,7 +95,7 @@ class Korhonen(MetricAttack):
     name = "korhonen"
 
     def __init__(self, *, steps: int = 10, lr: float = 0.005) -> None:
-        _check_steps(steps, lr=lr)
+        check_steps(steps, lr=lr)
         self.steps, self.lr = steps, float(lr)
 
     def run(self, metric: QualityMetric, x: torch.Tensor, eps: torch.Tensor) -> Attacked:
@@ -119,17 +109,3 @@ class Korhonen(MetricAttack):
             x_adv = torch.clamp(x_adv + adam_step(grad.mul_(mask), m, v, t, self.lr), lo, hi)
         return Attacked(x_adv, torch.cat([torch.stack(trace, 1) if trace else x.new_zeros(len(x), 0),
                                           final_scores(metric, x_adv)], 1), self.steps)
-
-
-class MADC(MetricAttack):
-    name = "madc"
-
-    def __init__(self, *, steps: int = 50, lr: float = 0.05) -> None:
-        _check_steps(steps, lr=lr)
-        self.steps, self.lr = steps, float(lr)
-
-    def run(self, metric: QualityMetric, x: torch.Tensor, eps: torch.Tensor) -> Attacked:
-        x_adv, kept = madc_batch(metric, x, eps.pow(2), self.steps + 1, self.lr, linf=eps)
-        lo, hi = metric.score_range
-        raw = lo + kept * metric.range_width if metric.higher_better else hi - kept * metric.range_width
-        return Attacked(x_adv, torch.cat([raw[:, :-1], final_scores(metric, x_adv)], 1), self.steps + 1)

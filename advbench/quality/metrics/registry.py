@@ -2,21 +2,21 @@
 
 Adding a metric is adding a YAML file; nothing here needs editing. Classes are imported
 lazily from the dotted `_target_` path, so building one metric never imports the others
-(nor their optional dependencies).
+(nor their optional dependencies). Here a metric is built from its resolved config, plain
+data; by option name (the YAML's `${advbench:weights}` folders resolved) it is
+`advbench.cli.metrics.build_metric`.
 """
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from collections.abc import Mapping
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
-
-from advbench.core.catalog import group_options, load_option
+from advbench.core.catalog import group_options
+from advbench.core.construct import target_of
 from advbench.core.errors import AdvbenchError
+from advbench.core.keys import plain
 from advbench.quality.metrics.base import QualityMetric
 
 GROUP = "metric"
@@ -27,38 +27,20 @@ def available_metrics() -> list[str]:
     return group_options(GROUP)
 
 
-def metric_config(name: str) -> DictConfig:
-    """The shipped YAML of one metric option, unresolved."""
-    options = available_metrics()
-    if name not in options:
-        raise AdvbenchError(f"unknown metric '{name}'; valid: {', '.join(options)}")
-    return load_option(GROUP, name)
+def build_metric(spec: Mapping[str, Any], **overrides: Any) -> QualityMetric:
+    """Build a metric from its resolved config (`_target_` and the class's arguments), plus keyword overrides.
 
-
-def import_target(path: str) -> type:
-    """`package.module.Class` -> the class, imported on demand."""
-    module_name, _, attr = path.rpartition(".")
-    try:
-        return getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError, ValueError):
-        raise AdvbenchError(f"metric _target_ '{path}' cannot be imported") from None
-
-
-def build_metric(cfg: str | Mapping[str, Any] | DictConfig, **overrides: Any) -> QualityMetric:
-    """Build a metric from its option name or config node (`cfg.metric`), plus keyword overrides.
-
-    Example: `build_metric("nima", weights=None)` gives a random-init NIMA for tests.
+    Example: `build_metric({"_target_": "advbench.quality.metrics.nima.NIMA", "weights": None})`
+    gives a random-init NIMA for tests.
     """
-    node = metric_config(cfg) if isinstance(cfg, str) else cfg
-    try:
-        merged = OmegaConf.merge(node, overrides) if overrides else node
-        params = OmegaConf.to_container(merged, resolve=True) if isinstance(merged, DictConfig) else dict(merged)
-    except OmegaConfBaseException as exc:
-        raise AdvbenchError(f"metric config: {str(exc).splitlines()[0]}") from None
+    params = {**plain(spec), **overrides}
     target = params.pop("_target_", None)
     if not isinstance(target, str):
         raise AdvbenchError(f"metric config needs a '_target_' class path, got keys {sorted(params)}")
-    cls = import_target(target)
+    try:
+        cls = target_of(target)
+    except AdvbenchError:
+        raise AdvbenchError(f"metric _target_ '{target}' cannot be imported") from None
     if not (isinstance(cls, type) and issubclass(cls, QualityMetric)):
         raise AdvbenchError(f"metric _target_ '{target}' is not a QualityMetric")
     try:

@@ -16,9 +16,7 @@ import torch.nn.functional as F
 
 from advbench.core.errors import AdvbenchError
 from advbench.quality.images import photo_names, skimage_photo, to_tensor
-from advbench.quality.video import (
-    write_y4m,
-)
+from advbench.quality.stability.video import write_y4m
 
 SYNTHETIC_SOURCES = ("astronaut", "coffee", "chelsea", "rocket", "immunohistochemistry", "hubble_deep_field")
 

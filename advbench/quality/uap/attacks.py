@@ -31,7 +31,8 @@ from advbench.core.torchfile import read_torch_file
 from advbench.quality.attacks.base import Attacked, MetricAttack, PrepareContext, final_scores
 from advbench.quality.images import uap_images
 from advbench.quality.metrics.base import QualityMetric
-from advbench.quality.uap import CLAMP, SIZE, apply_uap, check_uap, load_uap, save_uap, train_uap, uap_loss
+from advbench.quality.uap.perturbation import CLAMP, SIZE, apply_uap, check_uap, load_uap, save_uap
+from advbench.quality.uap.training import train_uap, uap_loss
 
 
 def train_cumulative_uap(metric: QualityMetric, images: Any, *, epochs: int = 5, batch_size: int = 8,

@@ -1,6 +1,6 @@
 """Stability score of a no-reference quality metric from rate-distortion curves (UAP paper §3.2).
 
-Input is a long frame of RD points in the RD-record schema of `advbench.quality.rd` (only the
+Input is a long frame of RD points in the RD-record schema of `advbench.quality.stability.rd` (only the
 columns `metric, video, amplitude, target_bitrate_kbps, real_bitrate_kbps, metric_score,
 psnr` are used). One RD curve is (metric, video, amplitude); amplitude 0 is the curve
 without perturbation.
@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from advbench.core.errors import AdvbenchError
-from advbench.quality.schema import CURVE_KEYS, RD_COLUMNS
+from advbench.quality.stability.schema import CURVE_KEYS, RD_COLUMNS
 
 PUBLISHED_BITRATES_KBPS = (200, 1000, 5000, 12000)
 

@@ -59,18 +59,9 @@ from advbench.core.names import file_name
 from advbench.core.paths import no_links
 from advbench.core.records import write_part
 from advbench.quality.metrics.base import QualityMetric
-from advbench.quality.schema import rd_record
-from advbench.quality.uap import check_amplitude
-from advbench.quality.video import (
-    PSNR_KINDS,
-    H264Transcoder,
-    RawFormat,
-    VideoInfo,
-    iter_rgb24,
-    probe,
-    psnr,
-    yuv_frames,
-)
+from advbench.quality.stability.schema import rd_record
+from advbench.quality.stability.video import PSNR_KINDS, H264Transcoder, RawFormat, VideoInfo, iter_rgb24, probe, psnr, yuv_frames
+from advbench.quality.uap.perturbation import check_amplitude
 
 Perturbation = Callable[[torch.Tensor, float], torch.Tensor]
 """(frames NCHW in [0, 1], amplitude) -> perturbed frames in [0, 1], e.g.

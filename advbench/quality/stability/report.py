@@ -10,8 +10,8 @@ from rich.console import Console
 from rich.table import Table
 
 from advbench.core.terminal import print_table
-from advbench.quality import stability
-from advbench.quality.schema import RD_MARKER_COLUMN
+from advbench.quality.stability import scores as stability
+from advbench.quality.stability.schema import RD_MARKER_COLUMN
 
 TABLE2_DECIMALS = {"stability": 2, "loss_lo": 4, "loss_hi": 4}
 """Fixed decimals per Table-2 column (other numbers, e.g. SRCC columns, get 3), so -3.80 and

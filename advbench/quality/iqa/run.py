@@ -1,4 +1,4 @@
-"""The Hydra task of `advbench iqa run`: one cell (a metric under an attack, at every budget) per job.
+"""The job of `advbench iqa run`: one cell (a metric under an attack, at every budget) per job.
 
 A cell's rows are (image, budget) pairs, row id `image × len(eps) + budget index`, so one
 attack call carries one image at several budgets and a cell resumes, chunk by chunk, like a
@@ -12,80 +12,99 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 import pandas as pd
 import torch
-from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from advbench.core.cells import claim_cell, fill_cell
+from advbench.core.construct import target_of
 from advbench.core.digests import module_digest, tensor_digest
 from advbench.core.errors import AdvbenchError
-from advbench.core.keys import content_key, plain
+from advbench.core.keys import content_key
 from advbench.core.names import safe_name
-from advbench.core.runtime import set_threads
 from advbench.core.version import __version__
 from advbench.quality.attacks.base import MetricAttack, PrepareContext, check_budgets, check_gradient, score_and_grad
-from advbench.quality.fidelity import fidelity
 from advbench.quality.images import as_batch, uap_images
+from advbench.quality.iqa.fidelity import fidelity
 from advbench.quality.metrics.base import QualityMetric
-from advbench.quality.metrics.registry import build_metric
-from advbench.quality.tasks import metric_name
-from advbench.quality.uap import device_of
+from advbench.quality.metrics.scoring import device_of
 
 console = Console(stderr=True)
 
 
-def load_images(cfg: DictConfig) -> tuple[torch.Tensor, str]:
+@dataclass(frozen=True)
+class IqaSpec:
+    """What one job of `advbench iqa run` runs: the plain values of its config (`conf/iqa/iqa.yaml`)."""
+
+    metric: str                        # the metric option's name: records, file names, the UAP cache
+    attack_params: Mapping[str, Any]   # the attack option's `params` but `_target_`: the cell's identity
+    eps: Sequence[float]
+    data: str | None
+    n_images: int | None
+    size: int
+    seed: int
+    device: str
+    batch_size: int
+    chunk_size: int
+    force: bool
+    run_id: str | None
+    progress: bool
+    records_dir: str
+
+    def __post_init__(self) -> None:
+        """The budgets checked, and normalised, before any metric is built."""
+        object.__setattr__(self, "eps", check_budgets(self.eps))
+
+
+def load_images(spec: IqaSpec) -> tuple[torch.Tensor, str]:
     """The cell's images (N, 3, size, size) and where they came from: a folder, or the photos' test crops."""
-    images = as_batch(uap_images(cfg.data, split="test", size=int(cfg.size), limit=cfg.n_images))
-    source = str(Path(str(cfg.data)).expanduser().resolve()) if cfg.data else "sample-photos:test"
+    images = as_batch(uap_images(spec.data, split="test", size=int(spec.size), limit=spec.n_images))
+    source = str(Path(str(spec.data)).expanduser().resolve()) if spec.data else "sample-photos:test"
     return images, source
 
 
-def iqa_main(cfg: DictConfig) -> Path:
-    """Run one cell of a composed `iqa` config (skipped when its records exist); the part's path."""
-    set_threads(cfg.get("threads"))
-    budgets = check_budgets(cfg.eps)
-    attack: MetricAttack = instantiate(cfg.attack.params)
-    name = safe_name(metric_name(cfg), "metric")
-    device = device_of(cfg.device)
-    metric = build_metric(cfg.metric).to(device).eval()
+def iqa_cell(spec: IqaSpec, metric: QualityMetric, attack: MetricAttack) -> Path:
+    """Run one cell: `metric` under `attack` at every budget (skipped when its records exist); the part's path."""
+    budgets = list(spec.eps)
+    name = safe_name(spec.metric, "metric")
+    device = device_of(spec.device)
+    metric = metric.to(device).eval()
     if not metric.differentiable:
         raise AdvbenchError(f"metric '{name}' has no input gradient (not differentiable); the attacks on metrics "
                             "all need one")
-    images, source = load_images(cfg)
+    images, source = load_images(spec)
     check_gradient(metric, name, score_and_grad(metric, images[:1].to(device))[1])
-    records_dir = Path(str(cfg.records_dir)).expanduser()
-    extra = attack.prepare(metric, PrepareContext(cache=records_dir.parent / "uaps" / name, seed=int(cfg.seed),
-                                                  device=device, progress=bool(cfg.progress)))
+    records_dir = Path(str(spec.records_dir)).expanduser()
+    extra = attack.prepare(metric, PrepareContext(cache=records_dir.parent / "uaps" / name, seed=int(spec.seed),
+                                                  device=device, progress=bool(spec.progress)))
     identity = {"metric": name, "metric_digest": module_digest(metric), "attack": attack.name,
-                "attack_params": {k: v for k, v in plain(cfg.attack.params).items() if k != "_target_"},
-                "eps": budgets, "images": tensor_digest(images), "size": int(cfg.size), "seed": int(cfg.seed), **extra}
+                "attack_params": dict(spec.attack_params), "eps": budgets, "images": tensor_digest(images),
+                "size": int(spec.size), "seed": int(spec.seed), **extra}
     key = content_key(identity)
-    part = records_dir / f"{name}_{attack.name}_s{int(cfg.seed)}_{key}.parquet"
+    part = records_dir / f"{name}_{attack.name}_s{int(spec.seed)}_{key}.parquet"
     ids = list(range(len(images) * len(budgets)))
     label = f"{name}/{attack.name} ({len(images)} images × {len(budgets)} budgets)"
-    with claim_cell(part, key, ids, force=bool(cfg.force)) as files:
+    with claim_cell(part, key, ids, force=bool(spec.force)) as files:
         if files is None:
             console.print(f"[dim]skip {label}: records exist at {part} (force=true to redo)[/dim]", soft_wrap=True)
             return part
-        static = _static_columns(cfg, identity, key, metric, source, device, len(ids))
+        static = _static_columns(spec, identity, key, metric, source, device, len(ids))
         with Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                      console=console, transient=True, disable=not cfg.progress) as bar:
+                      console=console, transient=True, disable=not spec.progress) as bar:
             task = bar.add_task("iqa", total=len(ids))
 
             def compute(positions: list[int]) -> pd.DataFrame:
-                frame = attack_rows(metric, attack, images, budgets, positions, int(cfg.batch_size), device,
+                frame = attack_rows(metric, attack, images, budgets, positions, int(spec.batch_size), device,
                                     lambda n: bar.advance(task, n))
                 return frame.assign(**static)
 
-            frame = fill_cell(files, key, __version__, ids, int(cfg.chunk_size), compute)
+            frame = fill_cell(files, key, __version__, ids, int(spec.chunk_size), compute)
     summarize(frame, label, part)
     return part
 
@@ -117,12 +136,12 @@ def attack_rows(metric: QualityMetric, attack: MetricAttack, images: torch.Tenso
     return pd.concat(frames, ignore_index=True)
 
 
-def _static_columns(cfg: DictConfig, identity: dict[str, Any], key: str, metric: QualityMetric, source: str,
+def _static_columns(spec: IqaSpec, identity: dict[str, Any], key: str, metric: QualityMetric, source: str,
                     device: torch.device, samples: int) -> dict[str, Any]:
     """The columns every record of the cell shares: provenance, names, the metric's direction and range."""
     lo, hi = metric.score_range
     return {
-        "run_id": str(cfg.get("run_id") or datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")),
+        "run_id": str(spec.run_id or datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")),
         "cell_key": key, "advbench_version": __version__, "cell_samples": samples,
         "metric": identity["metric"], "attack": identity["attack"],
         "attack_params": json.dumps(identity["attack_params"], sort_keys=True),
@@ -141,14 +160,12 @@ def summarize(frame: pd.DataFrame, label: str, part: Path) -> None:
     Console().print(f"{label}: mean gain {shown}; wrote {part}", soft_wrap=True)
 
 
-def check_iqa_config(cfg: DictConfig) -> None:
-    """The values a job needs before any work: budgets, an attack on metrics, whole batch sizes."""
-    check_budgets(cfg.eps)
-    for key in ("batch_size", "chunk_size"):
-        value = cfg.get(key)
+def check_iqa_settings(eps: Any, batch_size: Any, chunk_size: Any, attack: str, target: str) -> None:
+    """The values a job needs before any work: budgets, an attack on metrics (its `_target_`), whole batch sizes."""
+    check_budgets(eps)
+    for key, value in (("batch_size", batch_size), ("chunk_size", chunk_size)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise AdvbenchError(f"{key} must be a whole number >= 1, got {value!r}")
-    target = str(OmegaConf.select(cfg, "attack.params._target_", default=""))
-    if not target.startswith("advbench.quality.attacks."):
-        raise AdvbenchError(f"attack '{OmegaConf.select(cfg, 'attack.name')}' is not an attack on quality metrics "
-                            "(see `advbench list iqa/attack`)")
+    cls = target_of(target) if target else None
+    if not (isinstance(cls, type) and issubclass(cls, MetricAttack)):
+        raise AdvbenchError(f"attack '{attack}' is not an attack on quality metrics (see `advbench list iqa/attack`)")

@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from advbench.core.terminal import print_table
-from advbench.quality.iqa_scores import gain_by_iteration, msu_scores
+from advbench.quality.iqa.scores import gain_by_iteration, msu_scores
 
 ATTACK_ORDER = ("fgsm", "ifgsm", "mifgsm", "amifgsm", "korhonen", "madc", "uap", "cumulative_uap")
 

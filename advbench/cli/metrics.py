@@ -1,0 +1,54 @@
+"""Quality metrics by option name: the shipped `conf/metric/<name>.yaml`, its folders resolved, built.
+
+The option files hold `${advbench:weights}` and `${advbench:cache}` folders, which only the
+command line resolves (`advbench.cli.options`); the quality half builds a metric from the
+resolved, plain config (`advbench.quality.metrics.registry.build_metric`). This is the way in
+for the `uap` and `iqa` commands and for Python users: `build_metric("nima", weights=None)`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from advbench.cli.options import load_option
+from advbench.core.catalog import group_options
+from advbench.core.errors import AdvbenchError
+
+if TYPE_CHECKING:
+    from advbench.quality.metrics.base import QualityMetric
+
+GROUP = "metric"
+
+
+def metric_config(name: str) -> DictConfig:
+    """The shipped YAML of one metric option, unresolved."""
+    options = group_options(GROUP)
+    node = load_option(GROUP, name) if name in options else None
+    if node is None:
+        raise AdvbenchError(f"unknown metric '{name}'; valid: {', '.join(options)}")
+    return node
+
+
+def metric_spec(cfg: str | Mapping[str, Any], **overrides: Any) -> dict[str, Any]:
+    """A metric's config as plain, resolved data: an option name or a config node, keyword overrides on top."""
+    node = metric_config(cfg) if isinstance(cfg, str) else cfg
+    try:
+        merged = OmegaConf.merge(node, overrides) if overrides else node
+        spec = OmegaConf.to_container(merged, resolve=True) if isinstance(merged, DictConfig) else dict(merged)
+    except OmegaConfBaseException as exc:
+        raise AdvbenchError(f"metric config: {str(exc).splitlines()[0]}") from None
+    return spec
+
+
+def build_metric(cfg: str | Mapping[str, Any], **overrides: Any) -> QualityMetric:
+    """Build a metric from its option name or config node (`cfg.metric`), plus keyword overrides.
+
+    Example: `build_metric("nima", weights=None)` gives a random-init NIMA for tests.
+    """
+    from advbench.quality.metrics.registry import build_metric as build  # imports torch: only when building
+
+    return build(metric_spec(cfg, **overrides))

@@ -1,0 +1,81 @@
+"""The Hydra tasks of `advbench uap train | eval | stability` and `advbench iqa run`: a composed config in.
+
+The command line is the one reader of Hydra's configs: each task turns its composed DictConfig
+into the job's plain spec (`TrainSpec`, `Table1Spec`, `StabilitySpec`, `IqaSpec`), reads the
+metric option's name from Hydra, builds the metric (`advbench.cli.metrics.build_metric`) and
+the attack (`advbench.core.construct.construct`), and hands them to the quality half. The
+quality modules import torch, so they are imported inside the tasks: `advbench --help`
+imports neither torch nor pandas.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from advbench.cli.metrics import build_metric
+
+
+def metric_name(cfg: DictConfig) -> str:
+    """The metric option the user chose (`metric=...`), outside Hydra the config's `name`."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        return str(HydraConfig.get().runtime.choices["metric"])
+    return str(cfg.metric.get("name", "metric"))
+
+
+def resolved(value: Any) -> Any:
+    """A config value as plain data, its interpolations resolved."""
+    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+
+
+def job_spec(spec_type: type, cfg: DictConfig, **given: Any) -> Any:
+    """`spec_type` (a frozen dataclass) filled with the config's resolved values of its fields, `given` on top."""
+    return spec_type(**{f.name: resolved(cfg[f.name]) for f in fields(spec_type) if f.name not in given}, **given)
+
+
+def train_main(cfg: DictConfig) -> Any:
+    """`advbench uap train`: train, save and record one UAP; the .pt path."""
+    from advbench.quality.uap.training import TrainSpec, train_job
+
+    return train_job(job_spec(TrainSpec, cfg, metric=metric_name(cfg)), build_metric(cfg.metric))
+
+
+def eval_main(cfg: DictConfig) -> Any:
+    """`advbench uap eval`: the seed's Table 1 (UAP vs MADC); the table."""
+    from advbench.quality.uap.evaluation import Table1Spec, table1_job
+
+    return table1_job(job_spec(Table1Spec, cfg, metric=metric_name(cfg)), build_metric(cfg.metric))
+
+
+def stability_main(cfg: DictConfig) -> Any:
+    """`advbench uap stability`: RD records of a UAP's videos; the run's summary."""
+    from advbench.quality.stability.uap_rd import StabilitySpec, stability_job
+
+    return stability_job(job_spec(StabilitySpec, cfg, metric=metric_name(cfg)), build_metric(cfg.metric))
+
+
+def iqa_main(cfg: DictConfig) -> Any:
+    """`advbench iqa run`: one cell, a metric under an attack at every budget; the part's path."""
+    from advbench.core.construct import construct
+    from advbench.core.runtime import set_threads
+    from advbench.quality.iqa.run import IqaSpec, iqa_cell
+
+    set_threads(cfg.get("threads"))
+    params = resolved(cfg.attack.params)
+    spec = job_spec(IqaSpec, cfg, metric=metric_name(cfg),
+                    attack_params={k: v for k, v in params.items() if k != "_target_"})
+    attack = construct(params)
+    return iqa_cell(spec, build_metric(cfg.metric), attack)
+
+
+def check_iqa(cfg: DictConfig) -> None:
+    """The values an `iqa run` job needs before any work (`advbench.quality.iqa.run.check_iqa_settings`)."""
+    from advbench.quality.iqa.run import check_iqa_settings
+
+    check_iqa_settings(resolved(cfg.get("eps")), cfg.get("batch_size"), cfg.get("chunk_size"),
+                       str(OmegaConf.select(cfg, "attack.name")),
+                       str(OmegaConf.select(cfg, "attack.params._target_", default="")))

@@ -1,0 +1,95 @@
+"""The job of `advbench uap stability`: a UAP applied to videos before H.264, RD records out.
+
+`advbench.quality.stability.rd` computes and records the RD points; this module chooses the
+videos (a folder, one file, or synthetic clips of the sample photos) and the perturbation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import torch
+from rich.console import Console
+
+from advbench.core.digests import tensor_digest
+from advbench.core.errors import AdvbenchError
+from advbench.core.paths import no_links
+from advbench.quality.metrics.base import QualityMetric
+from advbench.quality.metrics.scoring import device_of
+from advbench.quality.stability.clips import MOTIONS, make_synthetic_videos
+from advbench.quality.stability.rd import RDRun, run_rd
+from advbench.quality.stability.video import RawFormat
+from advbench.quality.uap.perturbation import apply_uap, check_amplitude, load_uap, uap_file
+
+VIDEO_SUFFIXES = {".y4m", ".yuv", ".mp4", ".mkv", ".avi", ".mov", ".webm"}
+
+
+@dataclass(frozen=True)
+class StabilitySpec:
+    """What `advbench uap stability` runs: the plain values of its config (`conf/uap_stability.yaml`)."""
+
+    metric: str                    # the metric option's name: records and file names
+    perturbation: str | None       # a UAP file; None: the newest `uap train` wrote under uap_dir
+    uap_dir: str
+    videos: str | None             # a folder of videos or one file; None: synthetic clips
+    synthetic: Mapping[str, Any]   # n, size, frames, motions of the synthetic clips
+    raw: Mapping[str, Any]         # width, height, pix_fmt, fps of headerless .yuv
+    amplitudes: Sequence[float]
+    bitrates_kbps: Sequence[float]
+    preset: str
+    psnr: str
+    csf: bool
+    max_frames: int | None
+    batch_size: int
+    device: str
+    force: bool
+    out_dir: str
+    progress: bool
+
+    def __post_init__(self) -> None:
+        """Amplitudes checked, and normalised, before any metric is built."""
+        object.__setattr__(self, "amplitudes", tuple(check_amplitude(a) for a in self.amplitudes))
+
+
+def job_videos(spec: Any) -> list[Path]:
+    """The videos to test: a folder's video files, one file, or synthetic clips when `spec.videos` is None."""
+    if spec.videos is None:
+        s = spec.synthetic
+        out_dir = Path(spec.out_dir).expanduser()
+        return make_synthetic_videos(no_links(out_dir / "videos", out_dir), n=s["n"], size=tuple(s["size"]),
+                                     frames=s["frames"], motions=tuple(s.get("motions", MOTIONS)))
+    source = Path(spec.videos).expanduser()
+    if source.is_file():
+        return [source]
+    if not source.is_dir():
+        raise AdvbenchError(f"videos '{source}' does not exist: expected a folder of videos or one video file")
+    found = sorted(p for p in source.iterdir() if p.suffix.lower() in VIDEO_SUFFIXES)
+    if not found:
+        raise AdvbenchError(f"no videos in '{source}': expected files ending in {', '.join(sorted(VIDEO_SUFFIXES))}")
+    return found
+
+
+def stability_job(spec: StabilitySpec, metric: QualityMetric) -> RDRun:
+    """Perturb, encode and score every video x amplitude x bitrate; RD records to parquet."""
+    amplitudes = list(spec.amplitudes)
+    name, device = spec.metric, device_of(spec.device)
+    delta = load_uap(uap_file(spec.perturbation, spec.uap_dir, name)).to(device)
+    raw = spec.raw
+    fmt = RawFormat(raw["width"], raw["height"], raw["pix_fmt"], raw["fps"]) if raw["width"] else None
+    videos = job_videos(spec)
+
+    def perturb(frames: torch.Tensor, amplitude: float) -> torch.Tensor:
+        return apply_uap(frames, delta, amplitude, csf=spec.csf)
+
+    perturbation_key = f"uap={tensor_digest(delta)} csf={bool(spec.csf)}"
+    result = run_rd(videos, metric, perturb, Path(spec.out_dir).expanduser(), metric_name=name,
+                    perturbation_key=perturbation_key, amplitudes=amplitudes,
+                    bitrates_kbps=list(spec.bitrates_kbps), preset=spec.preset, psnr_kind=spec.psnr, raw=fmt,
+                    max_frames=spec.max_frames, batch_size=spec.batch_size, device=device, force=spec.force,
+                    progress=spec.progress)
+    stale = f", {len(result.stale)} of them replacing points made with other settings" if result.stale else ""
+    Console().print(f"{name}: {len(result.written)} RD points written{stale}, {len(result.skipped)} already there "
+                    f"(run {result.run_id}); next: advbench plot {spec.out_dir}")
+    return result
