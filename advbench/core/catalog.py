@@ -11,8 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 
 from advbench.core.errors import AdvbenchError
 
@@ -78,17 +76,6 @@ def option_data(group: str, option: str) -> dict[str, Any] | None:
     if not isinstance(data, dict):
         raise AdvbenchError(f"option file '{path}' is invalid: not a mapping of keys")
     return data
-
-
-def load_option(group: str, option: str) -> DictConfig | None:
-    """One option's YAML as an unresolved config (None: no such option), for the readers not yet given specs."""
-    path = option_file(group, option)
-    if path is None:
-        return None
-    try:
-        return OmegaConf.load(path)
-    except (OmegaConfBaseException, yaml.YAMLError) as exc:
-        raise AdvbenchError(f"option file '{path}' is invalid: {str(exc).splitlines()[0]}") from None
 
 
 def describe(group: str, option: str) -> str:
