@@ -10,7 +10,6 @@ config group as `advbench list` does.
 from __future__ import annotations
 
 import dataclasses
-import json
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -21,7 +20,7 @@ import torch
 from omegaconf import open_dict
 from torch import nn
 
-from advbench.cli.config import compose_config
+from advbench.cli.choices import api_config
 from advbench.cli.specs import cell_spec
 from advbench.core.catalog import describe, group_options, groups
 from advbench.core.construct import construct
@@ -43,8 +42,7 @@ from advbench.robustness.models.given import (
     refuse_inapplicable,
 )
 from advbench.robustness.models.user_models import check_forward, check_randomized, check_randomness, mark_randomized
-from advbench.robustness.report.plot import render_all, with_categories
-from advbench.robustness.report.table3 import summary_table
+from advbench.robustness.report.table3 import summary_table, with_categories
 from advbench.robustness.specs import AttackSpec, CellSpec
 
 
@@ -81,12 +79,11 @@ def evaluate(model: nn.Module, data: Any = "digits", *, attack: str | Attack = "
     name = label or type(model).__name__
     check_randomness(randomized, eot_samples)
     refuse_inapplicable(overrides, data_object=not isinstance(data, str))
-    choices = [*([] if defense is None else [f"defense={defense}"]), *overrides]
     with tempfile.TemporaryDirectory(prefix="advbench-") as scratch, caller_state_kept(model, device), \
             python_warnings():
-        cfg = compose_config("config", _overrides(name, data, attack, threat, eps, attack_params,
-                                                  Path(out_dir) if out_dir is not None else Path(scratch),
-                                                  device, seed, randomized, choices))
+        cfg = api_config(_choices(data, attack, threat, defense),
+                         _values(name, attack, eps, attack_params, Path(out_dir) if out_dir is not None else Path(scratch),
+                                 device, seed, randomized), overrides)
         wrapper = applicable_wrapper(cfg.defense)
         if defense is None and not any(o.lstrip("+").startswith("defense") for o in overrides):
             with open_dict(cfg):
@@ -104,24 +101,29 @@ def evaluate(model: nn.Module, data: Any = "digits", *, attack: str | Attack = "
         return read_kind([part], kinds=("benchmark",))[1]
 
 
-def _overrides(name: str, data: Any, attack: str | Attack, threat: str, eps: float | None,
-               attack_params: Mapping[str, Any] | None, out_dir: Path, device: str, seed: int,
-               randomized: bool, extra: Sequence[str]) -> list[str]:
-    """The `advbench run` command line of these choices."""
-    args = [f"threat={threat}", f"device={device}", f"seed={seed}", "model=python", f"label={json.dumps(name)}",
-            f"out_dir={out_dir}", f"model.randomized={str(bool(randomized)).lower()}"]
-    if isinstance(data, str):
-        args.append(f"dataset={data}")
+def _choices(data: Any, attack: str | Attack, threat: str, defense: str | None) -> dict[str, str]:
+    """The options these arguments name, by config group."""
+    picked = {"threat": threat, "model": "python", **({"dataset": data} if isinstance(data, str) else {}),
+              **({"defense": defense} if defense is not None else {})}
     if isinstance(attack, str):
-        args.append(f"attack={attack}")
-        args += [f"attack.params.{k}={json.dumps(v)}" for k, v in (attack_params or {}).items()]
+        picked["attack"] = attack
     elif not isinstance(attack, Attack):
         raise AdvbenchError(f"attack must be an attack option name or an Attack object, got {type(attack).__name__}")
+    return picked
+
+
+def _values(name: str, attack: str | Attack, eps: float | None, attack_params: Mapping[str, Any] | None,
+            out_dir: Path, device: str, seed: int, randomized: bool) -> dict[str, Any]:
+    """The values these arguments set, by dotted key."""
+    values: dict[str, Any] = {"device": device, "seed": seed, "label": name, "out_dir": str(out_dir),
+                              "model.randomized": bool(randomized)}
+    if isinstance(attack, str):
+        values.update({f"attack.params.{k}": v for k, v in (attack_params or {}).items()})
     elif attack_params:
         raise AdvbenchError("attack_params go with an attack option name; an Attack object holds its own")
     if eps is not None:
-        args.append(f"threat.eps={float(eps)!r}")
-    return [*args, *extra]
+        values["threat.eps"] = float(eps)
+    return values
 
 
 def _given(spec: CellSpec, model: nn.Module, dataset: Any, attack: str | Attack, normalisation: Normalisation,
@@ -171,6 +173,8 @@ def plot(records: pd.DataFrame | str | Path, out: str | Path = "plots", group_by
     frame = records if isinstance(records, pd.DataFrame) else read_kind([Path(records)], kinds=("benchmark",))[1]
     if group_by not in ("defense", "category"):
         raise AdvbenchError(f"group_by must be defense or category, got {group_by!r}")
+    from advbench.robustness.report.plot import render_all  # matplotlib: only when drawing
+
     return render_all(frame, writable_folder(out, "out"), group_by=group_by)
 
 

@@ -22,12 +22,12 @@ from typing import Any, Callable, Iterator, Sequence
 
 from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 import advbench.cli.options  # noqa: F401  (registers the ${advbench:cache|data|weights} resolver the YAML uses)
 from advbench.cli.compositions import OWN_COMPOSITION_FLAGS, composed_once
-from advbench.cli.validate import _one_line, validate
+from advbench.cli.validate import _one_line, check_composed
 from advbench.cli.workers import watch_parent
 from advbench.core.catalog import conf_dir, config_root, group_options
 from advbench.core.errors import AdvbenchError, user_error
@@ -167,19 +167,6 @@ def compose_config(config_name: str, overrides: Sequence[str]) -> DictConfig:
         raise (_unknown_key(config_name, overrides, exc) or AdvbenchError(_one_line(exc))) from None
     check_composed(cfg)
     return cfg
-
-
-def check_composed(cfg: DictConfig) -> None:
-    """Every value set, every interpolation resolvable (resolved in place), every value valid."""
-    try:
-        OmegaConf.resolve(cfg)
-    except (OmegaConfBaseException, ValueError) as exc:
-        raise AdvbenchError(_one_line(exc)) from None
-    missing = sorted(OmegaConf.missing_keys(cfg))
-    if missing:
-        raise AdvbenchError(f"missing required value(s): {', '.join(missing)}; set them on the command line, "
-                            f"e.g. {missing[0]}=...")
-    validate(cfg)
 
 
 def _compose(config_name: str, overrides: Sequence[str]) -> DictConfig:

@@ -137,13 +137,9 @@ def plot(records: tuple[Path, ...], out_dir: Path, group_by: str) -> None:
 
         written = render_iqa(frame, out_dir)
     else:
-        from advbench.robustness.report.plot import (
-            print_tables,
-            render_all,
-            with_categories,
-        )
+        from advbench.robustness.report.plot import print_tables, render_all
         from advbench.robustness.report.shards import missing_shards, mixed_shards
-        from advbench.robustness.report.table3 import summary_table
+        from advbench.robustness.report.table3 import summary_table, with_categories
 
         mixed = mixed_shards(frame)
         if mixed:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -167,10 +168,15 @@ def cell_settings(cfg: DictConfig) -> CellSettings:
 
 def in_sweep() -> bool:
     """Whether this cell is one job of a `-m` sweep (which skips cells its attack does not support)."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
+    job = _hydra_job()
+    return job is not None and job.mode == sys.modules["hydra.types"].RunMode.MULTIRUN
 
-    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+def _hydra_job() -> Any:
+    """The running Hydra job's own config; None outside a job (and without importing Hydra where
+    nothing did: the Python API builds its configs without it)."""
+    module = sys.modules.get("hydra.core.hydra_config")
+    return module.HydraConfig.get() if module is not None and module.HydraConfig.initialized() else None
 
 
 _TRAINING_KEYS = ("dataset.", "model.", "defense.recipe.", "hydra.searchpath=", "cache_dir=", "training_threads=",
@@ -180,11 +186,10 @@ _TRAINING_KEYS = ("dataset.", "model.", "defense.recipe.", "hydra.searchpath=", 
 
 def training_overrides() -> list[str]:
     """The running Hydra job's overrides a train line must repeat (none outside a Hydra job)."""
-    from hydra.core.hydra_config import HydraConfig
-
-    if not HydraConfig.initialized():
+    job = _hydra_job()
+    if job is None:
         return []
-    given = HydraConfig.get().overrides
+    given = job.overrides
     typed = [*OmegaConf.to_container(given.hydra), *OmegaConf.to_container(given.task)]  # as typed: not resolved
     return [o for o in typed if o.startswith(_TRAINING_KEYS)
             and not o.startswith(("model.arch=", "model.target=", "model.name="))]

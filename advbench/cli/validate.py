@@ -20,8 +20,10 @@ import typing
 from typing import Any, Callable
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 import advbench.cli.options  # noqa: F401  (registers the ${advbench:cache|data|weights} resolver the YAML uses)
+from advbench.core.construct import construct, target_of
 from advbench.core.errors import AdvbenchError, user_error
 from advbench.core.keys import plain_value
 from advbench.core.names import safe_name
@@ -211,10 +213,8 @@ def _check_arguments(key: str, node: Any) -> None:
     """
     if not isinstance(node, DictConfig) or not isinstance(node.get("_target_"), str):
         return
-    from hydra.utils import get_object
-
     try:
-        target = get_object(node._target_)
+        target = target_of(node._target_)
         hints = typing.get_type_hints(target.__init__ if isinstance(target, type) else target)
     except Exception:  # an unknown target or unresolvable annotation: Hydra and the constructor report it
         return
@@ -325,11 +325,9 @@ def validate(cfg: DictConfig) -> None:
 
 def _check_attack(name: str, params: DictConfig) -> None:
     """Build the attack once (cheap, no model) so its own argument checks run up front."""
-    from hydra.utils import instantiate
-
     try:
-        instantiate(params)
-    except Exception as exc:  # the constructor's ValueError/TypeError, wrapped by Hydra
+        construct(OmegaConf.to_container(params, resolve=True))
+    except Exception as exc:  # the constructor's own check, or an error it did not expect
         cause = user_error(exc)
         if cause is not None:  # the attack's own check: named by the keys the user typed
             raise AdvbenchError(f"bad attack.params for '{name}': {cause}") from None
@@ -337,3 +335,16 @@ def _check_attack(name: str, params: DictConfig) -> None:
         while root.__cause__ is not None:
             root = root.__cause__
         raise AdvbenchError(f"bad attack.params for '{name}': {_one_line(root)}") from None
+
+
+def check_composed(cfg: DictConfig) -> None:
+    """Every value set, every interpolation resolvable (resolved in place), every value valid."""
+    try:
+        OmegaConf.resolve(cfg)
+    except (OmegaConfBaseException, ValueError) as exc:
+        raise AdvbenchError(_one_line(exc)) from None
+    missing = sorted(OmegaConf.missing_keys(cfg))
+    if missing:
+        raise AdvbenchError(f"missing required value(s): {', '.join(missing)}; set them on the command line, "
+                            f"e.g. {missing[0]}=...")
+    validate(cfg)

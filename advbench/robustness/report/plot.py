@@ -25,15 +25,11 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator, PercentFormatter
 from rich.console import Console
 from rich.table import Table
 
-from advbench.core.catalog import option_data
 from advbench.core.errors import AdvbenchError
-from advbench.core.keys import plain_value
 from advbench.core.terminal import print_table
 from advbench.robustness.report.curves import (
-    CATEGORY,
     STRENGTH_UNITS,
     budget_curve,
-    category_label,
     checkpoint_curve,
     eps_grid,
     query_curve,
@@ -41,7 +37,7 @@ from advbench.robustness.report.curves import (
     strength_curve,
 )
 from advbench.robustness.report.shards import ROW, same_name_cells
-from advbench.robustness.report.table3 import RATE, format_table3, summary_table
+from advbench.robustness.report.table3 import RATE, defense_categories, format_table3, summary_table, with_categories
 
 FIGURE_KEY = ["dataset", "norm", "goal", "knowledge"]
 """One figure per threat model and data set; panels are attacks, lines are model rows (a defense, or a
@@ -83,29 +79,6 @@ def defense_styles(defenses: Iterable[str], categories: dict[str, str] | None = 
         rank = i // len(palette) + (0 if categories is None else [categories[d] for d in names[:i]].count(categories[name]))
         styles[name] = {"color": palette[i % len(palette)], "linestyle": LINESTYLES[rank % len(LINESTYLES)]}
     return styles
-
-
-def defense_categories(df: pd.DataFrame) -> dict[str, str]:
-    """Category of every defense in the records: their `defense_category` column, else the
-    `category:` of conf/defense/<defense>.yaml ("uncategorised" for a defense without one)."""
-    known: dict[str, str] = {}
-    if CATEGORY in df.columns:
-        held = df[["defense", CATEGORY]].dropna().astype({CATEGORY: str})
-        held = held[held[CATEGORY] != ""].drop_duplicates("defense", keep="last")  # one row per defense
-        known = dict(zip(held["defense"], held[CATEGORY]))
-    out = {}
-    for defense in sorted(df["defense"].unique()):
-        if defense not in known:
-            data = option_data("defense", defense)
-            category = None if data is None else plain_value(data.get("category"))
-            known[defense] = category_label(category) or "uncategorised"
-        out[defense] = known[defense]
-    return out
-
-
-def with_categories(df: pd.DataFrame) -> pd.DataFrame:
-    """The records with `defense_category` filled for every row (see :func:`defense_categories`)."""
-    return df.assign(**{CATEGORY: df["defense"].map(defense_categories(df))})
 
 
 def _single_key(curves: pd.DataFrame) -> tuple[str, ...]:

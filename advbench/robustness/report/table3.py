@@ -11,11 +11,14 @@ import shutil
 import numpy as np
 import pandas as pd
 
+from advbench.core.catalog import option_data
 from advbench.core.errors import AdvbenchError
+from advbench.core.keys import plain_value
 from advbench.robustness.report.curves import (
     CATEGORY,
     KNOWLEDGE_ORDER,
     TABLE_COLUMNS,
+    category_label,
     require_unique,
     validate_columns,
 )
@@ -131,3 +134,26 @@ def _validate_tidy(tidy: pd.DataFrame) -> None:
     missing = sorted(set(needed) - set(tidy.columns))
     if missing:
         raise AdvbenchError(f"table formatting needs summary_table columns {', '.join(missing)}; they are missing")
+
+
+def defense_categories(df: pd.DataFrame) -> dict[str, str]:
+    """Category of every defense in the records: their `defense_category` column, else the
+    `category:` of conf/defense/<defense>.yaml ("uncategorised" for a defense without one)."""
+    known: dict[str, str] = {}
+    if CATEGORY in df.columns:
+        held = df[["defense", CATEGORY]].dropna().astype({CATEGORY: str})
+        held = held[held[CATEGORY] != ""].drop_duplicates("defense", keep="last")  # one row per defense
+        known = dict(zip(held["defense"], held[CATEGORY]))
+    out = {}
+    for defense in sorted(df["defense"].unique()):
+        if defense not in known:
+            data = option_data("defense", defense)
+            category = None if data is None else plain_value(data.get("category"))
+            known[defense] = category_label(category) or "uncategorised"
+        out[defense] = known[defense]
+    return out
+
+
+def with_categories(df: pd.DataFrame) -> pd.DataFrame:
+    """The records with `defense_category` filled for every row (see :func:`defense_categories`)."""
+    return df.assign(**{CATEGORY: df["defense"].map(defense_categories(df))})
