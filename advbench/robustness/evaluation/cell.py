@@ -286,7 +286,7 @@ def _static_columns(cfg: DictConfig, identity: dict[str, Any], threat: ThreatMod
         "goal": threat.goal,
         "knowledge": threat.knowledge,
         "eps_budget": threat.eps,
-        "strength_budget": int(getattr(attack, "steps", 1)),
+        "strength_budget": int(attack.strength_budget),
         "seed": int(cfg.seed),
         "shard": int(cfg.shard.index),
         "shard_count": int(cfg.shard.count),
