@@ -106,3 +106,35 @@ def test_the_contract_tests_run_it(toy: dict[str, str]) -> None:
     # test_attacks: contract for l-inf/l2 x untargeted/targeted, zero budget, samples apart, engine
     # records; test_attack_declarations: declared, built, bad scale values; test_config: composes
     assert passed >= 15 and "failed" not in proc.stdout, proc.stdout[-3000:]
+
+
+def test_a_missing_folder_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ADVBENCH_CONF", str(tmp_path / "nowhere"))
+    with pytest.raises(AdvbenchError, match="ADVBENCH_CONF names '.*nowhere', which is not a folder"):
+        group_options("attack")
+
+
+def test_hydra_searches_conf_then_the_given_folders_then_advbench_conf(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from advbench.cli.options import with_user_conf
+    from advbench.core.catalog import conf_dir
+
+    monkeypatch.delenv("ADVBENCH_CONF", raising=False)
+    assert with_user_conf(["attack=pgd"]) == ["attack=pgd"], "unchanged without ADVBENCH_CONF"
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "given").mkdir()
+    monkeypatch.setenv("ADVBENCH_CONF", str(tmp_path / "mine"))
+    given = ["attack=pgd", f"hydra.searchpath=[file://{tmp_path / 'given'}]"]
+    once = with_user_conf(given)
+    assert once == ["attack=pgd", f"hydra.searchpath=['file://{conf_dir()}','file://{tmp_path / 'given'}',"
+                                  f"'file://{tmp_path / 'mine'}']"]
+    assert with_user_conf(once) == once
+
+
+def test_an_attack_class_says_its_budget() -> None:
+    from advbench.robustness.attacks.base import Attack
+
+    with pytest.raises(TypeError, match="Silent has a run but does not say its strength_budget"):
+        class Silent(Attack):
+            def run(self, oracle, x, y, *, eps, norm, target, sample_id):  # pragma: no cover - never built
+                raise NotImplementedError
