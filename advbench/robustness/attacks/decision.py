@@ -44,8 +44,8 @@ class HopSkipJump(DecisionAttack):
     `max_queries` are spent (the last gradient estimate uses what is left). Samples run the
     iterations in lockstep, each with its own budget and its own random directions.
 
-    `first_success` and the checkpoints are in queries (`steps` = `max_queries` is the strength
-    budget). Untargeted starts: up to `init_tries` uniform noise images, then the authors'
+    `first_success` and the checkpoints are in queries (`strength_budget` is
+    `max_queries`). Untargeted starts: up to `init_tries` uniform noise images, then the authors'
     blend search towards x (tolerance 0.001); targeted: see `starting_points`.
     """
 

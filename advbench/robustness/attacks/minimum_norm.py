@@ -275,8 +275,8 @@ class CarliniWagnerL2(Attack):
     Strength (`first_success`) is the number of Adam steps the sample had taken, summed over
     the binary-search steps, when the example within eps was found. That equals this same run
     stopped after that many steps, not a rerun with smaller `iterations` (which changes every
-    optimisation's length, the early-abort checks and the c schedule). `steps`, the strength
-    budget the engine and the ensemble read, is `iterations · binary_search_steps`.
+    optimisation's length, the early-abort checks and the c schedule). `strength_budget`, which
+    the engine and the ensemble read, is `iterations · binary_search_steps`.
     """
 
     kind = "minimizing"

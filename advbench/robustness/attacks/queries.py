@@ -159,7 +159,7 @@ def bisect(log: QueryLog, x: torch.Tensor, x_adv: torch.Tensor, idx: torch.Tenso
 
 class DecisionAttack(Attack):
     """What the decision-based attacks share: top-1 labels only, a minimum-norm result, and a
-    per-sample query budget (the strength budget, `steps`) with checkpoints the records keep."""
+    per-sample query budget (the `strength_budget`) with checkpoints the records keep."""
 
     kind = "minimizing"
     knowledge = ("decision",)
