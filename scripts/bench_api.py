@@ -80,7 +80,8 @@ def main() -> None:
             imports[name].append(import_seconds(code))
     for name, seconds in imports.items():
         print(f"{name:40s} {statistics.median(seconds):6.2f} s")
-    print(f"{'ratio':40s} {statistics.median(imports['import advbench; advbench.evaluate']) / statistics.median(imports['import torch']):6.2f}x")
+    ratio = statistics.median(imports["import advbench; advbench.evaluate"]) / statistics.median(imports["import torch"])
+    print(f"{'ratio':40s} {ratio:6.2f}x")
 
     import torch
 

@@ -12,7 +12,9 @@ Each table sits between two marker comments in a docs page:
     python scripts/catalog_tables.py --check   # exit 1 and name the blocks that are stale
 
 The descriptions are those of `advbench list` (`advbench.core.catalog.describe`), so the docs,
-the command line and the YAML cannot disagree.
+the command line and the YAML cannot disagree. Printed tables list the user's options too
+(`ADVBENCH_CONF`); `--write` and `--check` keep the docs to the shipped ones and refuse to run
+while `ADVBENCH_CONF` is set.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import re
 import sys
 from pathlib import Path
 
-from advbench.core.catalog import conf_dir, describe, group_options, groups
+from advbench.core.catalog import USER_CONF, conf_dir, describe, group_options, groups, user_conf_dirs
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -103,6 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--write", action="store_true", help="rewrite the marked blocks in docs/")
     mode.add_argument("--check", action="store_true", help="exit 1 if a marked block is stale or missing")
     args = parser.parse_args(argv)
+    if (args.write or args.check) and user_conf_dirs():
+        print(f"unset {USER_CONF}: the docs tables list the shipped options only", file=sys.stderr)
+        return 2
     if args.write:
         for path in write():
             print(f"wrote {path.relative_to(ROOT)}")

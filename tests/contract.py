@@ -25,7 +25,7 @@ def assert_budgeted_contract(attack: Attack, res: AttackResult, oracle: WhiteBox
     agrees = (pred == target) if target is not None else (pred != y)
     assert torch.equal(res.success, agrees), "success must be what the model says on the returned example"
     assert torch.equal(res.success, res.first_success >= 0)
-    assert (res.first_success <= attack.steps).all() and (oracle.grad_evals <= attack.steps).all()
+    assert (res.first_success <= attack.strength_budget).all() and (oracle.grad_evals <= attack.strength_budget).all()
 
 
 class Counting(nn.Module):

@@ -1,8 +1,9 @@
 """The contract every attack in the catalogue must keep, on a real (tiny) trained model.
 
-Parametrised over `conf/attack/*.yaml`, so a new attack is held to the same contract by
-default: budget and bounds respected, success only where the model agrees, targeted success
-means the target, per-sample budgets independent of each other.
+Parametrised over the catalogue (`conf/attack/*.yaml`, then the user's `ADVBENCH_CONF` folders), so
+a new attack is held to the same contract by default: budget (`strength_budget`) and bounds
+respected, success only where the model agrees, targeted success means the target, per-sample
+budgets independent of each other.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from advbench.core.catalog import conf_dir, group_options
+from advbench.core.catalog import group_options, option_file
 from advbench.core.errors import AdvbenchError
 from advbench.core.steps import lp_norm
 from advbench.robustness.attacks.gradient import BIM, FGSM
@@ -46,7 +47,7 @@ SHORT |= {"zoo": {"n_queries": 331, "coordinates": 16, "lr": 0.1},
 
 
 def make_attack(name: str):
-    cfg = OmegaConf.load(conf_dir() / "attack" / f"{name}.yaml")
+    cfg = OmegaConf.load(option_file("attack", name))
     OmegaConf.update(cfg, "params.seed", 0, force_add=True) if "seed" in cfg.params else None
     for key, value in SHORT.get(name, {}).items():
         OmegaConf.update(cfg, f"params.{key}", value)
@@ -89,13 +90,13 @@ def test_attack_contract(name: str, norm: str, targeted: bool, tiny_model, batch
         assert torch.equal(res.x_adv[~res.success], x[~res.success])
         assert torch.equal(res.first_success >= 0, res.success & (dist <= eps))
         if oracle.knowledge == "decision":  # strength is queries, counted by the oracle
-            assert (oracle.queries <= attack.steps).all()
+            assert (oracle.queries <= attack.strength_budget).all()
     else:
         assert (dist <= eps * (1 + 1e-5) + 1e-6).all()
         assert torch.equal(res.success, res.first_success >= 0)
-        assert (res.first_success <= attack.steps).all() and (oracle.grad_evals <= attack.steps).all()
+        assert (res.first_success <= attack.strength_budget).all() and (oracle.grad_evals <= attack.strength_budget).all()
         if oracle.knowledge == "score":  # strength is queries: the oracle's count stays within the budget
-            assert (oracle.queries <= attack.steps).all()
+            assert (oracle.queries <= attack.strength_budget).all()
     assert res.success.float().mean() > 0.1, "the attack should break a natural model on some samples"
     if targeted:
         assert (pred[res.success] == target[res.success]).all()

@@ -163,6 +163,10 @@ class SteppingMinimizer(Attack):
     def __init__(self, step: float, steps: int = 30, lie: bool = False) -> None:
         self.step, self.steps, self.lie = step, steps, lie
 
+    @property
+    def strength_budget(self) -> int:
+        return self.steps
+
     def run(self, oracle, x, y, *, eps, norm, target, sample_id) -> AttackResult:
         n = x.shape[0]
         idx = torch.arange(n)
@@ -228,6 +232,7 @@ class LabelOnly(Attack):
     """Returns x after asking for its label once: a budgeted decision-based stand-in."""
 
     knowledge = ("decision",)
+    strength_budget = 1
 
     def run(self, oracle, x, y, *, eps, norm, target, sample_id) -> AttackResult:
         won = goal_met(oracle.labels(x, idx=torch.arange(len(y))), y, target)

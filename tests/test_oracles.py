@@ -151,6 +151,7 @@ class _Probe(Attack):
 
     knowledge = ("white", "score")
     goals = ("untargeted",)
+    strength_budget = 1
 
     def run(self, oracle, x, y, *, eps, norm, target, sample_id) -> AttackResult:
         self.seen = sample_id

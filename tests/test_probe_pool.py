@@ -28,7 +28,7 @@ class CallSizes:
 
     def __init__(self, attack) -> None:
         self.attack, self.rows = attack, []
-        self.kind, self.steps, self.pooled_calls = attack.kind, getattr(attack, "steps", 1), attack.pooled_calls
+        self.kind, self.strength_budget, self.pooled_calls = attack.kind, attack.strength_budget, attack.pooled_calls
 
     def __call__(self, oracle, x, y, **kwargs) -> AttackResult:
         self.rows.append(x.shape[0])

@@ -25,8 +25,8 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
-import advbench.cli.options  # noqa: F401  (registers the ${advbench:cache|data|weights} resolver the YAML uses)
 from advbench.cli.compositions import OWN_COMPOSITION_FLAGS, composed_once
+from advbench.cli.options import with_user_conf  # and registers the ${advbench:...} resolver the YAML uses
 from advbench.cli.validate import _one_line, check_composed
 from advbench.cli.workers import watch_parent
 from advbench.core.catalog import conf_dir, config_root, group_options
@@ -72,7 +72,7 @@ def split_args(args: Sequence[str]) -> tuple[list[str], list[str]]:
             joined = given + (following if following is not None and "=" not in following else "...")
             raise AdvbenchError(f"a sweep's values are separated by commas without spaces: write {joined} "
                                 f"(one argument), not '{given} {following or ''}'".rstrip())
-    return flags, overrides
+    return flags, with_user_conf(overrides)
 
 
 _FLAG_EXAMPLES = {"--cfg": "job", "-c": "job", "--config-name": "config", "-cn": "config", "--config-dir": "DIR",
@@ -160,7 +160,7 @@ def _first_choices(overrides: Sequence[str]) -> list[list[str]]:
 
 def compose_config(config_name: str, overrides: Sequence[str]) -> DictConfig:
     """Compose like Hydra does and check every value; errors become one-line AdvbenchErrors."""
-    check_overrides(overrides, config_name)
+    check_overrides(overrides := with_user_conf(overrides), config_name)  # ADVBENCH_CONF's folders too
     try:
         cfg = _compose(config_name, overrides)
     except (HydraException, OmegaConfBaseException, ValueError) as exc:

@@ -1,17 +1,21 @@
-"""Option YAML as resolved configs: the `${advbench:cache|data|weights}` folders and single options.
+"""Option YAML as resolved configs: the `${advbench:cache|data|weights}` folders, single options,
+and the user's option folders on Hydra's search path.
 
 The command line is the one reader of Hydra's configs; this module registers the resolver the
-shipped YAML uses for advbench's folders (`advbench.core.paths.location`) and loads one option
-outside a composition (a recipe's `init:` defense, an Ens-AT static model, a metric by name).
+shipped YAML uses for advbench's folders (`advbench.core.paths.location`), loads one option
+outside a composition (a recipe's `init:` defense, an Ens-AT static model, a metric by name)
+and hands Hydra the folders of `ADVBENCH_CONF` (`with_user_conf`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from advbench.core.catalog import option_file
+from advbench.core.catalog import conf_dir, option_file, user_conf_dirs
 from advbench.core.errors import AdvbenchError
 from advbench.core.paths import location
 
@@ -31,3 +35,24 @@ def load_option(group: str, option: str) -> DictConfig | None:
         return OmegaConf.load(path)
     except (OmegaConfBaseException, yaml.YAMLError) as exc:
         raise AdvbenchError(f"option file '{path}' is invalid: {str(exc).splitlines()[0]}") from None
+
+
+def with_user_conf(overrides: Sequence[str]) -> list[str]:
+    """`overrides` with conf/ and the user's option folders (`ADVBENCH_CONF`) on Hydra's search path,
+    after any `hydra.searchpath=[...]` given, so Hydra finds the options `advbench list` lists.
+
+    conf/ comes first because a `hydra.searchpath` override replaces a primary config's own
+    (`conf/iqa/iqa.yaml` searches conf/ after conf/iqa/); unchanged when `ADVBENCH_CONF` is unset.
+    """
+    extra = [f"file://{folder}" for folder in user_conf_dirs()]
+    if not extra:
+        return list(overrides)
+    out, given = [], []
+    for ov in overrides:
+        key, sep, value = ov.partition("=")
+        if sep and key.lstrip("+") == "hydra.searchpath":
+            given += [item.strip().strip("'\"") for item in value.strip().strip("[]").split(",") if item.strip()]
+        else:
+            out.append(ov)
+    entries = dict.fromkeys([f"file://{conf_dir()}", *given, *extra])
+    return [*out, f"hydra.searchpath=[{','.join(repr(entry) for entry in entries)}]"]

@@ -1,12 +1,16 @@
-"""The shipped option catalogue: `conf/` and its groups, one YAML file per option.
+"""The option catalogue: `conf/` and its groups, one YAML file per option, then the user's own.
 
 Every reader of option files goes through here, so the halves and the command line agree on
 what an option is and how it describes itself (`advbench list`, the generated doc tables).
+The user's option folders (`ADVBENCH_CONF`, laid out as conf/: `attack/mine.yaml`) are searched
+after conf/, here and by Hydra (`advbench.cli.config.with_user_conf`), so an option of one's own
+is one YAML file outside the package; a name conf/ already has stays the shipped option.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +35,24 @@ def conf_dir() -> Path:
     return Path(spec.origin).resolve().parent
 
 
+USER_CONF = "ADVBENCH_CONF"
+"""Environment variable: the user's option folders (separated by os.pathsep), searched after conf/."""
+
+
+def user_conf_dirs() -> list[Path]:
+    """The folders `ADVBENCH_CONF` names, in order; an error for one that is not a folder."""
+    dirs = [Path(entry).expanduser().resolve() for entry in os.environ.get(USER_CONF, "").split(os.pathsep) if entry]
+    for folder in dirs:
+        if not folder.is_dir():
+            raise AdvbenchError(f"{USER_CONF} names '{folder}', which is not a folder of options (attack/NAME.yaml ...)")
+    return list(dict.fromkeys(dirs))
+
+
+def search_dirs() -> list[Path]:
+    """Where options are looked up, first match wins: conf/, then the user's folders."""
+    return [conf_dir(), *user_conf_dirs()]
+
+
 def config_root(config_name: str) -> Path:
     """The folder holding a primary config and the groups only it has (conf/ for most)."""
     sub = CONFIG_ROOTS.get(config_name)
@@ -38,9 +60,9 @@ def config_root(config_name: str) -> Path:
 
 
 def group_options(group: str, root: Path | None = None) -> list[str]:
-    """Option names of a config group: one YAML file per option."""
-    folder = (root or conf_dir()) / group
-    return sorted(p.stem for p in folder.glob("*.yaml"))
+    """Option names of a config group: one YAML file per option, in `root` or in every searched folder."""
+    folders = [root] if root is not None else search_dirs()
+    return sorted({p.stem for folder in folders for p in (folder / group).glob("*.yaml")})
 
 
 def groups(root: Path | None = None) -> list[str]:
@@ -55,9 +77,9 @@ def groups(root: Path | None = None) -> list[str]:
 
 
 def option_file(group: str, option: str) -> Path | None:
-    """The YAML file of one option; None when the group has no such option."""
-    path = conf_dir() / group / f"{option}.yaml"
-    return path if path.is_file() else None
+    """The YAML file of one option, the first in the searched folders; None when the group has no such option."""
+    paths = (folder / group / f"{option}.yaml" for folder in search_dirs())
+    return next((path for path in paths if path.is_file()), None)
 
 
 def option_data(group: str, option: str) -> dict[str, Any] | None:
@@ -84,7 +106,10 @@ def describe(group: str, option: str) -> str:
     A comment serves options whose keys all go to a `_target_` (datasets, models, metrics),
     where an extra `description` key would be passed to the constructor.
     """
-    text = (conf_dir() / group / f"{option}.yaml").read_text()
+    path = option_file(group, option)
+    if path is None:
+        raise AdvbenchError(f"unknown {group} '{option}'; valid: {', '.join(group_options(group))}")
+    text = path.read_text()
     data = yaml.safe_load(text) or {}
     if data.get("description"):
         return str(data["description"]).strip() + _defense_metadata(data)

@@ -95,20 +95,20 @@ class APGD(Attack):
     likely clean classes, each on the samples still robust; success stays untargeted.
     """
 
+    hyperparameters = {"n_iter": hyper.Whole(1), "loss": hyper.Choice(tuple(LOSSES)), "n_restarts": hyper.Whole(1),
+                       "n_target_classes": hyper.Whole(0), "rho": hyper.Real(0, 1, open_low=True),
+                       "momentum": hyper.Real(0, 1, open_low=True), "seed": hyper.Whole(None)}
+
     def __init__(self, *, n_iter: int = 100, loss: str = "ce", n_restarts: int = 1, n_target_classes: int = 0,
                  rho: float = 0.75, momentum: float = 0.75, seed: int = 0) -> None:
-        self.n_iter = hyper.whole(self, "n_iter", n_iter)
-        self.loss = hyper.choice(self, "loss", loss, LOSSES)
-        self.n_restarts = hyper.whole(self, "n_restarts", n_restarts)
-        self.n_target_classes = hyper.whole(self, "n_target_classes", n_target_classes, 0)
-        self.rho = hyper.real(self, "rho", rho, 0, 1, open_low=True)
-        self.momentum = hyper.real(self, "momentum", momentum, 0, 1, open_low=True)
-        self.seed = hyper.whole(self, "seed", seed, None)
+        self.set_hyperparameters(locals())
 
     @property
-    def steps(self) -> int:
-        """The strength budget: most iterations a sample can take over all restarts and targets."""
+    def strength_budget(self) -> int:
+        """Most iterations a sample can take over all restarts and targets."""
         return self.n_iter * self.n_restarts * max(self.n_target_classes, 1)
+
+    steps = strength_budget  # the name the budget had first
 
     def run(self, oracle: WhiteBoxOracle, x: torch.Tensor, y: torch.Tensor, *, eps: torch.Tensor, norm: str,
             target: torch.Tensor | None, sample_id: torch.Tensor) -> AttackResult:

@@ -7,12 +7,14 @@ they declare; the oracle counts their cost per sample.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 
 from advbench.core.errors import AdvbenchError
+from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.oracles import Oracle
 from advbench.robustness.threat import GOALS, goal_met
 
@@ -36,10 +38,17 @@ class AttackResult:
 class Attack:
     """Base class: hyperparameters in `__init__`, data at call time.
 
-    `kind` says how the engine gets a minimum ε: "budgeted" attacks stay inside `eps` and are
-    searched over ε; "minimizing" attacks return the smallest example they found, whatever
-    `eps` (which then only dates `first_success`), and its norm is the minimum ε.
+    `hyperparameters` declares each constructor argument's valid values (`attacks.hyper`);
+    the constructor hands its arguments to `set_hyperparameters`, the one check. `kind` says
+    how the engine gets a minimum ε: "budgeted" attacks stay inside `eps` and are searched
+    over ε; "minimizing" attacks return the smallest example they found, whatever `eps`
+    (which then only dates `first_success`), and its norm is the minimum ε.
+    `strength_budget` is the unit and end of `first_success`.
     """
+
+    hyperparameters: ClassVar[Mapping[str, hyper.Range]] = {}
+    """Constructor argument -> its valid values (`hyper.Whole(1)`, `hyper.Real(0, 1)`, ...); a
+    subclass declares its own and its parent's (`{**Parent.hyperparameters, ...}`)."""
 
     kind: ClassVar[str] = "budgeted"
     knowledge: ClassVar[tuple[str, ...]] = ("white",)
@@ -75,6 +84,24 @@ class Attack:
         elif sample_id.shape != (n,):
             raise ValueError(f"sample_id must have shape ({n},), got {tuple(sample_id.shape)}")
         return self.run(oracle, x, y, eps=eps.to(x), norm=norm, target=target, sample_id=sample_id.to(x.device))
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "run" in vars(cls) and cls.strength_budget is Attack.strength_budget:
+            raise TypeError(f"attack {cls.__name__} has a run but does not say its strength_budget")
+
+    def set_hyperparameters(self, arguments: Mapping[str, Any]) -> None:
+        """Check the declared hyperparameters among `arguments` (the constructor's `locals()`) and
+        set each as an attribute: `params()` returns them as given; a bad one is an AdvbenchError."""
+        for name, value in hyper.check_all(self, self.hyperparameters, arguments).items():
+            setattr(self, name, value)
+
+    @property
+    def strength_budget(self) -> int:
+        """The most strength a sample can be given: the end of `first_success`'s scale (iterations,
+        Adam steps, queries ... as the attack counts them) and the records' `strength_budget`.
+        Every attack says what it is; a single-step attack's is 1."""
+        raise NotImplementedError(f"{type(self).__name__} does not say its strength_budget")
 
     def unsupported(self, norm: str, knowledge: str, goal: str) -> str | None:
         """Why the attack cannot run under this norm, knowledge level and goal; None if it can.

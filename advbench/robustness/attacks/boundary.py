@@ -69,23 +69,17 @@ class Boundary(DecisionAttack):
     """
 
     norms = ("l2",)
+    hyperparameters = {**DecisionAttack.hyperparameters, "schedule": hyper.Choice(SCHEDULES),
+                       "candidates": hyper.Whole(1), "spherical_step": hyper.Real(0, open_low=True),
+                       "source_step": hyper.Real(0, open_low=True),
+                       "source_step_convergence": hyper.Real(0, open_low=True),
+                       "step_adaptation": hyper.Real(1, open_low=True), "update_stats_every_k": hyper.Whole(1)}
 
     def __init__(self, *, max_queries: int = 20000, schedule: str = "trust_region", candidates: int = 20,
                  spherical_step: float = 1e-2, source_step: float = 1e-2, source_step_convergence: float = 1e-7,
                  step_adaptation: float = 1.5, update_stats_every_k: int = 10, init_tries: int = 100,
                  checkpoints: Sequence[int] = CHECKPOINTS, seed: int = 0) -> None:
-        super().__init__(max_queries=max_queries, init_tries=init_tries, checkpoints=checkpoints, seed=seed,
-                         update_stats_every_k=update_stats_every_k, candidates=candidates)
-        self.schedule = hyper.choice(self, "schedule", schedule, SCHEDULES)
-        for name, value in (("spherical_step", spherical_step), ("source_step", source_step),
-                            ("source_step_convergence", source_step_convergence)):
-            hyper.real(self, name, value, 0, open_low=True)
-        self.step_adaptation = hyper.real(self, "step_adaptation", step_adaptation, 1, open_low=True)
-        self.candidates = candidates
-        self.spherical_step = spherical_step
-        self.source_step = source_step
-        self.source_step_convergence = source_step_convergence
-        self.update_stats_every_k = update_stats_every_k
+        self.set_hyperparameters(locals())
 
     def run(self, oracle: DecisionOracle, x: torch.Tensor, y: torch.Tensor, *, eps: torch.Tensor, norm: str,
             target: torch.Tensor | None, sample_id: torch.Tensor) -> AttackResult:

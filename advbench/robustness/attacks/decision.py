@@ -44,21 +44,19 @@ class HopSkipJump(DecisionAttack):
     `max_queries` are spent (the last gradient estimate uses what is left). Samples run the
     iterations in lockstep, each with its own budget and its own random directions.
 
-    `first_success` and the checkpoints are in queries (`steps` = `max_queries` is the strength
-    budget). Untargeted starts: up to `init_tries` uniform noise images, then the authors'
+    `first_success` and the checkpoints are in queries (`strength_budget` is
+    `max_queries`). Untargeted starts: up to `init_tries` uniform noise images, then the authors'
     blend search towards x (tolerance 0.001); targeted: see `starting_points`.
     """
 
     norms = ("l2", "linf")
+    hyperparameters = {**DecisionAttack.hyperparameters, "init_evals": hyper.Whole(1), "max_evals": hyper.Whole(1),
+                       "gamma": hyper.Real(0, open_low=True)}
 
     def __init__(self, *, max_queries: int = 20000, init_evals: int = 100, max_evals: int = 10000,
                  gamma: float = 1.0, init_tries: int = 100, checkpoints: Sequence[int] = CHECKPOINTS,
                  seed: int = 0) -> None:
-        super().__init__(max_queries=max_queries, init_tries=init_tries, checkpoints=checkpoints, seed=seed,
-                         init_evals=init_evals, max_evals=max_evals)
-        self.gamma = hyper.real(self, "gamma", gamma, 0, open_low=True)
-        self.init_evals = init_evals
-        self.max_evals = max_evals
+        self.set_hyperparameters(locals())
 
     def run(self, oracle: DecisionOracle, x: torch.Tensor, y: torch.Tensor, *, eps: torch.Tensor, norm: str,
             target: torch.Tensor | None, sample_id: torch.Tensor) -> AttackResult:

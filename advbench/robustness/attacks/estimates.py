@@ -54,14 +54,12 @@ class GradientEstimateAttack(ScoreAttack):
     revision = WHOLE_BUDGET
 
     directions: ClassVar[str]
+    hyperparameters = {"n_queries": hyper.Whole(1), "samples": hyper.Whole(1), "sigma": hyper.Real(0, open_low=True),
+                       "rel_stepsize": hyper.Real(0, open_low=True), "seed": hyper.Whole(None)}
 
     def __init__(self, *, n_queries: int = 20000, samples: int = 100, sigma: float = 0.001,
                  rel_stepsize: float = 0.15, seed: int = 0) -> None:
-        self.n_queries = hyper.whole(self, "n_queries", n_queries)
-        self.samples = hyper.whole(self, "samples", samples)
-        self.sigma = hyper.real(self, "sigma", sigma, 0, open_low=True)
-        self.rel_stepsize = hyper.real(self, "rel_stepsize", rel_stepsize, 0, open_low=True)
-        self.seed = hyper.whole(self, "seed", seed, None)
+        self.set_hyperparameters(locals())
         self._reach_told = False
 
     def schedule(self) -> list[int]:

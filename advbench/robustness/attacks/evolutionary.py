@@ -57,23 +57,16 @@ class Evolutionary(DecisionAttack):
     """
 
     norms = ("l2",)
+    hyperparameters = {**DecisionAttack.hyperparameters, "search_scale": hyper.Real(0, 1, open_low=True),
+                       "coordinates": hyper.Real(0, 1, open_low=True), "mu": hyper.Real(0, open_low=True),
+                       "sigma": hyper.Real(0, open_low=True), "c_c": hyper.Real(0, 1, open_low=True),
+                       "c_cov": hyper.Real(0, 1, open_low=True), "success_window": hyper.Whole(1)}
 
     def __init__(self, *, max_queries: int = 20000, search_scale: float = 0.75, coordinates: float = 0.05,
                  mu: float = 0.01, sigma: float = 0.01, c_c: float = 0.01, c_cov: float = 0.001,
                  success_window: int = 30, init_tries: int = 100, checkpoints: Sequence[int] = CHECKPOINTS,
                  seed: int = 0) -> None:
-        super().__init__(max_queries=max_queries, init_tries=init_tries, checkpoints=checkpoints, seed=seed,
-                         success_window=success_window)
-        for name, value in (("search_scale", search_scale), ("coordinates", coordinates), ("c_c", c_c),
-                            ("c_cov", c_cov)):
-            hyper.real(self, name, value, 0, 1, open_low=True)
-        self.mu = hyper.real(self, "mu", mu, 0, open_low=True)
-        self.sigma = hyper.real(self, "sigma", sigma, 0, open_low=True)
-        self.search_scale = search_scale
-        self.coordinates = coordinates
-        self.c_c = c_c
-        self.c_cov = c_cov
-        self.success_window = success_window
+        self.set_hyperparameters(locals())
 
     def run(self, oracle: DecisionOracle, x: torch.Tensor, y: torch.Tensor, *, eps: torch.Tensor, norm: str,
             target: torch.Tensor | None, sample_id: torch.Tensor) -> AttackResult:

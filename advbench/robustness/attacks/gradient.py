@@ -36,13 +36,18 @@ class IterativeGradientAttack(Attack):
     early_stop = True
     pooled_calls = True  # every gradient is `oracle.loss_grad`'s (DIM's and TI's too)
 
+    hyperparameters = {"steps": hyper.Whole(1), "rel_stepsize": hyper.Real(0, open_low=True),
+                       "random_init": hyper.Flag(), "decay": hyper.Real(0, optional=True),
+                       "seed": hyper.Whole(None)}
+
     def __init__(self, *, steps: int = 20, rel_stepsize: float = 0.15, random_init: bool = False,
                  decay: float | None = None, seed: int = 0) -> None:
-        self.steps = hyper.whole(self, "steps", steps)
-        self.rel_stepsize = hyper.real(self, "rel_stepsize", rel_stepsize, 0, open_low=True)
-        self.random_init = hyper.flag(self, "random_init", random_init)
-        self.decay = decay if decay is None else hyper.real(self, "decay", decay, 0)
-        self.seed = hyper.whole(self, "seed", seed, None)
+        self.set_hyperparameters(locals())
+
+    @property
+    def strength_budget(self) -> int:
+        """Iterations: `steps`."""
+        return self.steps
 
     def run(self, oracle: WhiteBoxOracle, x: torch.Tensor, y: torch.Tensor, *, eps: torch.Tensor,
             norm: str, target: torch.Tensor | None, sample_id: torch.Tensor) -> AttackResult:

@@ -105,11 +105,16 @@ class DeepFool(Attack):
     knowledge = ("white", "transfer")
     norms = ("l2", "linf")
 
+    hyperparameters = {"steps": hyper.Whole(1), "overshoot": hyper.Real(0),
+                       "candidates": hyper.Whole(2)}  # candidates: the label and one other class
+
     def __init__(self, *, steps: int = 100, overshoot: float = 0.02, candidates: int = 10) -> None:
-        self.steps = hyper.whole(self, "steps", steps)
-        self.overshoot = hyper.real(self, "overshoot", overshoot, 0)
-        hyper.whole(self, "candidates", candidates, 2)  # the label and one other class
-        self.candidates = candidates
+        self.set_hyperparameters(locals())
+
+    @property
+    def strength_budget(self) -> int:
+        """Iterations: `steps`."""
+        return self.steps
 
     def run(self, oracle: Oracle, x: torch.Tensor, y: torch.Tensor, *, eps: torch.Tensor, norm: str,
             target: torch.Tensor | None, sample_id: torch.Tensor) -> AttackResult:
@@ -270,29 +275,29 @@ class CarliniWagnerL2(Attack):
     Strength (`first_success`) is the number of Adam steps the sample had taken, summed over
     the binary-search steps, when the example within eps was found. That equals this same run
     stopped after that many steps, not a rerun with smaller `iterations` (which changes every
-    optimisation's length, the early-abort checks and the c schedule). `steps`, the strength
-    budget the engine and the ensemble read, is `iterations · binary_search_steps`.
+    optimisation's length, the early-abort checks and the c schedule). `strength_budget`, which
+    the engine and the ensemble read, is `iterations · binary_search_steps`.
     """
 
     kind = "minimizing"
     knowledge = ("white", "transfer")
     norms = ("l2",)
 
+    hyperparameters = {"iterations": hyper.Whole(1), "binary_search_steps": hyper.Whole(1),
+                       "initial_const": hyper.Real(0, open_low=True), "stepsize": hyper.Real(0, open_low=True),
+                       "confidence": hyper.Real(0), "abort_early": hyper.Flag(), "box": hyper.Choice(tuple(BOXES))}
+
     def __init__(self, *, iterations: int = 100, binary_search_steps: int = 10, initial_const: float = 1.0,
                  stepsize: float = 0.01, confidence: float = 0.0, abort_early: bool = True,
                  box: str = "tanh") -> None:
-        self.iterations = hyper.whole(self, "iterations", iterations)
-        self.binary_search_steps = hyper.whole(self, "binary_search_steps", binary_search_steps)
-        self.initial_const = hyper.real(self, "initial_const", initial_const, 0, open_low=True)
-        self.stepsize = hyper.real(self, "stepsize", stepsize, 0, open_low=True)
-        self.confidence = hyper.real(self, "confidence", confidence, 0)
-        self.abort_early = hyper.flag(self, "abort_early", abort_early)
-        self.box = hyper.choice(self, "box", box, BOXES)
+        self.set_hyperparameters(locals())
 
     @property
-    def steps(self) -> int:
-        """Strength budget: Adam steps over all binary-search steps."""
+    def strength_budget(self) -> int:
+        """Adam steps over all binary-search steps."""
         return self.iterations * self.binary_search_steps
+
+    steps = strength_budget  # the name the budget had first
 
     def run(self, oracle: Oracle, x: torch.Tensor, y: torch.Tensor, *, eps: torch.Tensor, norm: str,
             target: torch.Tensor | None, sample_id: torch.Tensor) -> AttackResult:

@@ -43,16 +43,13 @@ class NATTACK(ScoreAttack):
     """
 
     revision = WHOLE_BUDGET
+    hyperparameters = {"n_queries": hyper.Whole(1), "samples": hyper.Whole(2),  # standardised rewards need two
+                       "sigma": hyper.Real(0, open_low=True), "lr": hyper.Real(0, open_low=True),
+                       "init_std": hyper.Real(0), "box": hyper.Choice(tuple(BOXES)), "seed": hyper.Whole(None)}
 
     def __init__(self, *, n_queries: int = 20000, samples: int = 100, sigma: float = 0.1, lr: float = 0.02,
                  init_std: float = 0.001, box: str = "tanh", seed: int = 0) -> None:
-        self.n_queries = hyper.whole(self, "n_queries", n_queries)
-        self.samples = hyper.whole(self, "samples", samples, 2)
-        self.sigma = hyper.real(self, "sigma", sigma, 0, open_low=True)
-        self.lr = hyper.real(self, "lr", lr, 0, open_low=True)
-        self.init_std = hyper.real(self, "init_std", init_std, 0)
-        self.box = hyper.choice(self, "box", box, BOXES)
-        self.seed = hyper.whole(self, "seed", seed, None)
+        self.set_hyperparameters(locals())
 
     def schedule(self) -> list[int]:
         """Draws of each step (they and the mean point: q + 1 queries): `samples` while they fit, then the rest's."""

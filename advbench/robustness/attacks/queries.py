@@ -159,25 +159,23 @@ def bisect(log: QueryLog, x: torch.Tensor, x_adv: torch.Tensor, idx: torch.Tenso
 
 class DecisionAttack(Attack):
     """What the decision-based attacks share: top-1 labels only, a minimum-norm result, and a
-    per-sample query budget (the strength budget, `steps`) with checkpoints the records keep."""
+    per-sample query budget (the `strength_budget`) with checkpoints the records keep."""
 
     kind = "minimizing"
     knowledge = ("decision",)
-
-    def __init__(self, *, max_queries: int, init_tries: int, checkpoints: Sequence[int], seed: int,
-                 **counts: int) -> None:
-        for name, value in (("max_queries", max_queries), *counts.items(), ("init_tries", init_tries)):
-            hyper.whole(self, name, value)
-        hyper.wholes(self, "checkpoints", checkpoints)
-        self.seed = hyper.whole(self, "seed", seed, None)
-        self.max_queries = max_queries
-        self.init_tries = init_tries
-        self.checkpoints = [int(c) for c in checkpoints]
+    hyperparameters = {"max_queries": hyper.Whole(1), "init_tries": hyper.Whole(1), "checkpoints": hyper.Wholes(1),
+                       "seed": hyper.Whole(None)}
+    max_queries: int
+    init_tries: int
+    checkpoints: list[int]
+    seed: int
 
     @property
-    def steps(self) -> int:
-        """Strength budget: queries per sample."""
+    def strength_budget(self) -> int:
+        """Queries per sample: `max_queries`."""
         return self.max_queries
+
+    steps = strength_budget  # the name the budget had first
 
     def start_on_boundary(self, oracle: DecisionOracle, x: torch.Tensor, y: torch.Tensor, target: torch.Tensor | None,
                           eps: torch.Tensor, norm: str, sample_id: torch.Tensor

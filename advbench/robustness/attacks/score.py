@@ -152,9 +152,11 @@ class ScoreAttack(Attack):
     n_queries: int
 
     @property
-    def steps(self) -> int:
-        """The strength budget: queries per sample."""
+    def strength_budget(self) -> int:
+        """Queries per sample: `n_queries`."""
         return self.n_queries
+
+    steps = strength_budget  # the name the budget had first
 
     def step_sizes(self, size: int, per_size: int) -> list[int]:
         """The size of each step (direction pairs, draws, coordinates) when a step of size s costs
@@ -180,10 +182,11 @@ class Square(ScoreAttack):
     5,000 (attack.params.n_queries=5000), and p's schedule scales with the budget.
     """
 
+    hyperparameters = {"n_queries": hyper.Whole(1), "p_init": hyper.Real(0, 1, open_low=True),
+                       "seed": hyper.Whole(None)}
+
     def __init__(self, *, n_queries: int = 20000, p_init: float = 0.8, seed: int = 0) -> None:
-        self.n_queries = hyper.whole(self, "n_queries", n_queries)
-        self.p_init = hyper.real(self, "p_init", p_init, 0, 1, open_low=True)
-        self.seed = hyper.whole(self, "seed", seed, None)
+        self.set_hyperparameters(locals())
 
     def run(self, oracle: ScoreOracle, x: torch.Tensor, y: torch.Tensor, *, eps: torch.Tensor, norm: str,
             target: torch.Tensor | None, sample_id: torch.Tensor) -> AttackResult:

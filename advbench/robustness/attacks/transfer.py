@@ -87,11 +87,12 @@ class DIM(IterativeGradientAttack):
     (probability `prob`), taken back through the transform to the iterate.
     """
 
+    hyperparameters = {**IterativeGradientAttack.hyperparameters, "resize_rate": hyper.Real(0, 1, open_low=True),
+                       "prob": hyper.Real(0, 1), "early_stop": hyper.Flag()}
+
     def __init__(self, *, steps: int = 10, rel_stepsize: float = 0.15, decay: float = 1.0, resize_rate: float = 0.9,
                  prob: float = 0.5, early_stop: bool = True, seed: int = 0) -> None:
-        self.resize_rate = hyper.real(self, "resize_rate", resize_rate, 0, 1, open_low=True)
-        self.prob = hyper.real(self, "prob", prob, 0, 1)
-        self.early_stop = hyper.flag(self, "early_stop", early_stop)
+        self.set_hyperparameters(locals())
         super().__init__(steps=steps, rel_stepsize=rel_stepsize, decay=decay, seed=seed)
 
     def _gradient(self, oracle: WhiteBoxOracle, x: torch.Tensor, labels: torch.Tensor, targeted: bool,
@@ -116,11 +117,13 @@ class TI(DIM):
     for TI-DIM.
     """
 
+    hyperparameters = {**DIM.hyperparameters, "kernel_size": hyper.Whole(1, odd=True, optional=True),
+                       "nsig": hyper.Real(0, open_low=True)}
+
     def __init__(self, *, steps: int = 10, rel_stepsize: float = 0.15, decay: float = 1.0,
                  kernel_size: int | None = None, nsig: float = 3.0, resize_rate: float = 0.9, prob: float = 0.0,
                  early_stop: bool = True, seed: int = 0) -> None:
-        self.kernel_size = kernel_size if kernel_size is None else hyper.whole(self, "kernel_size", kernel_size, odd=True)
-        self.nsig = hyper.real(self, "nsig", nsig, 0, open_low=True)
+        self.set_hyperparameters(locals())
         super().__init__(steps=steps, rel_stepsize=rel_stepsize, decay=decay, resize_rate=resize_rate, prob=prob,
                          early_stop=early_stop, seed=seed)
 

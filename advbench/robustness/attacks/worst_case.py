@@ -7,7 +7,7 @@ search calls the ensemble once per probe, so a sample's `min_eps` is the smalles
 at which some member broke it.
 
 `first_success` adds up strengths: a sample broken by member k at its iteration t reports
-s_1 + … + s_{k−1} + t, where s_i is member i's strength budget (`steps`). That is the number
+s_1 + … + s_{k−1} + t, where s_i is member i's `strength_budget`. That is the number
 of iterations spent on the sample, because a sample reaches member k only after every earlier
 member ran its full budget on it without success. The record column `broken_by` holds the
 index into `attack_params["members"]` of the member that broke the sample (the name is
@@ -37,7 +37,7 @@ def load_attack(name: str, seed: int, overrides: Mapping[str, Any] | None = None
     """The attack of option `name` in conf/attack, with the ensemble's seed and any overrides."""
     option = option_data("attack", name)
     if option is None or not isinstance(option.get("params"), dict):
-        raise AdvbenchError(f"unknown ensemble member '{name}'; valid: {', '.join(group_options('attack'))}")
+        raise AdvbenchError(f"unknown ensemble member '{name}' (attack.members); valid: {', '.join(group_options('attack'))}")
     params = {key: _option_key(option, value) for key, value in option["params"].items()}
     if "seed" in params:
         params["seed"] = seed
@@ -56,26 +56,53 @@ def _option_key(option: Mapping[str, Any], value: Any) -> Any:
     return value
 
 
-class Ensemble(Attack):
-    """Members in order; accepts what every member accepts (norms, goals, knowledge)."""
+class MemberNames(hyper.Range):
+    """Attack option names, at least one, none twice; kept as a list of str."""
 
-    kind = "budgeted"
-
-    def __init__(self, *, members: Sequence[str], member_params: Mapping[str, Mapping[str, Any]] | None = None,
-                 seed: int = 0) -> None:
-        self.seed = hyper.whole(self, "seed", seed, None)
-        names = [str(m) for m in plain_value(members)]
-        overrides = dict(plain_value(member_params) or {})
+    def _check(self, owner: object, name: str, value: Any) -> Any:
+        value = plain_value(value)
+        if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+            raise hyper.refuse(owner, name, "a list of attack option names", value)
+        names = [str(m) for m in value]
         if not names:
             raise AdvbenchError("an ensemble needs at least one member (attack.members=[apgd_ce,...])")
         if len(set(names)) != len(names):
             raise AdvbenchError(f"ensemble members repeat: {', '.join(names)}")
-        unknown = sorted(set(overrides) - set(names))
+        return names
+
+    def _bad(self) -> list[Any]:
+        return [[], ["apgd_ce", "apgd_ce"], ["nope"], "apgd_ce", 3]
+
+
+class MemberParams(hyper.Range):
+    """Member name -> its hyperparameter overrides; None is none (kept as {})."""
+
+    def _check(self, owner: object, name: str, value: Any) -> Any:
+        value = plain_value(value)
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping) or not all(v is None or isinstance(v, Mapping) for v in value.values()):
+            raise hyper.refuse(owner, name, "a mapping of member names to their params", value)
+        return dict(value)
+
+    def bad(self) -> list[Any]:
+        return [{"nope": {}}, ["apgd_ce"], 3, {"apgd_ce": 3}]
+
+
+class Ensemble(Attack):
+    """Members in order; accepts what every member accepts (norms, goals, knowledge)."""
+
+    kind = "budgeted"
+    hyperparameters = {"members": MemberNames(), "member_params": MemberParams(), "seed": hyper.Whole(None)}
+
+    def __init__(self, *, members: Sequence[str], member_params: Mapping[str, Mapping[str, Any]] | None = None,
+                 seed: int = 0) -> None:
+        self.set_hyperparameters(locals())
+        unknown = sorted(set(self.member_params) - set(self.members))
         if unknown:
-            raise AdvbenchError(f"member_params names {', '.join(unknown)}, not among the members {', '.join(names)}")
-        self.members = names
-        self.member_params = overrides
-        self._attacks = [load_attack(name, seed, overrides.get(name)) for name in names]
+            raise AdvbenchError(f"member_params names {', '.join(unknown)}, not among the members "
+                                f"{', '.join(self.members)}")
+        self._attacks = [load_attack(name, seed, self.member_params.get(name)) for name in self.members]
         self.norms = self._shared("norms")
         self.goals = self._shared("goals")
         self.knowledge = self._shared("knowledge")
@@ -89,9 +116,11 @@ class Ensemble(Attack):
         return common
 
     @property
-    def steps(self) -> int:
-        """The strength budget: the members' budgets added up."""
-        return sum(int(getattr(a, "steps", 1)) for a in self._attacks)
+    def strength_budget(self) -> int:
+        """The members' budgets added up."""
+        return sum(a.strength_budget for a in self._attacks)
+
+    steps = strength_budget  # the name the budget had first
 
     def params(self) -> dict[str, object]:
         """Member names, overrides and seed, plus each member's resolved hyperparameters."""
@@ -119,5 +148,5 @@ class Ensemble(Attack):
             first[active[won]] = offset + res.first_success[won]
             broken_by[active[won]] = i
             active = active[~won]
-            offset += int(getattr(attack, "steps", 1))
+            offset += attack.strength_budget
         return AttackResult(x_adv=x_adv, success=first >= 0, first_success=first, info={"broken_by": broken_by})

@@ -57,33 +57,19 @@ class ZOO(ScoreAttack):
 
     kind = "minimizing"
     norms = ("l2",)
+    hyperparameters = {"n_queries": hyper.Whole(1), "coordinates": hyper.Whole(1), "lr": hyper.Real(0, open_low=True),
+                       "sigma": hyper.Real(0, open_low=True), "initial_const": hyper.Real(0, open_low=True),
+                       "binary_search_steps": hyper.Whole(1), "iterations": hyper.Whole(1),
+                       "abort_every": hyper.Whole(1), "adam_beta1": hyper.Real(0, 1, open_high=True),
+                       "adam_beta2": hyper.Real(0, 1, open_high=True), "confidence": hyper.Real(0),
+                       "checkpoints": hyper.Wholes(1), "seed": hyper.Whole(None)}
 
     def __init__(self, *, n_queries: int = 20000, coordinates: int = 128, lr: float = 0.01, sigma: float = 1e-4,
                  initial_const: float = 0.5, binary_search_steps: int = 1, iterations: int = 10000,
                  abort_every: int = 100, adam_beta1: float = 0.9, adam_beta2: float = 0.999,
                  confidence: float = 0.0, checkpoints: Sequence[int] = CHECKPOINTS,
                  seed: int = 0) -> None:
-        for key, value in (("n_queries", n_queries), ("coordinates", coordinates), ("iterations", iterations),
-                           ("abort_every", abort_every), ("binary_search_steps", binary_search_steps)):
-            hyper.whole(self, key, value)
-        for key, value in (("lr", lr), ("sigma", sigma), ("initial_const", initial_const)):
-            hyper.real(self, key, value, 0, open_low=True)
-        for key, value in (("adam_beta1", adam_beta1), ("adam_beta2", adam_beta2)):
-            hyper.real(self, key, value, 0, 1, open_high=True)
-        self.confidence = hyper.real(self, "confidence", confidence, 0)
-        hyper.wholes(self, "checkpoints", checkpoints)
-        self.seed = hyper.whole(self, "seed", seed, None)
-        self.n_queries = n_queries
-        self.coordinates = coordinates
-        self.lr = lr
-        self.sigma = sigma
-        self.initial_const = initial_const
-        self.binary_search_steps = binary_search_steps
-        self.iterations = iterations
-        self.abort_every = abort_every
-        self.adam_beta1 = adam_beta1
-        self.adam_beta2 = adam_beta2
-        self.checkpoints = [int(c) for c in checkpoints]
+        self.set_hyperparameters(locals())
 
     def schedule(self, d: int) -> list[int]:
         """Coordinates of each step (2B + 1 queries) on inputs of d numbers: B = `coordinates` (all d

@@ -105,7 +105,7 @@ class _Batch:
     def strength(self, first: torch.Tensor, success: torch.Tensor) -> torch.Tensor:
         """first_success_strength: the attack's own where it has one, the full strength for a
         success it did not date, -1 for failures (so the strength curve ends at Table 3)."""
-        full = torch.full_like(first, int(getattr(self.attack, "steps", 1)))
+        full = torch.full_like(first, self.attack.strength_budget)
         return torch.where(success, torch.where(first >= 0, first, full), torch.full_like(first, -1))
 
 

@@ -272,7 +272,7 @@ def _static_columns(spec: CellSpec, identity: dict[str, Any], threat: ThreatMode
         "goal": threat.goal,
         "knowledge": threat.knowledge,
         "eps_budget": threat.eps,
-        "strength_budget": int(getattr(attack, "steps", 1)),
+        "strength_budget": int(attack.strength_budget),
         "seed": settings.seed,
         "shard": settings.shard[0],
         "shard_count": settings.shard[1],
