@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from advbench.core.errors import AdvbenchError
+from advbench.core.registry import Registry
 from advbench.robustness.attacks import draws
 from advbench.robustness.attacks.draws import _GOLDEN, _mix
 from advbench.robustness.attacks.transfer import diverse_inputs
@@ -86,6 +87,10 @@ class InputTransform(nn.Module):
         return row_keys(x), stream
 
 
+WRAPPERS: Registry[type[InputTransform]] = Registry("input-transform wrapper")
+"""`defense.wrapper.type` -> wrapper class (`@WRAPPERS.register` on each); the other wrapper keys are its arguments."""
+
+
 class _BPDA(InputTransform):
     """A non-differentiable transform whose backward pass is the identity."""
 
@@ -100,6 +105,7 @@ class _BPDA(InputTransform):
         return self.model(_StraightThrough.apply(x, t))
 
 
+@WRAPPERS.register("jpeg")
 class JPEG(_BPDA):
     """JPEG compression at `quality` (Dziugaite et al. 2016; Guo et al. 2018): libjpeg encode
     and decode through torchvision.io, one batched call each (lists of images).
@@ -130,6 +136,7 @@ def jpeg_roundtrip(x: torch.Tensor, quality: int) -> torch.Tensor:
     return (torch.stack(decoded).to(device=x.device, dtype=x.dtype) / 255)
 
 
+@WRAPPERS.register("bit_depth")
 class BitDepth(_BPDA):
     """Bit-depth reduction (Xu et al. 2018, feature squeezing): each value rounded to the
     nearest of 2**bits evenly spaced levels in [0, 1]."""
@@ -145,6 +152,7 @@ class BitDepth(_BPDA):
         return torch.round(x.clamp(0, 1) * levels) / levels
 
 
+@WRAPPERS.register("random_resize_pad")
 class RandomResizePad(InputTransform):
     """Random resizing and padding (Xie et al. 2018), at the input's own size so that any
     classifier takes it: shrink to rnd×rnd, rnd uniform in [⌊rate·s⌋, s], zero-pad at a
@@ -227,6 +235,7 @@ def member_keys(rows: torch.Tensor, members: int) -> torch.Tensor:
     return _mix(rows[:, None] ^ member[None, :]).reshape(-1)
 
 
+@WRAPPERS.register("rse")
 class RandomSelfEnsemble(_Ensemble):
     """RSE at inference (Liu et al. 2018): a model trained with recipe `rse`, run with the same
     noise (σ_init on the image, σ_inner before every later convolution: `defenses.rse`), logits
@@ -250,6 +259,7 @@ class RandomSelfEnsemble(_Ensemble):
             return self.model(x + self.init_noise * self.normal(keys, x, stream))
 
 
+@WRAPPERS.register("randmix")
 class RandomDiscretization(_Ensemble):
     """RandMix (Zhang & Liang 2019, randomized discretization): Gaussian noise of std `noise`,
     then every pixel replaced by the nearest (in colour) of `clusters` centroids, logits averaged
@@ -288,11 +298,6 @@ class RandomDiscretization(_Ensemble):
         with torch.no_grad():
             t = self.discretize(x.detach(), keys, stream)
         return self.model(_StraightThrough.apply(x, t))
-
-
-WRAPPERS: dict[str, type[InputTransform]] = {"jpeg": JPEG, "bit_depth": BitDepth, "random_resize_pad": RandomResizePad,
-                                             "rse": RandomSelfEnsemble, "randmix": RandomDiscretization}
-"""`defense.wrapper.type` -> wrapper class; the other wrapper keys are its arguments."""
 
 
 def check_wrapper(spec: dict[str, Any]) -> type[InputTransform]:

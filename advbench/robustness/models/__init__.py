@@ -1,4 +1,4 @@
-"""Model registry: every architecture is built already wrapped in its normalisation.
+"""Models: every architecture is built already wrapped in its normalisation.
 
 `build_model("resnet56", num_classes=10, in_channels=3)` returns a `Classifier` taking [0, 1]
 images. YAML files in `conf/model/` name the architecture and its options; `instantiate_model`
@@ -9,56 +9,38 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from functools import partial
-from typing import Any, Callable
+from typing import Any
 
-from torch import nn
-
+# The order of these imports is the order of the registry: each builder module registers its
+# architectures (`@ARCHITECTURES.register` beside the builder) when first imported, so they come
+# before any module (denoise) that imports some of them.
+# isort: off
+from advbench.robustness.models import (  # noqa: F401 - each module registers its architectures
+    small_cnn,
+    resnet_cifar,
+    wide_resnet,
+    preact_resnet,
+    ibp_cnn,
+    vgg,
+    torchvision_nets,
+)
+# isort: on
 from advbench.core.construct import construct
 from advbench.core.errors import AdvbenchError
 from advbench.core.keys import plain
+from advbench.robustness.models.architectures import (
+    ARCHITECTURES,
+    CIFAR_MEAN,
+    CIFAR_STD,
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    Architecture,
+)
 from advbench.robustness.models.base import Classifier
 from advbench.robustness.models.denoise import add_denoising
-from advbench.robustness.models.ibp_cnn import ibp_large
-from advbench.robustness.models.preact_resnet import preact_resnet18
-from advbench.robustness.models.resnet_cifar import resnet_cifar
-from advbench.robustness.models.small_cnn import small_cnn
-from advbench.robustness.models.torchvision_nets import torchvision_net
-from advbench.robustness.models.vgg import vgg
-from advbench.robustness.models.wide_resnet import wide_resnet
 
-CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
-CIFAR_STD = (0.2471, 0.2435, 0.2616)
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 # Keys of a conf/model YAML that describe the option rather than the constructor.
 MODEL_META_KEYS = ("name", "input_size")
-
-
-@dataclass(frozen=True)
-class Architecture:
-    """A network builder `(num_classes, in_channels, **options)` and its input normalisation."""
-
-    build: Callable[..., nn.Module]
-    mean: tuple[float, ...]
-    std: tuple[float, ...]
-
-
-ARCHITECTURES: dict[str, Architecture] = {
-    "small_cnn": Architecture(small_cnn, (0.5,), (0.5,)),
-    "resnet56": Architecture(partial(resnet_cifar, depth=56), CIFAR_MEAN, CIFAR_STD),
-    "resnet110": Architecture(partial(resnet_cifar, depth=110), CIFAR_MEAN, CIFAR_STD),
-    "wrn34_10": Architecture(partial(wide_resnet, depth=34, widen_factor=10), CIFAR_MEAN, CIFAR_STD),
-    "wrn28_10": Architecture(partial(wide_resnet, depth=28, widen_factor=10), CIFAR_MEAN, CIFAR_STD),
-    "preact_resnet18": Architecture(preact_resnet18, CIFAR_MEAN, CIFAR_STD),
-    "ibp_large": Architecture(ibp_large, CIFAR_MEAN, CIFAR_STD),
-    "vgg16": Architecture(partial(vgg, depth=16), CIFAR_MEAN, CIFAR_STD),
-    # torchvision's Inception-v3 weights expect (x - 0.5) / 0.5 (its `transform_input`).
-    "inception_v3": Architecture(partial(torchvision_net, "inception_v3"), (0.5,), (0.5,)),
-    "resnet50": Architecture(partial(torchvision_net, "resnet50"), IMAGENET_MEAN, IMAGENET_STD),
-    "resnet152": Architecture(partial(torchvision_net, "resnet152"), IMAGENET_MEAN, IMAGENET_STD),
-}
 
 
 def build_model(
@@ -70,9 +52,7 @@ def build_model(
     **options: Any,
 ) -> Classifier:
     """Build `arch` with its default (or the given) normalisation; options go to the builder."""
-    if arch not in ARCHITECTURES:
-        raise AdvbenchError(f"unknown model architecture '{arch}'; valid: {', '.join(sorted(ARCHITECTURES))}")
-    spec = ARCHITECTURES[arch]
+    spec = ARCHITECTURES.lookup(arch)
     expects = len(spec.mean if mean is None else mean)
     if expects not in (1, in_channels):
         fitting = sorted(a for a, s in ARCHITECTURES.items() if len(s.mean) in (1, in_channels))
@@ -97,4 +77,5 @@ def instantiate_model(model_cfg: Mapping[str, Any], num_classes: int, in_channel
     return construct(args, num_classes=num_classes, in_channels=in_channels)
 
 
-__all__ = ["ARCHITECTURES", "Architecture", "Classifier", "build_model", "instantiate_model"]
+__all__ = ["ARCHITECTURES", "CIFAR_MEAN", "CIFAR_STD", "IMAGENET_MEAN", "IMAGENET_STD", "Architecture", "Classifier",
+           "build_model", "instantiate_model"]

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from torch import nn
 
+from advbench.robustness.models.architectures import ARCHITECTURES, CIFAR_MEAN, CIFAR_STD
 from advbench.robustness.models.pool import PoolTo
 
 
+@ARCHITECTURES.register("ibp_large", CIFAR_MEAN, CIFAR_STD)
 def ibp_large(num_classes: int, in_channels: int, width: int = 64, hidden: int = 512) -> nn.Module:
     """Gowal et al.'s "large" model: conv 64, 64, 128 (stride 2), 128, 128, all 3x3; dense 512, 10.
 

@@ -13,6 +13,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from advbench.robustness.models.architectures import ARCHITECTURES, CIFAR_MEAN, CIFAR_STD
+
 
 class _PreActBlock(nn.Module):
     def __init__(self, c_in: int, c_out: int, stride: int, out_shortcut: bool) -> None:
@@ -53,6 +55,7 @@ class PreActResNet(nn.Module):
         return self.linear(F.adaptive_avg_pool2d(out, 1).flatten(1))
 
 
+@ARCHITECTURES.register("preact_resnet18", CIFAR_MEAN, CIFAR_STD)
 def preact_resnet18(num_classes: int, in_channels: int, width: int = 64, bn_before_fc: bool = False,
                     out_shortcut: bool = False) -> nn.Module:
     return PreActResNet([2, 2, 2, 2], num_classes, in_channels, width, bn_before_fc, out_shortcut)

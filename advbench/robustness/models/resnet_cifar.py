@@ -7,6 +7,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from advbench.core.errors import AdvbenchError
+from advbench.robustness.models.architectures import ARCHITECTURES, CIFAR_MEAN, CIFAR_STD
 
 
 class _PadShortcut(nn.Module):
@@ -61,5 +62,8 @@ class CifarResNet(nn.Module):
         return self.fc(F.adaptive_avg_pool2d(out, 1).flatten(1))
 
 
+# Stacked registrations apply bottom-up: resnet56 is listed first.
+@ARCHITECTURES.register("resnet110", CIFAR_MEAN, CIFAR_STD, depth=110)
+@ARCHITECTURES.register("resnet56", CIFAR_MEAN, CIFAR_STD, depth=56)
 def resnet_cifar(num_classes: int, in_channels: int, depth: int = 56, base_width: int = 16) -> nn.Module:
     return CifarResNet(depth, num_classes, in_channels, base_width)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from torch import nn
 
+from advbench.robustness.models.architectures import ARCHITECTURES
 from advbench.robustness.models.pool import PoolTo
 
 
+@ARCHITECTURES.register("small_cnn", (0.5,), (0.5,))
 def small_cnn(num_classes: int, in_channels: int, width: int = 16, hidden: int = 128) -> nn.Module:
     """Two 3x3 conv layers (the second strided), two dense layers.
 

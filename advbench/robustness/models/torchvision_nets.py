@@ -8,6 +8,7 @@ from torch import nn
 
 from advbench.core.errors import AdvbenchError
 from advbench.core.torchfile import read_torch_file
+from advbench.robustness.models.architectures import ARCHITECTURES, IMAGENET_MEAN, IMAGENET_STD
 from advbench.robustness.models.checkpoint import first_mismatch
 
 # Inception-v3's and GoogLeNet's auxiliary heads only feed a training loss; the benchmark never uses them.
@@ -17,6 +18,11 @@ _NO_AUX = {"aux_logits": False, "init_weights": False, "transform_input": False}
 _FETCHABLE = ("resnet50", "resnet152", "inception_v3")
 
 
+# Stacked registrations apply bottom-up: inception_v3, resnet50, resnet152 is the listed order.
+@ARCHITECTURES.register("resnet152", IMAGENET_MEAN, IMAGENET_STD, "resnet152")
+@ARCHITECTURES.register("resnet50", IMAGENET_MEAN, IMAGENET_STD, "resnet50")
+# torchvision's Inception-v3 weights expect (x - 0.5) / 0.5 (its `transform_input`).
+@ARCHITECTURES.register("inception_v3", (0.5,), (0.5,), "inception_v3")
 def torchvision_net(name: str, num_classes: int, in_channels: int, weights_path: str | None = None) -> nn.Module:
     """Build torchvision's `name`; load a torchvision state dict from `weights_path` if given."""
     from torchvision import models  # here, not at import: torchvision.models pulls in torch._dynamo (~2 s)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from torch import nn
 
 from advbench.core.errors import AdvbenchError
+from advbench.robustness.models.architectures import ARCHITECTURES, CIFAR_MEAN, CIFAR_STD
 
 # Output channels per conv layer, "M" a 2x2 max-pool.
 LAYOUTS: dict[int, list[int | str]] = {
@@ -17,6 +18,7 @@ LAYOUTS: dict[int, list[int | str]] = {
 }
 
 
+@ARCHITECTURES.register("vgg16", CIFAR_MEAN, CIFAR_STD, depth=16)
 def vgg(num_classes: int, in_channels: int, depth: int = 16) -> nn.Module:
     """VGG-`depth` (11, 13, 16 or 19 weight layers); five pools take 32x32 to 1x1."""
     if depth not in LAYOUTS:

@@ -14,6 +14,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from advbench.core.errors import AdvbenchError
+from advbench.robustness.models.architectures import ARCHITECTURES, CIFAR_MEAN, CIFAR_STD
 
 
 class _WideBlock(nn.Module):
@@ -69,5 +70,8 @@ class WideResNet(nn.Module):
         return self.fc(F.adaptive_avg_pool2d(out, 1).flatten(1))
 
 
+# Stacked registrations apply bottom-up: wrn34_10 is listed first.
+@ARCHITECTURES.register("wrn28_10", CIFAR_MEAN, CIFAR_STD, depth=28, widen_factor=10)
+@ARCHITECTURES.register("wrn34_10", CIFAR_MEAN, CIFAR_STD, depth=34, widen_factor=10)
 def wide_resnet(num_classes: int, in_channels: int, depth: int = 34, widen_factor: int = 10, sub_block1: bool = False) -> nn.Module:
     return WideResNet(depth, widen_factor, num_classes, in_channels, sub_block1)

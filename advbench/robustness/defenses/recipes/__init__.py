@@ -1,9 +1,10 @@
 """The training recipes: the `recipe:` schema, the registry, and one module per loss.
 
-Importing this package imports every loss module, and each registers its recipe once in
-`REGISTRY` (`base.register`); `LOSSES`, `INNER_ATTACK` and `ENSEMBLE_RECIPES` are views of the
-registry taken after all of them have registered. A new recipe is a new module here plus
-one import line below (the order of the imports is the order recipes are listed in).
+Importing this package imports every loss module, and each registers its loss once in
+`REGISTRY` (`@REGISTRY.register` beside the loss); `LOSSES`, `INNER_ATTACK` and
+`ENSEMBLE_RECIPES` are views of the registry taken after all of them have registered. A new
+recipe is a new module here plus one import line below (the order of the imports is the
+order recipes are listed in).
 """
 
 from __future__ import annotations
@@ -31,11 +32,10 @@ from advbench.robustness.defenses.recipes.base import (
     Loss,
     Recipe,
     RecipeSpec,
-    register,
 )
 
 __all__ = ["ENSEMBLE_RECIPES", "INNER_ATTACK", "LOSSES", "OPTIMIZERS", "REGISTRY", "SINGLE_STEPS", "Loss", "Recipe",
-           "RecipeSpec", "register"]
+           "RecipeSpec"]
 
 LOSSES = MappingProxyType({name: spec.loss for name, spec in REGISTRY.items()})
 """Each recipe's loss by name."""

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from advbench.robustness.defenses.recipes.base import Recipe, RecipeSpec, register
+from advbench.robustness.defenses.recipes.base import REGISTRY, Recipe
 
 # ADP's numerical guards, the authors' values: log(p + 1e-20) in the entropy, + 1e-6·I under the log-det.
 _LOG_OFFSET = 1e-20
@@ -34,11 +34,9 @@ def adp_regularizer(member_probs: torch.Tensor, y: torch.Tensor, alpha: float, b
     return (-alpha * entropy - beta * log_det).mean()
 
 
+@REGISTRY.register("adp", ensemble=True)
 def adp_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor, recipe: Recipe) -> torch.Tensor:
     """Pang et al.: Σ_k CE(member_k) − α·ensemble entropy − β·log ensemble diversity."""
     logits = model.member_logits(x)
     ce = sum(F.cross_entropy(member, y) for member in logits)
     return ce + adp_regularizer(F.softmax(logits, dim=-1), y, recipe.alpha, recipe.beta)
-
-
-SPEC = register(RecipeSpec("adp", adp_loss, ensemble=True))

@@ -11,7 +11,7 @@ from advbench.robustness.defenses.inner import (
     eval_mode,
     pgd_linf,
 )
-from advbench.robustness.defenses.recipes.base import Recipe, RecipeSpec, register
+from advbench.robustness.defenses.recipes.base import REGISTRY, Recipe
 
 
 def logit_pairing(clean: torch.Tensor, adversarial: torch.Tensor) -> torch.Tensor:
@@ -19,6 +19,7 @@ def logit_pairing(clean: torch.Tensor, adversarial: torch.Tensor) -> torch.Tenso
     return (clean - adversarial).pow(2).sum(dim=1).mean()
 
 
+@REGISTRY.register("alp", inner_attack=True)
 def alp_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor, recipe: Recipe) -> torch.Tensor:
     """Kannan et al.: mixed clean/PGD cross-entropy + λ·‖Z(x) − Z(x_adv)‖² over each clean/adversarial pair."""
     with eval_mode(model):
@@ -26,6 +27,3 @@ def alp_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor, recipe: Recipe)
     clean, adversarial = model(x), model(x_adv)
     mixed = (F.cross_entropy(clean, y) + F.cross_entropy(adversarial, y)) / 2
     return mixed + recipe.pairing_weight * logit_pairing(clean, adversarial)
-
-
-SPEC = register(RecipeSpec("alp", alp_loss, inner_attack=True))

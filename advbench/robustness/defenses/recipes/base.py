@@ -3,8 +3,9 @@
 One `Recipe` dataclass holds the union of every recipe's keys, so a typo in any recipe is an
 error and the checkpoint cache keys (which hash the recipe block) do not depend on how the
 losses are organised. Each loss module registers its recipe once, as a `RecipeSpec`, in
-`REGISTRY`; validation reads the registry, so a new recipe needs no edit here. This module
-imports no loss module (they import it), which keeps the package free of import cycles.
+`REGISTRY` (`@REGISTRY.register` on its loss); validation reads the registry, so a new recipe
+needs no edit here. This module imports no loss module (they import it), which keeps the
+package free of import cycles.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import torch
 
 from advbench.core.errors import AdvbenchError
 from advbench.core.keys import plain
+from advbench.core.registry import Registry
 from advbench.robustness.defenses.inner import SINGLE_STEPS
 
 Loss = Callable[..., torch.Tensor]
@@ -38,16 +40,12 @@ class RecipeSpec:
     ensemble: bool = False
 
 
-REGISTRY: dict[str, RecipeSpec] = {}
-"""Every recipe by `type:` name, in registration order (the order `recipes/__init__` imports them)."""
+REGISTRY: Registry[RecipeSpec] = Registry("training recipe", RecipeSpec)
+"""Every recipe by `type:` name, in registration order (the order `recipes/__init__` imports them).
 
-
-def register(spec: RecipeSpec) -> RecipeSpec:
-    """Add `spec` to `REGISTRY`; a name is registered once."""
-    if spec.name in REGISTRY:
-        raise ValueError(f"training recipe '{spec.name}' is registered twice")
-    REGISTRY[spec.name] = spec
-    return spec
+Each loss module registers its loss beside its definition: `@REGISTRY.register("pgd_at", inner_attack=True)`
+stores `RecipeSpec("pgd_at", pgd_at_loss, inner_attack=True)`; a name is registered once.
+"""
 
 
 OPTIMIZERS: dict[str, Callable[[Any, Recipe], torch.optim.Optimizer]] = {
@@ -111,9 +109,7 @@ class Recipe:
         return recipe
 
     def validate(self) -> None:
-        if self.type not in REGISTRY:
-            raise AdvbenchError(f"unknown training recipe '{self.type}'; valid: {', '.join(sorted(REGISTRY))}")
-        spec = REGISTRY[self.type]
+        spec = REGISTRY.lookup(self.type)
         if self.epochs < 1 or self.batch_size < 1 or self.lr <= 0:
             raise AdvbenchError(f"recipe needs epochs >= 1, batch_size >= 1, lr > 0; got {self.epochs}, {self.batch_size}, {self.lr}")
         if self.optimizer not in OPTIMIZERS:

@@ -6,7 +6,14 @@ The loss and its ε/κ schedule live with the bounds they train in `defenses.cer
 
 from __future__ import annotations
 
-from advbench.robustness.defenses.certify import ibp_loss
-from advbench.robustness.defenses.recipes.base import RecipeSpec, register
+import torch
+from torch import nn
 
-SPEC = register(RecipeSpec("convex", ibp_loss))
+from advbench.robustness.defenses.certify import ibp_loss
+from advbench.robustness.defenses.recipes.base import REGISTRY, Recipe
+
+
+@REGISTRY.register("convex")
+def convex_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor, recipe: Recipe) -> torch.Tensor:
+    """`certify.ibp_loss`: κ·CE on the clean logits plus (1 − κ)·CE on the IBP worst-case logits."""
+    return ibp_loss(model, x, y, recipe)

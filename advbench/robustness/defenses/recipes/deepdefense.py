@@ -14,7 +14,7 @@ from torch.nn import functional as F
 from advbench.core.steps import per_sample
 from advbench.robustness.attacks.minimum_norm import goal_margin, nearest_boundary_step
 from advbench.robustness.defenses.inner import eval_mode
-from advbench.robustness.defenses.recipes.base import Recipe, RecipeSpec, register
+from advbench.robustness.defenses.recipes.base import REGISTRY, Recipe
 
 
 def unrolled_deepfool(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int,
@@ -57,6 +57,7 @@ def unrolled_deepfool(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps:
     return (1 + overshoot) * r, correct
 
 
+@REGISTRY.register("deepdefense")
 def deepdefense_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor, recipe: Recipe) -> torch.Tensor:
     """Yan et al.: CE + λ·mean over the batch of exp(−c·ρ) (correct) or exp(d·ρ) (wrong), ρ = ‖r‖₂/‖x‖₂.
 
@@ -68,6 +69,3 @@ def deepdefense_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor, recipe:
     ratio = r.flatten(1).norm(dim=1) / x.flatten(1).norm(dim=1).clamp_min(1e-12)
     penalty = torch.where(correct, torch.exp(-recipe.reg_c * ratio), torch.exp(recipe.reg_d * ratio))
     return F.cross_entropy(model(x), y) + recipe.reg_weight * penalty.mean()
-
-
-SPEC = register(RecipeSpec("deepdefense", deepdefense_loss))

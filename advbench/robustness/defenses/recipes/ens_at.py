@@ -15,9 +15,10 @@ from torch import nn
 from torch.nn import functional as F
 
 from advbench.robustness.defenses.inner import SINGLE_STEPS, eval_mode, pgd_linf
-from advbench.robustness.defenses.recipes.base import Recipe, RecipeSpec, register
+from advbench.robustness.defenses.recipes.base import REGISTRY, Recipe
 
 
+@REGISTRY.register("ens_at", inner_attack=True)
 def ens_at_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor, recipe: Recipe,
                 static_models: Sequence[nn.Module] = ()) -> torch.Tensor:
     """Tramèr et al.: half of each batch replaced by single-step examples from the current
@@ -33,6 +34,3 @@ def ens_at_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor, recipe: Reci
     clean = F.cross_entropy(model(x[:half]), y[:half], reduction="sum") if half else x.new_zeros(())
     adversarial = F.cross_entropy(model(x_adv), y_adv, reduction="sum")
     return (clean + recipe.adv_weight * adversarial) / (half + recipe.adv_weight * (x.shape[0] - half))
-
-
-SPEC = register(RecipeSpec("ens_at", ens_at_loss, inner_attack=True))

@@ -6,11 +6,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from advbench.robustness.defenses.recipes.base import Recipe, RecipeSpec, register
+from advbench.robustness.defenses.recipes.base import REGISTRY, Recipe
 
 
+@REGISTRY.register("natural")
 def natural_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor, recipe: Recipe) -> torch.Tensor:
     return F.cross_entropy(model(x), y)
-
-
-SPEC = register(RecipeSpec("natural", natural_loss))

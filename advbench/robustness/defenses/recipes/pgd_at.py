@@ -11,14 +11,12 @@ from advbench.robustness.defenses.inner import (
     eval_mode,
     pgd_linf,
 )
-from advbench.robustness.defenses.recipes.base import Recipe, RecipeSpec, register
+from advbench.robustness.defenses.recipes.base import REGISTRY, Recipe
 
 
+@REGISTRY.register("pgd_at", inner_attack=True)
 def pgd_at_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor, recipe: Recipe) -> torch.Tensor:
     """Madry et al.: cross-entropy on ℓ∞ PGD examples from a uniform random start."""
     with eval_mode(model):
         x_adv = pgd_linf(cross_entropy_objective(model, y), x, recipe.eps, recipe.inner_step, recipe.steps)
     return F.cross_entropy(model(x_adv), y)
-
-
-SPEC = register(RecipeSpec("pgd_at", pgd_at_loss, inner_attack=True))

@@ -10,14 +10,12 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from advbench.robustness.defenses.recipes.base import Recipe, RecipeSpec, register
+from advbench.robustness.defenses.recipes.base import REGISTRY, Recipe
 from advbench.robustness.defenses.rse import conv_noise
 
 
+@REGISTRY.register("rse")
 def rse_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor, recipe: Recipe) -> torch.Tensor:
     """Cross-entropy of one noisy pass: the network learns with the noise it is deployed with."""
     with conv_noise(model, lambda a, _layer: recipe.inner_noise * torch.randn_like(a)):
         return F.cross_entropy(model(x + recipe.init_noise * torch.randn_like(x)), y)
-
-
-SPEC = register(RecipeSpec("rse", rse_loss))

@@ -7,9 +7,10 @@ from torch import nn
 from torch.nn import functional as F
 
 from advbench.robustness.defenses.inner import eval_mode, kl_objective, pgd_linf
-from advbench.robustness.defenses.recipes.base import Recipe, RecipeSpec, register
+from advbench.robustness.defenses.recipes.base import REGISTRY, Recipe
 
 
+@REGISTRY.register("trades", inner_attack=True)
 def trades_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor, recipe: Recipe) -> torch.Tensor:
     """Zhang et al.: CE(f(x), y) + beta * KL(f(x) || f(x_adv)), x_adv maximising the KL."""
     with eval_mode(model):
@@ -18,6 +19,3 @@ def trades_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor, recipe: Reci
     logits = model(x)
     robust = F.kl_div(F.log_softmax(model(x_adv), dim=1), F.softmax(logits, dim=1), reduction="batchmean")
     return F.cross_entropy(logits, y) + recipe.beta * robust
-
-
-SPEC = register(RecipeSpec("trades", trades_loss, inner_attack=True))
