@@ -272,7 +272,7 @@ def test_without_robustbench_run_and_fetch_say_how_to_install_it(fake_cifar_root
 
 
 def test_advbench_imports_robustbench_only_for_model_robustbench() -> None:
-    code = ("import sys, advbench.cli.main, advbench.cli.weights, advbench.robustness.defenses.zoo, "
+    code = ("import sys, advbench.cli.main, advbench.cli.weights, advbench.robustness.targets, "
             "advbench.robustness.evaluation.cell, advbench.robustness.models.robustbench_zoo; "
             "assert not [m for m in sys.modules if m.split('.')[0] in ('robustbench', 'timm')], 'imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
