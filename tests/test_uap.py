@@ -200,3 +200,13 @@ def test_ablation_figure_ticks_whole_numbers_defines_whiskers_and_wraps_panels()
     seed0 = frame[(frame["seed"] == 0) & (frame["n_train"] == 64) & (frame["epochs"] == 5)]["gain"]
     ends = {round(y, 6) for line in panels["training seed"].get_lines() for y in line.get_ydata()}
     assert {round(seed0.min(), 6), round(seed0.max(), 6)} <= ends, "whiskers reach the extreme gains"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without CUDA")
+def test_the_quality_jobs_resolve_devices_by_the_benchmarks_rule() -> None:
+    from advbench.core.errors import AdvbenchError
+    from advbench.quality.metrics.scoring import device_of
+
+    assert device_of(None) == device_of("auto") == torch.device("cpu")
+    with pytest.raises(AdvbenchError, match="no CUDA device is available; use device=cpu"):
+        device_of("cuda")

@@ -10,14 +10,13 @@ import time
 
 import torch
 
+from advbench.core.runtime import resolve_device
 from advbench.quality.metrics.base import QualityMetric
 
 
 def device_of(name: str | torch.device | None) -> torch.device:
-    """`auto`/None -> CUDA when present, else CPU; anything else as given."""
-    if name in (None, "auto"):
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    """The quality jobs' `device` (None: `auto`) by the one rule of both halves (`core.runtime.resolve_device`)."""
+    return resolve_device("auto" if name is None else str(name))
 
 
 def sync_device(device: torch.device) -> None:
