@@ -52,7 +52,9 @@ class IterativeFGSM(MetricAttack):
                                           final_scores(metric, x_adv)], 1), self.steps)
 
 
-class FGSM(IterativeFGSM):
+class MetricFGSM(IterativeFGSM):
+    """One signed-gradient step on a metric's score (the robustness half's `FGSM` attacks classifiers)."""
+
     name = "fgsm"
 
     def __init__(self) -> None:
