@@ -112,7 +112,7 @@ def _option(group: str, option: str) -> DictConfig | None:
         return None
     data = dict(_yaml(path))
     defaults = data.pop("defaults", ["_self_"])
-    if "# @package" in path.read_text() or not defaults or defaults[-1] != "_self_" \
+    if _packaged(path) or not defaults or defaults[-1] != "_self_" \
             or not all(isinstance(d, str) and d != "_self_" for d in defaults[:-1]):
         return None
     parents = [_option(group, d) for d in defaults[:-1]]
@@ -123,9 +123,15 @@ def _option(group: str, option: str) -> DictConfig | None:
 
 def _yaml(path: Path) -> dict[str, Any]:
     """An option file's YAML, read once per version of the file."""
-    return _read(str(path), path.stat().st_mtime_ns)
+    return _read(str(path), path.stat().st_mtime_ns)[0]
+
+
+def _packaged(path: Path) -> bool:
+    """Whether an option file has a `# @package` header (Hydra places such an option elsewhere)."""
+    return _read(str(path), path.stat().st_mtime_ns)[1]
 
 
 @functools.lru_cache(maxsize=256)
-def _read(path: str, _version: int) -> dict[str, Any]:
-    return yaml.safe_load(Path(path).read_text()) or {}
+def _read(path: str, _version: int) -> tuple[dict[str, Any], bool]:
+    text = Path(path).read_text()
+    return yaml.safe_load(text) or {}, "# @package" in text
