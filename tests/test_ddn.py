@@ -33,16 +33,16 @@ def batch(digits_tensors) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 class Watched(WhiteBoxOracle):
-    """A white-box oracle that keeps the norm of every iterate its verdict called adversarial."""
+    """A white-box oracle that keeps the `norm` of every iterate its verdict called adversarial."""
 
-    def __init__(self, model, n: int, x: torch.Tensor) -> None:
+    def __init__(self, model, n: int, x: torch.Tensor, norm: str = "l2") -> None:
         super().__init__(model, n)
-        self.x = x
+        self.x, self.norm = x, norm
         self.seen: list[tuple[torch.Tensor, torch.Tensor]] = []  # (batch rows, norms) of adversarial iterates
 
     def verdict(self, x, y, target, idx, logits=None, undated=None):
         met = super().verdict(x, y, target, idx, logits, undated)
-        self.seen.append((idx[met], lp_norm(x[met] - self.x[idx[met]], "l2")))
+        self.seen.append((idx[met], lp_norm(x[met] - self.x[idx[met]], self.norm)))
         return met
 
 
