@@ -33,7 +33,8 @@ def next_radius(radius: torch.Tensor, hit: torch.Tensor, smallest: torch.Tensor,
     The paper, Foolbox and adv-lib take `reach` alone there. Under ℓ2 that converges onto the
     boundary from inside: the projected step is not along the gradient and the box clip shortens
     it, so each iterate falls short of the reach it was given and the next reach is barely longer.
-    On the test digits 17% of samples then met the goal in 100 steps, 100% with the growth kept.
+    On the test digits 17% (untargeted) and 58% (targeted) then met the goal in 100 steps, 100%
+    with the growth kept.
     """
     found = torch.isfinite(smallest)
     grown = radius * (1 + gamma)
