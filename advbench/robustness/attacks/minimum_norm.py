@@ -64,7 +64,8 @@ recompute cells to the same numbers."""
 
 
 def unit_l2(grad: torch.Tensor, i: int, sample_id: torch.Tensor) -> torch.Tensor:
-    """The gradients at unit ℓ2 norm; a zero one (a saturated loss) is replaced by a Gaussian direction."""
+    """The gradients at unit ℓ2 norm; a zero one (a saturated loss, a flat region of the model) is
+    replaced by a Gaussian direction keyed by sample and iteration, so the iterate still moves."""
     norms = lp_norm(grad, "l2")
     zero = (norms == 0).nonzero().squeeze(1)
     if zero.numel():
