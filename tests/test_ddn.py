@@ -15,8 +15,9 @@ import torch
 from test_minimum_norm import AlwaysZero, Shifted
 
 from advbench.core.errors import AdvbenchError
-from advbench.core.steps import lp_norm
-from advbench.robustness.attacks.ddn import DDN, cosine_stepsize, unit_l2
+from advbench.core.steps import cosine_anneal, lp_norm
+from advbench.robustness.attacks.ddn import DDN
+from advbench.robustness.attacks.minimum_norm import unit_l2
 from advbench.robustness.attacks.oracles import TransferOracle, WhiteBoxOracle
 from advbench.robustness.data.targets import target_classes
 
@@ -32,16 +33,16 @@ def batch(digits_tensors) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 class Watched(WhiteBoxOracle):
-    """A white-box oracle that keeps the norm of every iterate its verdict called adversarial."""
+    """A white-box oracle that keeps the `norm` of every iterate its verdict called adversarial."""
 
-    def __init__(self, model, n: int, x: torch.Tensor) -> None:
+    def __init__(self, model, n: int, x: torch.Tensor, norm: str = "l2") -> None:
         super().__init__(model, n)
-        self.x = x
+        self.x, self.norm = x, norm
         self.seen: list[tuple[torch.Tensor, torch.Tensor]] = []  # (batch rows, norms) of adversarial iterates
 
     def verdict(self, x, y, target, idx, logits=None, undated=None):
         met = super().verdict(x, y, target, idx, logits, undated)
-        self.seen.append((idx[met], lp_norm(x[met] - self.x[idx[met]], "l2")))
+        self.seen.append((idx[met], lp_norm(x[met] - self.x[idx[met]], self.norm)))
         return met
 
 
@@ -97,7 +98,7 @@ def test_one_gradient_a_step_and_none_past_a_clean_adversarial(tiny_model, batch
 
 
 def test_stepsize_anneals_on_a_cosine_from_1_to_0_01() -> None:
-    sizes = [cosine_stepsize(i, 100) for i in range(100)]
+    sizes = [cosine_anneal(i, 100, 1.0, 0.01) for i in range(100)]
     assert sizes[0] == 1.0 and sizes[50] == pytest.approx(0.505)
     assert all(a > b for a, b in zip(sizes, sizes[1:])) and sizes[-1] > 0.01
 

@@ -8,6 +8,8 @@ can carry samples at different budgets (the minimum-ε search and the budget swe
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 _TINY = 1e-12
@@ -52,6 +54,13 @@ def project(x_adv: torch.Tensor, x: torch.Tensor, eps: torch.Tensor, norm: str) 
         factor = torch.where(n > eps, eps / n.clamp_min(_TINY), torch.ones_like(n))
         delta = delta * per_sample(factor, delta)
     return x + delta
+
+
+def cosine_anneal(i: int, steps: int, first: float, last: float) -> float:
+    """Iteration i's (0-based, of `steps`) value of a schedule annealed on a cosine from `first` towards
+    `last`, as Foolbox and adv-lib anneal DDN's and FMN's step sizes (it reaches `last` only after the
+    last step)."""
+    return last + (first - last) * (1 + math.cos(math.pi * i / steps)) / 2
 
 
 def clip(x: torch.Tensor, bounds: tuple[float, float]) -> torch.Tensor:

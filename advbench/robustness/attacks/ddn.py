@@ -10,42 +10,16 @@ iterate it saw, the input itself where it saw none.
 
 from __future__ import annotations
 
-import math
-
 import torch
 
-from advbench.core.steps import clip, lp_norm, per_sample
+from advbench.core.steps import clip, cosine_anneal, lp_norm, per_sample
 from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.base import Attack, AttackResult
-from advbench.robustness.attacks.draws import normal
-from advbench.robustness.attacks.minimum_norm import SmallestAdversarial
+from advbench.robustness.attacks.minimum_norm import SmallestAdversarial, unit_l2
 from advbench.robustness.attacks.oracles import Oracle
-
-ZERO_GRAD_SEED = 0
-"""Seed of the random directions that stand in for a vanishing gradient (as in Foolbox and adv-lib,
-which draw a Gaussian there): keyed by sample id and iteration, so a sample's numbers do not depend
-on its batch, and fixed, since they are drawn so rarely that a seed in the cell key would only
-recompute cells to the same numbers."""
 
 FINAL_STEPSIZE = 0.01
 """Where the cosine schedule of the step size ends (the paper's, Foolbox's and adv-lib's)."""
-
-
-def cosine_stepsize(i: int, steps: int, first: float = 1.0, last: float = FINAL_STEPSIZE) -> float:
-    """The step size α of iteration i (0-based) of `steps`: cosine annealing from `first` towards
-    `last`, as Foolbox and adv-lib compute it (the schedule reaches `last` only after the last step)."""
-    return last + (first - last) * (1 + math.cos(math.pi * i / steps)) / 2
-
-
-def unit_l2(grad: torch.Tensor, i: int, sample_id: torch.Tensor) -> torch.Tensor:
-    """The gradients at unit ℓ2 norm; a zero one (a saturated loss) is replaced by a Gaussian direction."""
-    norms = lp_norm(grad, "l2")
-    zero = (norms == 0).nonzero().squeeze(1)
-    if zero.numel():
-        grad = grad.clone()
-        grad[zero] = normal(ZERO_GRAD_SEED, sample_id[zero], tuple(grad.shape[1:]), i, device=grad.device, dtype=grad.dtype)
-        norms = lp_norm(grad, "l2")
-    return grad / per_sample(norms.clamp_min(1e-12), grad)
 
 
 class DDN(Attack):
@@ -56,7 +30,7 @@ class DDN(Attack):
     x + δ and keeps it if it is the smallest adversarial example so far, then sets
     δ ← δ + α_i·g/‖g‖₂, ε ← ε·(1 − γ) if x + δ was adversarial else ε·(1 + γ) (at most the
     farthest point of the box, ‖max(x − lo, hi − x)‖₂), δ ← ε·δ/‖δ‖₂, and clips x + δ into
-    the oracle's bounds. α_i anneals from 1 to 0.01 on a cosine (`cosine_stepsize`).
+    the oracle's bounds. α_i anneals from 1 to 0.01 on a cosine (`cosine_anneal`).
 
     One gradient evaluation an iteration, `steps` a sample; a sample adversarial at its input
     stops after the first (its norm, 0, cannot be beaten). Strength (`first_success`) is the
@@ -101,7 +75,7 @@ class DDN(Attack):
                 active, grad, hit = active[~hit], grad[~hit], hit[~hit]
                 if active.numel() == 0:
                     break
-            step = delta[active] + cosine_stepsize(i, self.steps) * unit_l2(grad, i, sample_id[active])
+            step = delta[active] + cosine_anneal(i, self.steps, 1.0, FINAL_STEPSIZE) * unit_l2(grad, i, sample_id[active])
             radius[active] = torch.where(hit, radius[active] * (1 - self.gamma),
                                          radius[active] * (1 + self.gamma)).minimum(worst[active])
             step = step * per_sample(radius[active] / lp_norm(step, "l2").clamp_min(1e-12), step)

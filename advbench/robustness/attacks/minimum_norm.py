@@ -10,6 +10,8 @@ in tensors, and drop a sample from the active set once nothing more is to be gai
 so a sample's result never depends on its batch. Under transfer knowledge they optimise on
 the substitute and an example counts once the target's top-1 label (a counted query) meets
 the goal, as for the transfer versions of FGSM/BIM/MIM.
+
+`SmallestAdversarial` and `unit_l2` serve DDN (`ddn`) and FMN (`fmn`) too.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from advbench.core.runtime import grad_rows, pieces
 from advbench.core.steps import DUAL_NORM, adam_step, clip, lp_norm, per_sample, unit_direction
 from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.base import Attack, AttackResult
+from advbench.robustness.attacks.draws import normal
 from advbench.robustness.attacks.oracles import Objective, Oracle, TransferOracle
 
 CPU_GRAD_ELEMENTS = 1 << 18
@@ -51,6 +54,25 @@ def goal_margin(logits: torch.Tensor, y: torch.Tensor, target: torch.Tensor | No
     if target is None:
         return logits.gather(1, y[:, None]).squeeze(1) - max_other(logits, y)
     return max_other(logits, target) - logits.gather(1, target[:, None]).squeeze(1)
+
+
+ZERO_GRAD_SEED = 0
+"""Seed of the random directions that stand in for a vanishing gradient (as in Foolbox and adv-lib,
+which draw a Gaussian there): keyed by sample id and iteration, so a sample's numbers do not depend
+on its batch, and fixed, since they are drawn so rarely that a seed in the cell key would only
+recompute cells to the same numbers."""
+
+
+def unit_l2(grad: torch.Tensor, i: int, sample_id: torch.Tensor) -> torch.Tensor:
+    """The gradients at unit ℓ2 norm; a zero one (a saturated loss, a flat region of the model) is
+    replaced by a Gaussian direction keyed by sample and iteration, so the iterate still moves."""
+    norms = lp_norm(grad, "l2")
+    zero = (norms == 0).nonzero().squeeze(1)
+    if zero.numel():
+        grad = grad.clone()
+        grad[zero] = normal(ZERO_GRAD_SEED, sample_id[zero], tuple(grad.shape[1:]), i, device=grad.device, dtype=grad.dtype)
+        norms = lp_norm(grad, "l2")
+    return grad / per_sample(norms.clamp_min(1e-12), grad)
 
 
 def _rows(v: torch.Tensor | None, idx: torch.Tensor) -> torch.Tensor | None:
