@@ -113,11 +113,13 @@ class HopSkipJump(DecisionAttack):
             base = xb[sl][:, None]
             dl = delta[sl].reshape(-1, 1, *([1] * len(shape)))
             probes = clip(base + dl * rv, bounds)
-            rv = (probes - base) / dl
+            rv = probes.sub(base).div_(dl)
             use = torch.arange(evals, device=xb.device)[None, :] < k[:, None]
-            rows = idx[sl][:, None].expand(-1, evals)[use]
             fval = torch.zeros(use.shape, dtype=xb.dtype, device=xb.device)
-            fval[use] = 2 * log.adversarial(probes[use], rows).to(xb.dtype) - 1
+            if bool((k == evals).all()):  # every probe queried: no gather (a copy of all probes)
+                fval.view(-1).copy_(log.adversarial(probes.flatten(0, 1), idx[sl].repeat_interleave(evals))).mul_(2).sub_(1)
+            else:
+                fval[use] = 2 * log.adversarial(probes[use], idx[sl][:, None].expand(-1, evals)[use]).to(xb.dtype) - 1
             mean = fval.sum(1) / k.clamp_min(1)
             same = mean.abs() == 1  # all probes agree: the authors average the directions
             weight = torch.where(same[:, None], fval, (fval - mean[:, None]) * use)
