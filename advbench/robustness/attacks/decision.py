@@ -109,10 +109,11 @@ class HopSkipJump(DecisionAttack):
                 rv = uniform(self.seed, sample_id[sl], (evals, *shape), j, device=xb.device, dtype=xb.dtype) * 2 - 1
             else:
                 rv = normal(self.seed, sample_id[sl], (evals, *shape), j, device=xb.device, dtype=xb.dtype)
-            rv = rv / lp_norm(rv.flatten(0, 1), "l2").clamp_min(1e-12).reshape(rv.shape[0], evals, *([1] * len(shape)))
+            # In place on the draw's own tensor: each probe-sized temporary is megabytes to fault in.
+            rv.div_(lp_norm(rv.flatten(0, 1), "l2").clamp_min(1e-12).reshape(rv.shape[0], evals, *([1] * len(shape))))
             base = xb[sl][:, None]
             dl = delta[sl].reshape(-1, 1, *([1] * len(shape)))
-            probes = clip(base + dl * rv, bounds)
+            probes = rv.mul_(dl).add_(base).clamp_(*bounds)  # clip(x + δ·u)
             rv = probes.sub(base).div_(dl)
             use = torch.arange(evals, device=xb.device)[None, :] < k[:, None]
             fval = torch.zeros(use.shape, dtype=xb.dtype, device=xb.device)
@@ -123,7 +124,7 @@ class HopSkipJump(DecisionAttack):
             mean = fval.sum(1) / k.clamp_min(1)
             same = mean.abs() == 1  # all probes agree: the authors average the directions
             weight = torch.where(same[:, None], fval, (fval - mean[:, None]) * use)
-            g = (weight.reshape(*weight.shape, *([1] * len(shape))) * rv).sum(1) / per_sample(k.clamp_min(1), xb[sl])
+            g = rv.mul_(weight.reshape(*weight.shape, *([1] * len(shape)))).sum(1) / per_sample(k.clamp_min(1), xb[sl])
             out[sl] = g / per_sample(lp_norm(g, "l2").clamp_min(1e-12), g)
         return out
 
