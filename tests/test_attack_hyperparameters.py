@@ -36,6 +36,8 @@ ALLOWED: dict[str, tuple[set[Any], str]] = {
     "overshoot": ({0.0}, "DeepFool without overshoot"),
     "adam_beta1": ({0.0}, "Adam betas live in [0, 1)"),
     "adam_beta2": ({0.0}, "Adam betas live in [0, 1)"),
+    "alpha": ({0.0}, "ALMA's averages live in [0, 1): 0 takes each new multiplier and squared gradient as is"),
+    "logit_tolerance": ({0.0}, "ALMA's constraint may ask for no margin beyond a tie"),
 }
 """Param name -> values among the generic bad ones that the param legitimately takes, and why."""
 
@@ -50,6 +52,10 @@ EXTRA_BAD_BY_OPTION: dict[tuple[str, str], list[Any]] = {
     ("evolutionary", "coordinates"): [1.5],  # a fraction of the search space there, a count in ZOO
     ("nattack", "samples"): [1],             # standardised rewards need two draws
     ("deepfool", "candidates"): [1],         # the label and one other class
+    ("alma", "alpha"): [1.0],                # an average that never moves
+    ("alma", "lr_reduction"): [1.5],         # the step size decays, never grows
+    ("alma", "tau"): [1.5],                  # an improvement is a fall of the constraint
+    ("alma", "gamma"): [0.5],                # the penalty parameter grows, never shrinks
 }
 
 

@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from advbench.core.steps import ascend, clip, lp_norm, project, unit_direction
+from advbench.core.steps import ascend, clip, lp_norm, project, rmsprop_step, unit_direction
 from advbench.robustness.attacks.starts import random_start
 
 NORMS = st.sampled_from(["linf", "l2"])
@@ -87,3 +87,20 @@ def test_linf_random_start_is_uniform_in_the_cube() -> None:
     assert d.abs().max() <= 0.2 + 1e-7
     assert math.isclose(float(d.mean()), 0.0, abs_tol=0.01)
     assert math.isclose(float(d.abs().mean()), 0.1, abs_tol=0.01)
+
+
+def test_rmsprop_step_is_torchs_rmsprop_with_momentum() -> None:
+    """From torch's zero state, three steps move like torch.optim.RMSprop; the step size is per sample."""
+    g = torch.Generator().manual_seed(0)
+    grads = [torch.randn(3, 2, 4, generator=g) for _ in range(3)]
+    lr = torch.tensor([0.1, 0.05, 0.2])
+    ours = torch.zeros(3, 2, 4)
+    square_avg, buffer = torch.zeros_like(ours), torch.zeros_like(ours)
+    theirs = [torch.zeros(2, 4, requires_grad=True) for _ in range(3)]
+    opts = [torch.optim.RMSprop([p], lr=float(r), alpha=0.9, eps=1e-8, momentum=0.9) for p, r in zip(theirs, lr)]
+    for grad in grads:
+        ours -= rmsprop_step(grad, square_avg, buffer, lr, 0.9, 0.9)
+        for row, (p, opt) in enumerate(zip(theirs, opts)):
+            p.grad = grad[row].clone()
+            opt.step()
+    assert torch.allclose(ours, torch.stack([p.detach() for p in theirs]), rtol=1e-5, atol=1e-7)

@@ -110,3 +110,16 @@ def adam_step(grad: torch.Tensor, m: torch.Tensor, v: torch.Tensor, t: int | tor
     m_hat = m / (1 - b1 ** t)
     v_hat = v / (1 - b2 ** t)
     return lr * m_hat / (v_hat.sqrt() + eps)
+
+
+def rmsprop_step(grad: torch.Tensor, square_avg: torch.Tensor, buffer: torch.Tensor, lr: torch.Tensor,
+                 alpha: float, momentum: float, eps: float = 1e-8) -> torch.Tensor:
+    """One RMSProp-with-momentum update to subtract, as torch.optim.RMSprop takes it (square_avg
+    and buffer updated in place), with a per-sample step size `lr` of shape (N,).
+
+    Element-wise state like `adam_step`'s, so a sample's trajectory does not depend on its batch;
+    `lr` per sample because ALMA decays each sample's step from its own first success.
+    """
+    square_avg.mul_(alpha).addcmul_(grad, grad, value=1 - alpha)
+    buffer.mul_(momentum).addcdiv_(grad, square_avg.sqrt().add_(eps))
+    return buffer * per_sample(lr, buffer)

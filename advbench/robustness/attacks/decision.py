@@ -109,19 +109,22 @@ class HopSkipJump(DecisionAttack):
                 rv = uniform(self.seed, sample_id[sl], (evals, *shape), j, device=xb.device, dtype=xb.dtype) * 2 - 1
             else:
                 rv = normal(self.seed, sample_id[sl], (evals, *shape), j, device=xb.device, dtype=xb.dtype)
-            rv = rv / lp_norm(rv.flatten(0, 1), "l2").clamp_min(1e-12).reshape(rv.shape[0], evals, *([1] * len(shape)))
+            # In place on the draw's own tensor: each probe-sized temporary is megabytes to fault in.
+            rv.div_(lp_norm(rv.flatten(0, 1), "l2").clamp_min(1e-12).reshape(rv.shape[0], evals, *([1] * len(shape))))
             base = xb[sl][:, None]
             dl = delta[sl].reshape(-1, 1, *([1] * len(shape)))
-            probes = clip(base + dl * rv, bounds)
-            rv = (probes - base) / dl
+            probes = rv.mul_(dl).add_(base).clamp_(*bounds)  # clip(x + δ·u)
+            rv = probes.sub(base).div_(dl)
             use = torch.arange(evals, device=xb.device)[None, :] < k[:, None]
-            rows = idx[sl][:, None].expand(-1, evals)[use]
             fval = torch.zeros(use.shape, dtype=xb.dtype, device=xb.device)
-            fval[use] = 2 * log.adversarial(probes[use], rows).to(xb.dtype) - 1
+            if bool((k == evals).all()):  # every probe queried: no gather (a copy of all probes)
+                fval.view(-1).copy_(log.adversarial(probes.flatten(0, 1), idx[sl].repeat_interleave(evals))).mul_(2).sub_(1)
+            else:
+                fval[use] = 2 * log.adversarial(probes[use], idx[sl][:, None].expand(-1, evals)[use]).to(xb.dtype) - 1
             mean = fval.sum(1) / k.clamp_min(1)
             same = mean.abs() == 1  # all probes agree: the authors average the directions
             weight = torch.where(same[:, None], fval, (fval - mean[:, None]) * use)
-            g = (weight.reshape(*weight.shape, *([1] * len(shape))) * rv).sum(1) / per_sample(k.clamp_min(1), xb[sl])
+            g = rv.mul_(weight.reshape(*weight.shape, *([1] * len(shape)))).sum(1) / per_sample(k.clamp_min(1), xb[sl])
             out[sl] = g / per_sample(lp_norm(g, "l2").clamp_min(1e-12), g)
         return out
 

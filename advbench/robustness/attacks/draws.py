@@ -71,9 +71,12 @@ def _bits(seed: int, sample_id: torch.Tensor, count: int, streams: int | torch.T
 
 
 def _unit(bits: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Top mantissa-many bits as a float in [0, 1), exact in `dtype` (never rounds up to 1)."""
+    """Top mantissa-many bits as a float in [0, 1), exact in `dtype` (never rounds up to 1).
+
+    Shifts `bits` in place (every caller's are its own, fresh from `_bits`): one tensor of the
+    draw's size less to allocate and fault in."""
     m = min(round(-math.log2(torch.finfo(dtype).eps)) + 1, 53)
-    return _shr(bits, 64 - m).to(torch.float64).mul_(2.0 ** -m).to(dtype)
+    return _shr(bits, 64 - m, bits).to(torch.float64).mul_(2.0 ** -m).to(dtype)
 
 
 def uniform(seed: int, sample_id: torch.Tensor, shape: tuple[int, ...], stream: int, *,
