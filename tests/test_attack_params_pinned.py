@@ -38,6 +38,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "zoo": {"checkpoints": [3], "coordinates": 4},
     "apgd_t": {"n_target_classes": 3, "loss": "ce"},
     "ensemble": {"members": ["fgsm", "pgd"], "member_params": {"pgd": {"steps": 2}}},
+    "fab_t": {"n_target_classes": 3, "final_search": 0, "beta": 1},
 }
 """Option -> hyperparameters set away from the YAML's (ints where floats are usual, tuples for lists)."""
 
