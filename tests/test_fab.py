@@ -17,12 +17,13 @@ import pytest
 import torch
 from scipy.optimize import linprog
 from test_ddn import predict
+from test_minimum_norm import AlwaysZero, Shifted
 
 from advbench.core.errors import AdvbenchError
 from advbench.core.steps import lp_norm
 from advbench.robustness.attacks.fab import FAB
 from advbench.robustness.attacks.hyperplane import project_l2, project_linf
-from advbench.robustness.attacks.oracles import WhiteBoxOracle
+from advbench.robustness.attacks.oracles import TransferOracle, WhiteBoxOracle
 from advbench.robustness.data.targets import target_classes
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -175,6 +176,25 @@ def test_restarts_only_lower_the_norm(tiny_model, batch) -> None:
     early = one.first_success >= 0
     assert torch.equal(three.first_success[early], one.first_success[early])
     assert (~early & one.success).any()
+
+
+@pytest.mark.parametrize("n_target_classes", [0, 2])
+def test_transfer_counts_only_what_the_target_says(n_target_classes: int, tiny_model, batch) -> None:
+    """On the substitute as its own target the transfer run is the white-box one; a target that
+    always says 0 is fooled, at x itself, exactly on the samples labelled otherwise."""
+    x, y = batch
+    eps = torch.full((N,), 0.1)
+
+    def fab(oracle):
+        return FAB(n_iter=8, n_target_classes=n_target_classes)(oracle, x, y, eps=eps, norm="linf")
+
+    white = fab(WhiteBoxOracle(tiny_model, N))
+    same = TransferOracle(Shifted(tiny_model, 3.0), N, substitute=tiny_model)
+    res = fab(same)
+    assert torch.equal(res.success, white.success) and torch.allclose(res.x_adv, white.x_adv, atol=1e-6)
+    assert (same.queries > 0).all()
+    zero = fab(TransferOracle(AlwaysZero(), N, substitute=tiny_model))
+    assert torch.equal(zero.success, y != 0) and torch.equal(zero.x_adv, x)
 
 
 @pytest.mark.parametrize("kwargs", [{"eta": 0.9}, {"beta": 0}, {"alpha_max": 1.5}, {"n_iter": 0},
