@@ -38,6 +38,8 @@ ALLOWED: dict[str, tuple[set[Any], str]] = {
     "adam_beta2": ({0.0}, "Adam betas live in [0, 1)"),
     "alpha": ({0.0}, "ALMA's averages live in [0, 1): 0 takes each new multiplier and squared gradient as is"),
     "logit_tolerance": ({0.0}, "ALMA's constraint may ask for no margin beyond a tie"),
+    "alpha_max": ({0.0}, "FAB with alpha_max 0 steps from the iterate's projection alone"),
+    "final_search": ({0}, "FAB without a final search is AutoAttack's FAB"),
 }
 """Param name -> values among the generic bad ones that the param legitimately takes, and why."""
 

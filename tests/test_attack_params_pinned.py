@@ -40,6 +40,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "ensemble": {"members": ["fgsm", "pgd"], "member_params": {"pgd": {"steps": 2}}},
     "fmn": {"steps": 30, "min_stepsize": 0.05, "gamma": 0.1},
     "alma": {"steps": 100, "logit_tolerance": 0, "gamma": 2},
+    "fab_t": {"n_target_classes": 3, "final_search": 0, "beta": 1},
 }
 """Option -> hyperparameters set away from the YAML's (ints where floats are usual, tuples for lists)."""
 

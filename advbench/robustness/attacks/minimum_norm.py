@@ -165,37 +165,49 @@ class DeepFool(Attack):
         """(n, k) candidate classes: the target, or the most likely classes other than y."""
         if target is not None:
             return target[:, None]
-        k = min(self.candidates, logits.shape[1]) - 1
-        others = logits.scatter(1, y[:, None], -math.inf)
-        return others.topk(k, dim=1).indices
+        return runner_up_classes(logits, y, min(self.candidates, logits.shape[1]) - 1)
 
     def _step(self, oracle: Oracle, xa: torch.Tensor, y: torch.Tensor, classes: torch.Tensor,
               target: torch.Tensor | None, active: torch.Tensor, norm: str, batch: int) -> torch.Tensor:
-        """The step of each active sample to its nearest linearised boundary.
+        """The step of each active sample to its nearest linearised boundary."""
+        return nearest_boundary_step(*boundary_gradients(oracle, xa, y, classes, target, active, batch), norm)
 
-        The replicated rows go through the backward in near-equal groups of whole samples, at
-        most `_backward_rows` rows each (one sample's k at least) for a run on `batch` samples: one
-        backward over every candidate of the batch costs more per row and k times the memory.
-        The model sees each row alone and a sample's rows share one call (a randomized model's
-        draws are keyed per sample and call), so the result is one call's: bit for bit on groups
-        of a few dozen rows or more; smaller ones may take other CPU kernels, an ulp apart.
-        """
-        m, k = classes.shape
-        cls = classes.reshape(-1)
-        ref = y.repeat_interleave(k)
 
-        def boundary(sl: slice) -> Objective:
-            """f < 0 on the sample's side of the boundary, 0 on it (rows `sl` of the replicated batch)."""
-            if target is not None:
-                return lambda z: -goal_margin(z, ref[sl], cls[sl])
-            return lambda z: z.gather(1, cls[sl, None]).squeeze(1) - z.gather(1, ref[sl, None]).squeeze(1)
+def runner_up_classes(logits: torch.Tensor, y: torch.Tensor, k: int) -> torch.Tensor:
+    """(n, k): the k most likely classes other than y, most likely first."""
+    return logits.scatter(1, y[:, None], -math.inf).topk(k, dim=1).indices
 
-        xr, rows = xa.repeat_interleave(k, dim=0), active.repeat_interleave(k)
-        per = max(1, _backward_rows(batch, xa) // k)  # whole samples a backward
-        parts = [oracle.value_and_grad(xr[sl], boundary(sl), rows[sl])
-                 for sl in (slice(s.start * k, s.stop * k) for s in pieces(m, per))]
-        logits, grad = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
-        return nearest_boundary_step(boundary(slice(None))(logits).reshape(m, k), grad.reshape(m, k, *xa.shape[1:]), norm)
+
+def boundary_gradients(oracle: Oracle, xa: torch.Tensor, y: torch.Tensor, classes: torch.Tensor,
+                       target: torch.Tensor | None, active: torch.Tensor,
+                       batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each sample's boundary functions against its candidate classes (m, k) and their input gradients
+    (m, k, ...), one gradient evaluation per candidate: DeepFool's and FAB's linearisations.
+
+    Untargeted, f_k = Z_k − Z_y; targeted (`target`, one candidate), f = Z_t − max_{j≠t} Z_j; so f < 0
+    on the sample's side of the boundary and 0 on it. The replicated rows go through the backward in
+    near-equal groups of whole samples, at most `_backward_rows` rows each (one sample's k at least)
+    for a run on `batch` samples: one backward over every candidate of the batch costs more per row
+    and k times the memory. The model sees each row alone and a sample's rows share one call (a
+    randomized model's draws are keyed per sample and call), so the result is one call's: bit for
+    bit on groups of a few dozen rows or more; smaller ones may take other CPU kernels, an ulp apart.
+    """
+    m, k = classes.shape
+    cls = classes.reshape(-1)
+    ref = y.repeat_interleave(k)
+
+    def boundary(sl: slice) -> Objective:
+        """f of rows `sl` of the replicated batch."""
+        if target is not None:
+            return lambda z: -goal_margin(z, ref[sl], cls[sl])
+        return lambda z: z.gather(1, cls[sl, None]).squeeze(1) - z.gather(1, ref[sl, None]).squeeze(1)
+
+    xr, rows = xa.repeat_interleave(k, dim=0), active.repeat_interleave(k)
+    per = max(1, _backward_rows(batch, xa) // k)  # whole samples a backward
+    parts = [oracle.value_and_grad(xr[sl], boundary(sl), rows[sl])
+             for sl in (slice(s.start * k, s.stop * k) for s in pieces(m, per))]
+    logits, grad = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+    return boundary(slice(None))(logits).reshape(m, k), grad.reshape(m, k, *xa.shape[1:])
 
 
 def _backward_rows(batch: int, xa: torch.Tensor) -> int:
