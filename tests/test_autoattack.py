@@ -3,14 +3,18 @@ oracle's scores with its queries counted, the rand version's EOT, and its one-li
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from contract import assert_budgeted_contract
 from hydra.utils import instantiate
+from torch import nn
 
+import advbench
 from advbench.cli.config import compose_config
 from advbench.core.catalog import option_data
-from advbench.core.errors import AdvbenchError
+from advbench.core.errors import AdvbenchError, AdvbenchWarning
 from advbench.robustness.attacks.apgd import APGD
 from advbench.robustness.attacks.autoattack import VERSIONS, AutoAttack
 from advbench.robustness.attacks.oracles import ScoreOracle, WhiteBoxOracle
@@ -118,3 +122,34 @@ def test_bad_versions_are_one_line_errors(overrides: list[str], match: str) -> N
     with pytest.raises(AdvbenchError, match=match) as info:
         instantiate(compose_config("config", ["attack=autoattack", *overrides]).attack.params)
     assert "\n" not in str(info.value)
+
+
+class Rounded(nn.Module):
+    """The tiny model behind a rounding of its input: zero input gradients, the same decisions nearby."""
+
+    bounds = (0.0, 1.0)
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model(torch.round(x * 8) / 8)
+
+
+def _warnings_of(model: nn.Module, data: tuple[torch.Tensor, torch.Tensor]) -> list[str]:
+    attack = AutoAttack(version="custom", members=["apgd_ce", "square_autoattack"],
+                        member_params={"apgd_ce": {"n_iter": 3}, "square_autoattack": {"n_queries": 200}})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        advbench.evaluate(model, data, attack=attack, eps=0.15, overrides=["search.enabled=false"])
+    return [str(w.message) for w in caught if issubclass(w.category, AdvbenchWarning)]
+
+
+def test_square_beating_the_gradients_warns_on_masked_gradients_only(tiny_model, batch) -> None:
+    """AutoAttack's check that Square broke what the white-box members could not: it fires
+    behind a rounding (no input gradient) and stays silent on the plain model."""
+    x, y = batch
+    masked = [w for w in _warnings_of(Rounded(tiny_model), (x[:30], y[:30])) if "square_autoattack broke" in w]
+    assert len(masked) == 1 and "gradients may be masked" in masked[0]
+    assert not [w for w in _warnings_of(tiny_model, (x[:30], y[:30])) if "broke" in w]

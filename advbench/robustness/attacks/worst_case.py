@@ -124,6 +124,13 @@ class Ensemble(Attack):
         return common
 
     @property
+    def late_score_members(self) -> tuple[int, ...]:
+        """The members (indices) that see only scores and run after some white-box member: the
+        samples they break are ones the gradients missed (`warn_if_scores_beat_gradients`)."""
+        white = [i for i, a in enumerate(self._attacks) if "white" in a.knowledge]
+        return tuple(i for i, a in enumerate(self._attacks) if "white" not in a.knowledge and white and i > white[0])
+
+    @property
     def strength_budget(self) -> int:
         """The members' budgets added up."""
         return sum(a.strength_budget for a in self._attacks)
