@@ -3,8 +3,10 @@ oracle's scores with its queries counted, the rand version's EOT, and its one-li
 
 from __future__ import annotations
 
+import json
 import warnings
 
+import pandas as pd
 import pytest
 import torch
 from contract import assert_budgeted_contract
@@ -19,6 +21,7 @@ from advbench.robustness.attacks.apgd import APGD
 from advbench.robustness.attacks.autoattack import VERSIONS, AutoAttack
 from advbench.robustness.attacks.oracles import ScoreOracle, WhiteBoxOracle
 from advbench.robustness.attacks.score import AutoAttackSquare
+from advbench.robustness.report.shards import identify
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -137,19 +140,51 @@ class Rounded(nn.Module):
         return self.model(torch.round(x * 8) / 8)
 
 
-def _warnings_of(model: nn.Module, data: tuple[torch.Tensor, torch.Tensor]) -> list[str]:
+def _warnings_of(model: nn.Module, data: tuple[torch.Tensor, torch.Tensor]) -> tuple[list[str], pd.DataFrame]:
     attack = AutoAttack(version="custom", members=["apgd_ce", "square_autoattack"],
                         member_params={"apgd_ce": {"n_iter": 3}, "square_autoattack": {"n_queries": 200}})
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        advbench.evaluate(model, data, attack=attack, eps=0.15, overrides=["search.enabled=false"])
-    return [str(w.message) for w in caught if issubclass(w.category, AdvbenchWarning)]
+        frame = advbench.evaluate(model, data, attack=attack, eps=0.15, overrides=["search.enabled=false"])
+    return [str(w.message) for w in caught if issubclass(w.category, AdvbenchWarning)], frame
 
 
 def test_square_beating_the_gradients_warns_on_masked_gradients_only(tiny_model, batch) -> None:
     """AutoAttack's check that Square broke what the white-box members could not: it fires
     behind a rounding (no input gradient) and stays silent on the plain model."""
     x, y = batch
-    masked = [w for w in _warnings_of(Rounded(tiny_model), (x[:30], y[:30])) if "square_autoattack broke" in w]
+    said, frame = _warnings_of(Rounded(tiny_model), (x[:30], y[:30]))
+    masked = [w for w in said if "square_autoattack broke" in w]
     assert len(masked) == 1 and "gradients may be masked" in masked[0]
-    assert not [w for w in _warnings_of(tiny_model, (x[:30], y[:30])) if "broke" in w]
+    assert set(frame["broken_by"]) >= {1}, "Square broke samples behind the rounding"
+    said, frame = _warnings_of(tiny_model, (x[:30], y[:30]))
+    assert not [w for w in said if "broke" in w]
+    assert json.loads(frame["attack_params"].iloc[0])["version"] == "custom"
+    assert set(identify(frame)["attack"]) == {"autoattack-custom"}, "readers name the version"
+
+
+@pytest.mark.parametrize("version,members,classes,match", [
+    ("custom", ["apgd_t"], 5, "n_target_classes=9 exceeds the 4 other classes"),
+    ("rand", None, 2, "DLR loss needs >= 3 classes, the model has 2"),
+])
+def test_too_few_classes_for_the_target_classes_or_dlr_is_one_line_error(version, members, classes, match, tiny_model,
+                                                                         batch) -> None:
+    """AutoAttack's `check_n_classes` warns and then fails inside the attack with a traceback; here
+    the member that cannot run stops the run with one line that says why."""
+    x, y = batch
+    few = nn.Sequential(tiny_model, _FirstLogits(classes))
+    n = len(y)
+    oracle = WhiteBoxOracle(few, n)
+    with pytest.raises(AdvbenchError, match=match) as info:
+        AutoAttack(version=version, members=members, seed=0)(oracle, x, y.clamp(max=classes - 1), eps=torch.full((n,), 0.1),
+                                                           norm="linf")
+    assert "\n" not in str(info.value)
+
+
+class _FirstLogits(nn.Module):
+    def __init__(self, k: int) -> None:
+        super().__init__()
+        self.k = k
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        return z[:, :self.k]

@@ -55,6 +55,7 @@ from advbench.robustness.models.given import AS_GIVEN
 from advbench.robustness.models.user_models import default_label
 from advbench.robustness.report.curves import category_label
 from advbench.robustness.report.gate import gate_cell
+from advbench.robustness.report.shards import attack_label
 from advbench.robustness.specs import CellSpec
 from advbench.robustness.targets import load_target, weights_identity
 from advbench.robustness.threat import ThreatModel
@@ -164,7 +165,7 @@ def run_cell(spec: CellSpec, given: Given | None = None) -> Path | None:
     named = model_label(spec)  # a user's model or a `label=` shows in the lines, before its defense
     defense = spec.target.defense.name
     row = named if defense in (named, AS_GIVEN) else f"{named}+{defense}"
-    label = f"{dataset.name}/{row}/{spec.attack.name} {threat.norm} {threat.goal} ε={threat.eps:g}"
+    label = f"{dataset.name}/{row}/{attack_label(spec.attack.name, attack.params())} {threat.norm} {threat.goal} ε={threat.eps:g}"
     if threat.knowledge != "white":
         label += f" ({threat.knowledge})"
     why = attack.unsupported(threat.norm, threat.knowledge, threat.goal)
