@@ -67,7 +67,7 @@ OVERRIDES = [
     ["search.enabled=false"],
     ["batch_size=64", "judge.draws=5", "search.max_probes=3"],
     ["defense=jpeg", "defense.wrapper.quality=50"],
-    ["attack=autoattack", "attack.params.member_params={apgd_ce:{n_iter:20},apgd_t:{n_iter:20}}"],
+    ["attack=apgd_ensemble", "attack.params.member_params={apgd_ce:{n_iter:20},apgd_t:{n_iter:20}}"],
     ["dataset.n_samples=4", "label='a b'", "threat.eps=null"],
 ]
 

@@ -28,16 +28,17 @@ BUDGETS = {"linf": 0.1, "l2": 0.8}
 # Minimum-norm attacks run their whole schedule on every sample whatever eps: fewer samples
 # keep the catalogue fast. C&W's seed schedule is ~1000 Adam steps a sample: slow here, and
 # its contract is also tested fast with a short schedule in test_minimum_norm.py. APGD-T and the
-# AutoAttack preset take up to 900/1000 iterations on every robust sample (~40 s a test here);
+# APGD ensembles (apgd_ensemble, autoattack) take 1000 iterations and more on every robust sample (~40 s a test here);
 # test_apgd.py and test_ensemble.py hold them to the contract fast with short schedules.
 MINIMIZING_N = 50
 # Boundary and Evolutionary take one query a step (~4 s for the 1000 here); test_decision.py and
 # test_evolutionary.py hold them to the contract fast.
-SLOW = {"cw", "cw_clip", "apgd_t", "autoattack", "boundary", "evolutionary"}
+SLOW = {"cw", "cw_clip", "apgd_t", "apgd_ensemble", "autoattack", "boundary", "evolutionary"}
 CATALOGUE = [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in ATTACKS]
 # Query budgets of score-based attacks (20,000 a sample in the catalogue) cut to keep the contract fast
 # (NES/SPSA: 20 steps on 20 direction pairs).
-SHORT = {"square": {"n_queries": 200}, "nes": {"n_queries": 821, "samples": 20}, "spsa": {"n_queries": 821, "samples": 20},
+SHORT = {"square": {"n_queries": 200}, "square_autoattack": {"n_queries": 1000},
+         "nes": {"n_queries": 821, "samples": 20}, "spsa": {"n_queries": 821, "samples": 20},
          "hsj": {"max_queries": 1000}, "boundary": {"max_queries": 1000}, "evolutionary": {"max_queries": 700}}
 # ZOO: 10 steps on 16 coordinates at a larger Adam step. NATTACK: 10 steps of 10 draws in pixel space, since
 # its arctanh pre-image barely moves digits' saturated pixels in 10 steps; tests/test_zoo_nattack.py holds the
@@ -137,7 +138,7 @@ def test_samples_do_not_interact(name: str, tiny_model, batch) -> None:
 
 
 # Attacks whose search through the engine takes over ~10 s on a busy CPU run with the slow tests.
-ENGINE_SLOW = {"cw", "cw_clip", "apgd_t", "autoattack", "ensemble", "boundary", "evolutionary"}
+ENGINE_SLOW = {"cw", "cw_clip", "apgd_t", "apgd_ensemble", "autoattack", "ensemble", "boundary", "evolutionary"}
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in ENGINE_SLOW else n for n in ATTACKS])

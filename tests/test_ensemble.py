@@ -98,14 +98,14 @@ def test_min_eps_is_no_larger_than_any_members(tiny_model, batch) -> None:
 
 @pytest.mark.parametrize("norm", ["linf", "l2"])
 @pytest.mark.parametrize("targeted", [False, True])
-def test_autoattack_keeps_the_catalogue_contract_on_a_short_schedule(norm, targeted, tiny_model, batch) -> None:
-    """test_attacks.py runs the `autoattack` preset (up to 1000 iterations) only with the slow
+def test_apgd_ensemble_keeps_the_catalogue_contract_on_a_short_schedule(norm, targeted, tiny_model, batch) -> None:
+    """test_attacks.py runs the `apgd_ensemble` preset (up to 1000 iterations) only with the slow
     tests; the same contract with 8-iteration members, plus batch independence."""
     x, y = batch
     n = len(y)
     target = target_classes(torch.arange(n), y, 10, seed=0) if targeted else None
     eps = torch.linspace(0.2, 1.0, n) * {"linf": 0.1, "l2": 0.8}[norm] * (3 if targeted else 1)
-    auto = load_attack("autoattack", 0, {"member_params": {"apgd_ce": {"n_iter": 8}, "apgd_t": {"n_iter": 8}}})
+    auto = load_attack("apgd_ensemble", 0, {"member_params": {"apgd_ce": {"n_iter": 8}, "apgd_t": {"n_iter": 8}}})
     assert auto.steps == 8 + 9 * 8
     oracle = WhiteBoxOracle(tiny_model, n)
     res = auto(oracle, x, y, eps=eps, norm=norm, target=target)
@@ -124,7 +124,7 @@ def test_configured_by_member_option_names_with_the_run_seed() -> None:
     assert ens.members == ["pgd", "apgd_dlr"]
     assert ens.params()["resolved"]["pgd"]["seed"] == 7
     assert ens.params()["resolved"]["apgd_dlr"] == {**load_attack("apgd_dlr", 7).params(), "n_iter": 20}
-    auto = instantiate(compose_config("config", ["attack=autoattack"]).attack.params)
+    auto = instantiate(compose_config("config", ["attack=apgd_ensemble"]).attack.params)
     assert auto.members == ["apgd_ce", "apgd_t"] and auto.steps == 100 + 900
 
 

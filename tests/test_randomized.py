@@ -30,7 +30,7 @@ from advbench.robustness.models.checkpoint import load_checkpoint
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-NONE_FIRED = {"flag_zero_grad": False, "flag_randomized": False, "flag_probabilities": False}
+NONE_FIRED = {"flag_zero_grad": False, "flag_randomized": False, "flag_probabilities": False, "flag_dynamic": False}
 
 
 @pytest.fixture(scope="module")
@@ -120,6 +120,28 @@ def test_flags_fire_on_probabilities_zero_gradients_and_randomness(tiny_model, b
         model = wrap(tiny_model, spec, seed=0)
         assert gradient_flags(model, x, y)[0] == {**NONE_FIRED, "flag_randomized": True}, spec
         assert model.passes == 0, "the deployed model's draws are untouched"
+
+
+class Purifying(nn.Module):
+    """A dynamic defense: every forward pass takes a gradient step on its input first."""
+
+    bounds = (0.0, 1.0)
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.enable_grad():
+            z = x.detach().requires_grad_(True)
+            grad, = torch.autograd.grad(self.model(z).logsumexp(dim=1).sum(), z)
+        return self.model((x + 0.01 * grad.sign()).clamp(0, 1))
+
+
+def test_the_dynamic_flag_fires_on_a_model_that_optimises_at_inference(tiny_model, batch) -> None:
+    x, y = batch
+    assert gradient_flags(Purifying(tiny_model), x, y)[0] == {**NONE_FIRED, "flag_dynamic": True}
+    assert gradient_flags(tiny_model, x, y)[0] == NONE_FIRED
 
 
 def test_flags_stay_quiet_on_the_natural_small_cnn_and_warn_on_jpeg(trained_digits_cache: Path, capsys) -> None:

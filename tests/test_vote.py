@@ -16,8 +16,9 @@ from torch import nn
 
 from advbench.cli.specs import cell_spec
 from advbench.robustness.attacks.gradient import BIM, PGD
-from advbench.robustness.attacks.oracles import build_oracle, vote
+from advbench.robustness.attacks.oracles import build_oracle
 from advbench.robustness.attacks.score import Square
+from advbench.robustness.attacks.votes import vote
 from advbench.robustness.evaluation.cell import cell_identity
 from advbench.robustness.evaluation.measure import evaluate_batch
 from advbench.robustness.evaluation.search import SearchSettings

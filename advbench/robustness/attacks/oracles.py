@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
@@ -39,7 +38,8 @@ from torch import nn
 from advbench.core.errors import AdvbenchError
 from advbench.core.runtime import call_slices, forward
 from advbench.robustness.attacks.clean_gradients import CleanGradients
-from advbench.robustness.attacks.draws import Drawing, RowCalls
+from advbench.robustness.attacks.draws import RowCalls
+from advbench.robustness.attacks.votes import logits_of, vote
 from advbench.robustness.threat import goal_met
 
 Objective = Callable[[torch.Tensor], torch.Tensor]
@@ -50,56 +50,14 @@ def _device(model: nn.Module) -> torch.device:
     return p.device if p is not None else torch.device("cpu")
 
 
-def _forward(model: nn.Module, x: torch.Tensor, draw: Drawing | None = None) -> torch.Tensor:
-    """Logits with no autograd graph: computed under inference mode in the model's deployed
-    precision and memory format (`advbench.core.runtime.forward`), as a plain tensor of the input's dtype; `draw`: the pass's row keys."""
-    with draw if draw is not None else Drawing(None), torch.inference_mode():
-        out = forward(model, x)
-    return out.clone()
-
-
-@dataclass(frozen=True)
-class Vote:
-    """A model's verdict on each row of a batch, over `draws` passes (one for a deterministic model).
-
-    `fraction`: share of the passes whose top-1 label meets the goal; `met`: fraction >= 1/2.
-    `pred`: the most frequent label among the passes that agree with `met` (so an untargeted
-    `met` ⇔ pred != y, a targeted one ⇔ pred == target). `logits`: their mean over the passes.
-    """
-
-    pred: torch.Tensor
-    met: torch.Tensor
-    fraction: torch.Tensor
-    logits: torch.Tensor
-
-
-def vote(model: nn.Module, x: torch.Tensor, y: torch.Tensor, target: torch.Tensor | None, draws: int, *,
-         calls: RowCalls | None = None, rows: torch.Tensor | None = None) -> Vote:
-    """The model's verdict on `x`, batch rows `rows` of `calls`, over `draws` fresh passes, uncounted.
-
-    Success on a randomized model is a property of its output distribution, not of one draw:
-    stopping on one lucky pass over-credits the attack's iterate and, through early stopping,
-    under-credits the attack itself.
-    """
-    if draws < 1:
-        raise AdvbenchError(f"judge.draws must be a whole number >= 1, got {draws}")
-    passes = [_forward(model, x, None if calls is None else calls.pass_of(model, rows)) for _ in range(draws)]
-    labels = torch.stack([z.argmax(dim=1) for z in passes])                       # (draws, n)
-    meets = goal_met(labels, y[None, :], None if target is None else target[None, :])
-    fraction = meets.double().mean(dim=0)
-    met = fraction >= 0.5
-    logits = torch.stack(passes).mean(dim=0)
-    agree = (meets == met[None, :]).to(logits.dtype)
-    counts = torch.zeros_like(logits).scatter_add_(1, labels.T, agree.T)
-    return Vote(pred=counts.argmax(dim=1), met=met, fraction=fraction, logits=logits)
-
-
 class Oracle:
     """Per-sample cost counters, subset views, and what every oracle exposes: bounds, classes."""
 
     knowledge: ClassVar[str]
     grad_mode: str = "none"
     """What the oracle's gradients are (records' `grad_mode`): none without gradients."""
+    eot_passes: int | None = None
+    """Passes per white-box gradient set by the attack (`with_eot`); None: the model's `eot_samples`."""
 
     def __init__(self, model: nn.Module, n: int, *, substitute: nn.Module | None = None,
                  num_classes: int | None = None, draws: int = 1, calls: RowCalls | None = None,
@@ -188,6 +146,23 @@ class Oracle:
         view._rows = self._batch_rows(idx)
         return view
 
+    def scores(self) -> ScoreOracle:
+        """This oracle's samples as a score oracle, costs counted into this one's: a white-box
+        ensemble runs a score-based member through it (AutoAttack's Square), whose logits
+        queries then land in the cell's `queries` as they would under score knowledge."""
+        if self.knowledge != "white":
+            raise AdvbenchError(f"a {self.knowledge} oracle cannot answer score queries")
+        view = ScoreOracle.__new__(ScoreOracle)
+        view.__dict__.update(self.__dict__)
+        return view
+
+    def with_eot(self, passes: int) -> Oracle:
+        """A view whose gradients are EOT means over `passes` passes whatever the model's `eot_samples`
+        (AutoAttack's rand version: eot_iter = 20), each pass counted as one grad_eval."""
+        view = copy.copy(self)
+        view.eot_passes = passes
+        return view
+
     def _batch_rows(self, idx: torch.Tensor) -> torch.Tensor:
         """Rows `idx` of this oracle (or view) as rows of the whole batch's counters."""
         rows = idx.to(self._grad_evals.device)
@@ -197,7 +172,7 @@ class Oracle:
         """`model`'s logits at rows `idx`, forward only, in calls of at most `call_rows` rows (a
         pooled attack's, see `Attack.pooled_calls`), each pass keyed by its own rows."""
         size = x.shape[0] if self.call_rows is None else self.call_rows
-        return torch.cat([_forward(model, x[s], self.calls.pass_of(model, self._batch_rows(idx[s])))
+        return torch.cat([logits_of(model, x[s], self.calls.pass_of(model, self._batch_rows(idx[s])))
                           for s in call_slices(x.shape[0], size)])
 
     def _count(self, counter: torch.Tensor, x: torch.Tensor, idx: torch.Tensor) -> None:
@@ -263,7 +238,7 @@ class WhiteBoxOracle(Oracle):
         model's `eot_samples` > 1 makes this an EOT estimate: logits and gradient are means
         over that many independent passes, each counted as one grad_eval.
         """
-        passes = int(getattr(self._white, "eot_samples", 1))
+        passes = self.eot_passes or int(getattr(self._white, "eot_samples", 1))
         x = x.detach().requires_grad_(True)
         rows = self._counted_rows(x, idx)
         logits_sum = grad_sum = None
@@ -365,7 +340,7 @@ class ScoreOracle(Oracle):
     def logits(self, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         """Logits (+1 query per row); the result has no grad_fn even if x requires grad."""
         self._count(self._queries, x, idx)
-        return _forward(self._target, x.detach(), self.calls.pass_of(self._target, self._batch_rows(idx)))
+        return logits_of(self._target, x.detach(), self.calls.pass_of(self._target, self._batch_rows(idx)))
 
 
 class DecisionOracle(Oracle):
@@ -376,7 +351,7 @@ class DecisionOracle(Oracle):
     def labels(self, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         """Predicted classes (+1 query per row)."""
         self._count(self._queries, x, idx)
-        return _forward(self._target, x.detach(), self.calls.pass_of(self._target, self._batch_rows(idx))).argmax(dim=1)
+        return logits_of(self._target, x.detach(), self.calls.pass_of(self._target, self._batch_rows(idx))).argmax(dim=1)
 
     def _top1(self, x: torch.Tensor, idx: torch.Tensor, logits: torch.Tensor | None) -> torch.Tensor:
         return self.labels(x, idx)

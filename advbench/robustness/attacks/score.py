@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from functools import lru_cache
+from typing import ClassVar
 
 import torch
 
@@ -33,9 +34,10 @@ _STREAMS = 2  # random streams per step: the squares' places, the colours
 _BLOCK = 32  # Square's steps whose random numbers are drawn at once
 
 
-def p_schedule(p_init: float, it: int, n_queries: int) -> float:
-    """The authors' schedule of the square's share of pixels, halved at fixed fractions of the budget."""
-    it = int(it / n_queries * 10000)
+def p_schedule(p_init: float, it: int, n_queries: int | None) -> float:
+    """The authors' schedule of the square's share of pixels, halved at fixed fractions of the budget
+    `n_queries`; None: at fixed iterations of a 10,000-query scale, whatever the budget."""
+    it = it if n_queries is None else int(it / n_queries * 10000)
     for bound, div in ((10, 1), (50, 2), (200, 4), (500, 8), (1000, 16), (2000, 32), (4000, 64),
                        (6000, 128), (8000, 256)):
         if it <= bound:
@@ -184,6 +186,9 @@ class Square(ScoreAttack):
 
     hyperparameters = {"n_queries": hyper.Whole(1), "p_init": hyper.Real(0, 1, open_low=True),
                        "seed": hyper.Whole(None)}
+    rescaled_schedule: ClassVar[bool] = True
+    """Whether p's schedule stretches over `n_queries` (the authors' Square) or keeps its
+    10,000-query steps (AutoAttack's member, `resc_schedule=False`)."""
 
     def __init__(self, *, n_queries: int = 20000, p_init: float = 0.8, seed: int = 0) -> None:
         self.set_hyperparameters(locals())
@@ -213,7 +218,8 @@ class Square(ScoreAttack):
         for t in range(1, self.n_queries):
             if rows.numel() == 0:
                 break
-            cand = step(ref, xb, ea, p_schedule(self.p_init, t - 1, self.n_queries), oracle.bounds, *draws.at(t, rows))
+            p = p_schedule(self.p_init, t - 1, self.n_queries if self.rescaled_schedule else None)
+            cand = step(ref, xb, ea, p, oracle.bounds, *draws.at(t, rows))
             logits = oracle.logits(cand, rows)
             new = goal_margin(logits, ya, ta)
             hit = oracle.verdict(cand, ya, ta, rows, logits, undated=fa < 0)
@@ -286,6 +292,14 @@ class Square(ScoreAttack):
         new = new / (new.square().sum(dim=(2, 3), keepdim=True).sqrt() + _TINY) * (free / c + both_norm.square()).sqrt()
         delta = delta * ~both + new * mask1
         return clip(x + _to_radius(delta, eps), bounds)
+
+
+class AutoAttackSquare(Square):
+    """Square as AutoAttack runs it: p's schedule is not stretched to the budget (the original's
+    `resc_schedule=False`), so at its 5,000 iterations p has halved six times, not nine. Its
+    `n_queries` counts the start's query too: AutoAttack's 5,000 iterations are 5,001 queries."""
+
+    rescaled_schedule = False
 
 
 def _recoloured(x: torch.Tensor, eps: torch.Tensor, bounds: tuple[float, float]) -> torch.Tensor:

@@ -98,22 +98,37 @@ class Ensemble(Attack):
     def __init__(self, *, members: Sequence[str], member_params: Mapping[str, Mapping[str, Any]] | None = None,
                  seed: int = 0) -> None:
         self.set_hyperparameters(locals())
-        unknown = sorted(set(self.member_params) - set(self.members))
+        self._assemble(self.members, self.member_params)
+
+    def _assemble(self, members: Sequence[str], member_params: Mapping[str, Mapping[str, Any] | None]) -> None:
+        """Build the members with their overrides and what they all support."""
+        unknown = sorted(set(member_params) - set(members))
         if unknown:
             raise AdvbenchError(f"member_params names {', '.join(unknown)}, not among the members "
-                                f"{', '.join(self.members)}")
-        self._attacks = [load_attack(name, seed, self.member_params.get(name)) for name in self.members]
+                                f"{', '.join(members)}")
+        self._attacks = [load_attack(name, self.seed, member_params.get(name)) for name in members]
         self.norms = self._shared("norms")
         self.goals = self._shared("goals")
         self.knowledge = self._shared("knowledge")
 
     def _shared(self, attribute: str) -> tuple[str, ...]:
-        """What every member supports, in the first member's order; an error if that is nothing."""
-        first, *rest = (getattr(a, attribute) for a in self._attacks)
+        """What every member supports, in the first member's order; an error if that is nothing.
+
+        A score-based member runs under white knowledge too: the white-box oracle answers its
+        logits queries (`Oracle.scores`), as AutoAttack runs Square on the model's scores.
+        """
+        first, *rest = (_knows(a) if attribute == "knowledge" else getattr(a, attribute) for a in self._attacks)
         common = tuple(v for v in first if all(v in other for other in rest))
         if not common:
             raise AdvbenchError(f"ensemble members {', '.join(self.members)} share no supported {attribute}")
         return common
+
+    @property
+    def late_score_members(self) -> tuple[int, ...]:
+        """The members (indices) that see only scores and run after some white-box member: the
+        samples they break are ones the gradients missed (`warn_if_scores_beat_gradients`)."""
+        white = [i for i, a in enumerate(self._attacks) if "white" in a.knowledge]
+        return tuple(i for i, a in enumerate(self._attacks) if "white" not in a.knowledge and white and i > white[0])
 
     @property
     def strength_budget(self) -> int:
@@ -138,7 +153,7 @@ class Ensemble(Attack):
         for i, attack in enumerate(self._attacks):
             if active.numel() == 0:
                 break
-            res = attack(oracle.subset(active), x[active], y[active], eps=eps[active], norm=norm,
+            res = attack(self._member_oracle(attack, oracle.subset(active)), x[active], y[active], eps=eps[active], norm=norm,
                          target=None if target is None else target[active], sample_id=sample_id[active])
             # first_success >= 0: adversarial within eps, for minimum-norm members too (their
             # first_success dates the first example inside eps; x_adv is then inside as well).
@@ -150,3 +165,12 @@ class Ensemble(Attack):
             active = active[~won]
             offset += attack.strength_budget
         return AttackResult(x_adv=x_adv, success=first >= 0, first_success=first, info={"broken_by": broken_by})
+
+    def _member_oracle(self, attack: Attack, view: Oracle) -> Oracle:
+        """The oracle a member sees: `view`, or its score view where the member needs score access."""
+        return view.scores() if view.knowledge not in attack.knowledge and "score" in attack.knowledge else view
+
+
+def _knows(attack: Attack) -> tuple[str, ...]:
+    """The knowledge levels a member runs under inside an ensemble: its own, and white where it takes scores."""
+    return attack.knowledge + (("white",) if "score" in attack.knowledge and "white" not in attack.knowledge else ())

@@ -25,7 +25,8 @@ from advbench.core.steps import lp_norm
 from advbench.robustness.attacks.base import Attack, AttackResult
 from advbench.robustness.attacks.draws import RowCalls
 from advbench.robustness.attacks.minimum_norm import goal_margin
-from advbench.robustness.attacks.oracles import Oracle, Vote, vote
+from advbench.robustness.attacks.oracles import Oracle
+from advbench.robustness.attacks.votes import Vote, vote
 from advbench.robustness.threat import ThreatModel
 
 # Budget and bounds checks allow float rounding of the projection, nothing more.

@@ -55,6 +55,7 @@ from advbench.robustness.models.given import AS_GIVEN
 from advbench.robustness.models.user_models import default_label
 from advbench.robustness.report.curves import category_label
 from advbench.robustness.report.gate import gate_cell
+from advbench.robustness.report.shards import attack_label
 from advbench.robustness.specs import CellSpec
 from advbench.robustness.targets import load_target, weights_identity
 from advbench.robustness.threat import ThreatModel
@@ -164,7 +165,7 @@ def run_cell(spec: CellSpec, given: Given | None = None) -> Path | None:
     named = model_label(spec)  # a user's model or a `label=` shows in the lines, before its defense
     defense = spec.target.defense.name
     row = named if defense in (named, AS_GIVEN) else f"{named}+{defense}"
-    label = f"{dataset.name}/{row}/{spec.attack.name} {threat.norm} {threat.goal} ε={threat.eps:g}"
+    label = f"{dataset.name}/{row}/{attack_label(spec.attack.name, attack.params())} {threat.norm} {threat.goal} ε={threat.eps:g}"
     if threat.knowledge != "white":
         label += f" ({threat.knowledge})"
     why = attack.unsupported(threat.norm, threat.knowledge, threat.goal)
@@ -188,6 +189,7 @@ def run_cell(spec: CellSpec, given: Given | None = None) -> Path | None:
                               substitute=None if substitute is None else deploy(substitute.to(device), **execution))
     summarize(frame, label, out if given is None or given.kept else None, searched=bool(settings.search.get("enabled")))
     warn_if_near_chance(frame, label, dataset.num_classes)
+    warn_if_scores_beat_gradients(frame, label, attack)
     gate_cell(settings.gate, out, label, in_sweep=settings.in_sweep)
     return out
 
@@ -323,3 +325,22 @@ def warn_if_near_chance(frame: pd.DataFrame, label: str, num_classes: int) -> No
     if num_classes > 1 and clean < 2 / num_classes:
         warn(f"{label}: clean accuracy {clean:.1%} is near chance ({1 / num_classes:.0%} for {num_classes} classes): "
              "is the model trained, and does it get the input it expects (mean=/std=, model.mean/std)?")
+
+
+SCORE_SHARE = 0.002
+"""The share of a cell's samples score-based members may break after the white-box ones before
+the run warns (AutoAttack's `check_square_sr`, alpha = 0.2 points)."""
+
+
+def warn_if_scores_beat_gradients(frame: pd.DataFrame, label: str, attack: Attack) -> None:
+    """A warning when an ensemble's score-based members (AutoAttack's Square) broke more than
+    `SCORE_SHARE` of the samples its white-box members left robust: gradients that a search
+    without them beats are likely masked, and the white-box numbers overstate robustness."""
+    late = getattr(attack, "late_score_members", ())
+    if not late or "broken_by" not in frame:
+        return
+    share = float(frame["broken_by"].isin(late).mean())
+    if share > SCORE_SHARE:
+        names = ", ".join(attack.members[i] for i in late)
+        warn(f"{label}: {names} broke {share:.1%} of the samples after the gradient-based members failed on them: "
+             "their gradients may be masked; run the score-based attack longer or an adaptive attack")

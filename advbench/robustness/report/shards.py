@@ -15,7 +15,8 @@ Pooled curves of a cell whose shards are not all done describe a subset of the s
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import pandas as pd
 
@@ -47,9 +48,18 @@ def _tagged(frame: pd.DataFrame) -> pd.DataFrame:
     for column in ("cell_key", "shard_group"):
         if column in out.columns:
             ids = out[column].astype(object).where(out[column].notna(), ids).astype(str)
+    if "attack_params" in out:
+        out["attack"] = [attack_label(str(a), _params(str(p))) for a, p in zip(out["attack"], out["attack_params"])]
     defense = out["defense"].astype(str)
     label = out["model_label"].where(out["model_label"].notna(), defense).astype(str) if "model_label" in out else defense
     return out.assign(**{ROW: label.where(label == defense, label + "+" + defense), _ID: ids})
+
+
+def attack_label(name: str, params: Mapping[str, Any]) -> str:
+    """An attack as figures, tables and messages name it: with its `version` where it has one
+    ('autoattack-standard'), so that the numbers of two versions never read as one attack's."""
+    version = params.get("version")
+    return name if version is None else f"{name}-{version}"
 
 
 def _params(text: str) -> dict:

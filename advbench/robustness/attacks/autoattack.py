@@ -1,0 +1,84 @@
+"""AutoAttack (Croce & Hein, ICML 2020) in its own versions: the original's member lists and settings.
+
+`version` picks what the original's `AutoAttack(version=...)` runs, for ℓ∞ and ℓ2 alike
+(`pyautoattack/autoattack.py`, `_set_version`):
+
+- standard: APGD-CE (100 iterations, one start), APGD-T (9 target classes, one start each),
+  FAB-T (9 target classes, no final search), Square (5,000 iterations, p_init 0.8);
+- plus: APGD-CE and APGD-DLR with 5 restarts, FAB with 5 restarts, Square, APGD-T, FAB-T;
+- rand: APGD-CE and APGD-DLR, one start, every gradient an EOT mean over 20 passes, for
+  randomized models (success is the engine's vote over `judge.draws` passes, as for any
+  randomized model);
+- custom: `members`, attack option names, in order.
+
+Each member runs on the samples the earlier ones left robust (`worst_case.Ensemble`), so
+`broken_by` says which member broke a sample; `member_params` overrides a member's settings
+on top of the version's (records keep them, so such a run does not pass for the version).
+Square is a score-based member under white-box knowledge: the white-box oracle answers its
+logits queries (`Oracle.scores`), which the records count in `queries`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from advbench.core.errors import AdvbenchError
+from advbench.robustness.attacks import hyper
+from advbench.robustness.attacks.base import Attack
+from advbench.robustness.attacks.oracles import Oracle
+from advbench.robustness.attacks.worst_case import Ensemble, MemberNames, MemberParams
+
+_ONE_START = {"n_restarts": 1}
+_FIVE_STARTS = {"n_restarts": 5}
+_NO_FINAL_SEARCH = {"final_search": 0}  # the original's FAB stops at its last iterate
+VERSIONS: dict[str, dict[str, dict[str, Any]]] = {
+    "standard": {"apgd_ce": {**_ONE_START, "n_iter": 100},
+                 "apgd_t": {**_ONE_START, "n_iter": 100, "n_target_classes": 9},
+                 "fab_t": {**_ONE_START, **_NO_FINAL_SEARCH, "n_iter": 100, "n_target_classes": 9},
+                 "square_autoattack": {"n_queries": 5001, "p_init": 0.8}},
+    "plus": {"apgd_ce": {**_FIVE_STARTS, "n_iter": 100},
+             "apgd_dlr": {**_FIVE_STARTS, "n_iter": 100},
+             "fab": {**_FIVE_STARTS, **_NO_FINAL_SEARCH, "n_iter": 100},
+             "square_autoattack": {"n_queries": 5001, "p_init": 0.8},
+             "apgd_t": {**_ONE_START, "n_iter": 100, "n_target_classes": 9},
+             "fab_t": {**_ONE_START, **_NO_FINAL_SEARCH, "n_iter": 100, "n_target_classes": 9}},
+    "rand": {"apgd_ce": {**_ONE_START, "n_iter": 100}, "apgd_dlr": {**_ONE_START, "n_iter": 100}},
+}
+"""Each version's members, in the order they run, with the original's settings for them."""
+EOT_PASSES = {"rand": 20}
+"""Passes per gradient (the original's `eot_iter`) where a version sets them; else the model's."""
+
+
+class _CustomMembers(MemberNames):
+    """Attack option names for version=custom; None for the other versions, which name their own."""
+
+    optional = True
+
+
+class AutoAttack(Ensemble):
+    """AutoAttack's `version`: its members and their settings, then the worst case over them."""
+
+    hyperparameters = {"version": hyper.Choice((*VERSIONS, "custom")), "members": _CustomMembers(),
+                       "member_params": MemberParams(), "seed": hyper.Whole(None)}
+
+    def __init__(self, *, version: str = "standard", members: Sequence[str] | None = None,
+                 member_params: Mapping[str, Mapping[str, Any]] | None = None, seed: int = 0) -> None:
+        self.set_hyperparameters(locals())
+        if (self.members is None) == (version == "custom"):
+            raise AdvbenchError("AutoAttack: attack.members names the members of version=custom only; "
+                                f"version={version} " + ("needs them" if version == "custom" else "runs its own"))
+        settings = VERSIONS.get(version, {})
+        self.members = list(settings) if self.members is None else self.members
+        self._assemble(self.members, {name: {**settings.get(name, {}), **(self.member_params.get(name) or {})}
+                                      for name in {*settings, *self.member_params}})
+
+    def params(self) -> dict[str, object]:
+        """The version first, then what an ensemble records (members, overrides, seed, resolved settings)."""
+        return {"version": self.version, **super().params()}
+
+    def _member_oracle(self, attack: Attack, view: Oracle) -> Oracle:
+        """The ensemble's view, with the version's EOT passes per gradient where it sets them."""
+        view = super()._member_oracle(attack, view)
+        passes = EOT_PASSES.get(self.version)
+        return view if passes is None or view.knowledge != "white" else view.with_eot(passes)

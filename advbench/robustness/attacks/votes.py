@@ -1,0 +1,62 @@
+"""A randomized model's verdict on examples: the vote over fresh passes every judgement of success uses.
+
+Success on a randomized model is a property of its output distribution, not of one draw, so
+the engine (`evaluation.batch`) and the oracles' `verdict` judge examples by `vote`: over
+`draws` fresh passes, an example meets the goal when at least half of them do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from advbench.core.errors import AdvbenchError
+from advbench.core.runtime import forward
+from advbench.robustness.attacks.draws import Drawing, RowCalls
+from advbench.robustness.threat import goal_met
+
+
+def logits_of(model: nn.Module, x: torch.Tensor, draw: Drawing | None = None) -> torch.Tensor:
+    """Logits with no autograd graph: computed under inference mode in the model's deployed
+    precision and memory format (`advbench.core.runtime.forward`), as a plain tensor of the input's dtype; `draw`: the pass's row keys."""
+    with draw if draw is not None else Drawing(None), torch.inference_mode():
+        out = forward(model, x)
+    return out.clone()
+
+
+@dataclass(frozen=True)
+class Vote:
+    """A model's verdict on each row of a batch, over `draws` passes (one for a deterministic model).
+
+    `fraction`: share of the passes whose top-1 label meets the goal; `met`: fraction >= 1/2.
+    `pred`: the most frequent label among the passes that agree with `met` (so an untargeted
+    `met` ⇔ pred != y, a targeted one ⇔ pred == target). `logits`: their mean over the passes.
+    """
+
+    pred: torch.Tensor
+    met: torch.Tensor
+    fraction: torch.Tensor
+    logits: torch.Tensor
+
+
+def vote(model: nn.Module, x: torch.Tensor, y: torch.Tensor, target: torch.Tensor | None, draws: int, *,
+         calls: RowCalls | None = None, rows: torch.Tensor | None = None) -> Vote:
+    """The model's verdict on `x`, batch rows `rows` of `calls`, over `draws` fresh passes, uncounted.
+
+    Success on a randomized model is a property of its output distribution, not of one draw:
+    stopping on one lucky pass over-credits the attack's iterate and, through early stopping,
+    under-credits the attack itself.
+    """
+    if draws < 1:
+        raise AdvbenchError(f"judge.draws must be a whole number >= 1, got {draws}")
+    passes = [logits_of(model, x, None if calls is None else calls.pass_of(model, rows)) for _ in range(draws)]
+    labels = torch.stack([z.argmax(dim=1) for z in passes])                       # (draws, n)
+    meets = goal_met(labels, y[None, :], None if target is None else target[None, :])
+    fraction = meets.double().mean(dim=0)
+    met = fraction >= 0.5
+    logits = torch.stack(passes).mean(dim=0)
+    agree = (meets == met[None, :]).to(logits.dtype)
+    counts = torch.zeros_like(logits).scatter_add_(1, labels.T, agree.T)
+    return Vote(pred=counts.argmax(dim=1), met=met, fraction=fraction, logits=logits)
