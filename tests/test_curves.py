@@ -227,3 +227,10 @@ def test_strength_curve_is_monotone_and_ends_at_the_budget_result(df):
         assert accuracy[-1] == pytest.approx((correct & ~found).mean())
     else:
         assert asr[-1] == pytest.approx(found.mean())
+
+
+def test_summary_table_gives_each_cells_cost_per_sample():
+    counted = cell(clean_correct=[True, True, True], min_eps=[0.01, 0.02, 0.03]).assign(grad_evals=[10, 20, 60], queries=[0, 3, 0])
+    tidy = summary_table(counted)
+    assert tidy["grad_evals_per_sample"].tolist() == [30.0] and tidy["queries_per_sample"].tolist() == [1.0]
+    assert "grad_evals_per_sample" not in summary_table(counted.drop(columns=["grad_evals", "queries"])).columns

@@ -30,6 +30,11 @@ robust accuracy; targeted cells the attack success rate (the share of ALL sample
 target), since a targeted attack that fails may still leave the prediction wrong and the figures
 can only draw the success rate (see :func:`budget_curve`)."""
 
+COST_COUNTS = ("grad_evals", "queries")
+"""Record counts the summary averages per sample (``<count>_per_sample``): what a cell's numbers
+cost, budget run and minimum-ε search together (a minimum-norm attack has no search), so attacks
+that reach the same median can be ranked by price."""
+
 
 class SummaryTable(pd.DataFrame):
     """The frame :func:`summary_table` returns: a plain DataFrame, except that printing it shows
@@ -57,6 +62,8 @@ def summary_table(df: pd.DataFrame) -> SummaryTable:
     ``certified_accuracy``: share of samples IBP verifies at the budget (records with a
     ``certified`` column; NaN where IBP does not apply: l2, models it cannot bound).
     ``defense_category`` follows the defense where the records carry it.
+    ``grad_evals_per_sample``, ``queries_per_sample``: mean counts per sample (:data:`COST_COUNTS`),
+    where the records carry them.
     """
     df = validate_columns(df, TABLE_COLUMNS, "summary table")
     untargeted = df["goal"].eq("untargeted").to_numpy()
@@ -87,6 +94,9 @@ def summary_table(df: pd.DataFrame) -> SummaryTable:
     tidy["asr"] = tidy["hits"] / tidy["counted"].where(tidy["counted"] > 0)
     if "certified" in df.columns:
         tidy["certified_accuracy"] = df.groupby(NAMED, sort=True)["certified"].mean()
+    for count in COST_COUNTS:
+        if count in df.columns:
+            tidy[f"{count}_per_sample"] = df.groupby(NAMED, sort=True)[count].mean()
     return SummaryTable(tidy.drop(columns=["hits", "counted"]).reset_index())
 
 
