@@ -23,8 +23,6 @@ from omegaconf import open_dict
 from torch import nn
 
 from advbench.cli.choices import api_config
-from advbench.cli.config import compose_config
-from advbench.cli.quality_tasks import iqa_job
 from advbench.cli.specs import cell_spec
 from advbench.core.caller_state import caller_state_kept
 from advbench.core.catalog import describe, group_options, groups
@@ -133,10 +131,16 @@ def evaluate_metric(metric: nn.Module, images: torch.Tensor | str | Path, *, att
         raise AdvbenchError(f"metric must be a torch.nn.Module from NCHW images in [0, 1] to one score per image, "
                             f"got {type(metric).__name__}")
     name = safe_name(label or type(metric).__name__, "label")
-    for override in [overrides] if isinstance(overrides, str) else overrides:
-        if str(override).lstrip("+~").startswith("metric"):
-            raise AdvbenchError(f"override '{override}' cannot apply to a metric object: it fixes the metric")
+    if not isinstance(images, (torch.Tensor, str, Path)):
+        raise AdvbenchError(f"images must be a float tensor (N, 3, H, W) in [0, 1] or a folder of image files, "
+                            f"got {type(images).__name__}")
+    if not isinstance(attack, str):
+        raise AdvbenchError(f"attack must be an option name of `advbench list iqa/attack`, got {type(attack).__name__}")
     given = given_images(images) if isinstance(images, torch.Tensor) else None
+    _refuse_fixed(overrides, tensor_images=given is not None)
+    from advbench.cli.config import compose_config  # Hydra: evaluate alone never loads it
+    from advbench.cli.quality_tasks import iqa_job
+
     with tempfile.TemporaryDirectory(prefix="advbench-") as scratch, caller_state_kept(metric, device), \
             python_warnings():
         values = {"eps": check_budgets(eps), "seed": seed, "device": device,
@@ -149,6 +153,17 @@ def evaluate_metric(metric: nn.Module, images: torch.Tensor | str | Path, *, att
         scored = UserMetric(metric, name, higher_better, score_range)
         part = iqa_job(cfg, scored, name, given)
         return read_kind([part], kinds=("iqa",))[1]
+
+
+def _refuse_fixed(overrides: Sequence[str], *, tensor_images: bool) -> None:
+    """An AdvbenchError for an override the objects leave nothing to apply to: `metric.*` (the module
+    fixes the metric) and, with a tensor of images, `data`, `n_images` and `size`."""
+    fixed = ("metric", *(("data", "n_images", "size") if tensor_images else ()))
+    for override in [overrides] if isinstance(overrides, str) else overrides:
+        key = str(override).lstrip("+~").split("=", 1)[0].strip()
+        if key.split(".")[0] in fixed:
+            what = "a metric object: it fixes the metric" if key.startswith("metric") else "a tensor of images: pass the images you want"
+            raise AdvbenchError(f"override '{override}' cannot apply to {what}")
 
 
 def _choices(data: Any, attack: str | Attack, threat: str, defense: str | None) -> dict[str, str]:

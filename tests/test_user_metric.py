@@ -17,6 +17,7 @@ from test_cli import assert_one_line_error
 
 import advbench
 from advbench.cli.main import main
+from advbench.core.caller_state import caller_state_kept
 from advbench.core.errors import AdvbenchError
 from advbench.core.records import read_kind
 from advbench.core.user_code import resolve_target
@@ -142,6 +143,19 @@ def test_the_module_is_handed_back_as_it_came(folder: Path) -> None:
     assert not any(m.training for m in net.modules()) and net.conv.weight.requires_grad
 
 
+def test_moved_tensors_come_back_as_the_same_objects(folder: Path) -> None:
+    """`.to()` inside the call (a device, here a dtype: the same `_apply`) is undone, parameters and buffers alike."""
+    net = torch.nn.Sequential(_net(folder), torch.nn.BatchNorm2d(3)).train()
+    params, buffers = list(net.parameters()), [b.data_ptr() for b in net.buffers()]
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    with caller_state_kept(net, "cpu"):
+        net.to(torch.float64).eval().requires_grad_(False)
+        assert net[1].running_mean.dtype == torch.float64
+    assert all(a is b for a, b in zip(net.parameters(), params)) and all(p.requires_grad for p in params)
+    assert [b.data_ptr() for b in net.buffers()] == buffers and all(m.training for m in net.modules())
+    assert all(v.dtype == before[k].dtype and torch.equal(v, before[k]) for k, v in net.state_dict().items())
+
+
 def test_dropout_is_off_while_scored(folder: Path) -> None:
     """A training-mode module is scored in eval mode: its scores are reproducible, its dropout silent."""
     net, x = _net(folder), _images(2)
@@ -176,6 +190,9 @@ def test_a_metric_breaking_the_contract_is_one_error(folder: Path, name: str, sa
     (lambda net: advbench.evaluate_metric(net, _images(), label="a/b"), "label='a/b' cannot be part of a file name"),
     (lambda net: advbench.evaluate_metric(net, _images(), overrides=["metric.weights=x.pt"]),
      "cannot apply to a metric object"),
+    (lambda net: advbench.evaluate_metric(net, _images(), overrides=["n_images=2"]), "cannot apply to a tensor of images"),
+    (lambda net: advbench.evaluate_metric(net, _images().numpy()), "images must be a float tensor (N, 3, H, W) in [0, 1] or"),
+    (lambda net: advbench.evaluate_metric(net, _images(), overrides=["attack.params.steps=0"]), "steps must be a whole"),
 ])
 def test_bad_input_is_one_error(folder: Path, call, says: str) -> None:
     with pytest.raises(AdvbenchError) as caught:
