@@ -226,6 +226,9 @@ def test_the_cli_runs_a_metric_file_with_its_weights(folder: Path) -> None:
     assert list(frame.columns) == list(objects.columns), "the API returns the columns the CLI writes"
     plot = CliRunner().invoke(main, ["plot", str(folder / "out" / "records"), "--out", str(folder / "figs")])
     assert plot.exit_code == 0 and (folder / "figs" / "msu_scores.csv").stat().st_size > 0, plot.output
+    drawn = advbench.plot(folder / "out" / "records", out=folder / "figs2")
+    assert pd.read_csv(folder / "figs2" / "msu_scores.csv").equals(pd.read_csv(folder / "figs" / "msu_scores.csv"))
+    assert {p.name for p in drawn} >= {"ranking.md", "robustness_vs_eps.png"}
 
 
 def test_the_cell_key_follows_the_code_and_the_weights(folder: Path) -> None:
