@@ -36,7 +36,7 @@ from advbench.quality.metrics.vsfa import sitp
 pytestmark = pytest.mark.filterwarnings("ignore::advbench.quality.metrics.common.RandomWeightsWarning")
 
 SEED_METRICS = ("paq2piq", "linearity", "vsfa", "mdtvsfa", "koncept", "nima", "spaq")
-CATALOGUE = available_metrics()
+CATALOGUE = [m for m in available_metrics() if m != "python"]  # a user's own network: tests/test_user_metric.py
 # Options that keep CPU tests small where the architecture allows (same code paths).
 SMALL: dict[str, dict[str, Any]] = {
     "linearity": {"arch": "resnet18", "resize_to": None},

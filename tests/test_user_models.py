@@ -25,10 +25,11 @@ from advbench.cli.config import compose_config
 from advbench.cli.main import main
 from advbench.cli.specs import cell_spec, target_spec
 from advbench.core.errors import AdvbenchError
+from advbench.core.user_code import resolve_target
 from advbench.robustness.evaluation.cell import build_threat, cell_identity, cell_key, model_label
 from advbench.robustness.models import Classifier, instantiate_model
 from advbench.robustness.models.torchvision_nets import torchvision_net
-from advbench.robustness.models.user_models import resolve_target, torchvision_archs
+from advbench.robustness.models.user_models import torchvision_archs
 from advbench.robustness.targets import load_target
 
 pytestmark = pytest.mark.usefixtures("one_thread")

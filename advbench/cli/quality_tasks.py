@@ -19,9 +19,12 @@ from advbench.cli.metrics import build_metric
 
 
 def metric_name(cfg: DictConfig) -> str:
-    """The metric option the user chose (`metric=...`), outside Hydra the config's `name`."""
+    """The records' metric name: a user's metric's `metric.label`, else the option the user
+    chose (`metric=...`), outside Hydra the config's `name`."""
     from hydra.core.hydra_config import HydraConfig
 
+    if cfg.metric.get("label") is not None:
+        return str(cfg.metric.label)
     if HydraConfig.initialized():
         return str(HydraConfig.get().runtime.choices["metric"])
     return str(cfg.metric.get("name", "metric"))
@@ -60,16 +63,20 @@ def stability_main(cfg: DictConfig) -> Any:
 
 def iqa_main(cfg: DictConfig) -> Any:
     """`advbench iqa run`: one cell, a metric under an attack at every budget; the part's path."""
+    return iqa_job(cfg, build_metric(cfg.metric), metric_name(cfg))
+
+
+def iqa_job(cfg: DictConfig, metric: Any, name: str, given: Any = None) -> Any:
+    """One `iqa run` cell of a composed config and a built metric (the Python API's object, or the
+    option's); `given` are the API's images and their source. The part's path."""
     from advbench.core.construct import construct
     from advbench.core.runtime import set_threads
     from advbench.quality.iqa.run import IqaSpec, iqa_cell
 
     set_threads(cfg.get("threads"))
     params = resolved(cfg.attack.params)
-    spec = job_spec(IqaSpec, cfg, metric=metric_name(cfg),
-                    attack_params={k: v for k, v in params.items() if k != "_target_"})
-    attack = construct(params)
-    return iqa_cell(spec, build_metric(cfg.metric), attack)
+    spec = job_spec(IqaSpec, cfg, metric=name, attack_params={k: v for k, v in params.items() if k != "_target_"})
+    return iqa_cell(spec, metric, construct(params), given)
 
 
 def check_iqa(cfg: DictConfig) -> None:

@@ -165,6 +165,11 @@ def _one_of(*valid: str) -> Check:
     return check
 
 
+def _name_or_null(key: str, value: Any) -> None:
+    if value is not None:
+        safe_name(value, key)
+
+
 def _label(key: str, value: Any) -> None:
     """Text (a number is taken as its text), or null."""
     if value is not None and (isinstance(value, bool) or not isinstance(value, (str, int, float))):
@@ -233,6 +238,7 @@ def _check_arguments(key: str, node: Any) -> None:
 CHECKS: dict[str, Check] = {
     # names that become file or folder names
     "dataset.name": _name, "model.name": _name, "defense.name": _name, "attack.name": _name, "metric.name": _name,
+    "metric.label": _name_or_null,  # a user's metric: its records' name
     "defense.category": _categories,
     "defense.wrapper": _wrapper,
     "substitute.model.name": _name, "substitute.defense.name": _name,  # a substitute's cached checkpoint

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from PIL import Image, UnidentifiedImageError
 from torch.utils.data import Dataset
 
+from advbench.core.digests import tensor_digest
 from advbench.core.errors import AdvbenchError
 
 Split = Literal["train", "test", "all"]
@@ -187,3 +188,17 @@ def as_batch(images: Dataset | torch.Tensor, limit: int | None = None) -> torch.
     if isinstance(images, torch.Tensor):
         return images[:n]
     return torch.stack([images[i] for i in range(n)])
+
+
+def given_images(images: torch.Tensor) -> tuple[torch.Tensor, str]:
+    """Images handed in as a tensor (the Python API), checked, and what the records call their
+    source: `tensor:` and the start of their content digest (which keys the cell in full)."""
+    if images.dim() != 4 or images.shape[1] != 3 or 0 in images.shape:
+        raise AdvbenchError(f"images must be a float tensor (N, 3, H, W) in [0, 1], got shape {tuple(images.shape)}")
+    if not images.is_floating_point():
+        raise AdvbenchError(f"images must be floats in [0, 1], got {images.dtype} (divide 8-bit images by 255)")
+    if not torch.isfinite(images).all() or images.min() < 0 or images.max() > 1:
+        raise AdvbenchError(f"images must lie in [0, 1], got values in [{images.min().item():.4g}, "
+                            f"{images.max().item():.4g}]")
+    images = images.detach().float().cpu().contiguous()
+    return images, f"tensor:{tensor_digest(images)[:12]}"

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from advbench.core.errors import AdvbenchError
+from advbench.core.errors import AdvbenchError, first_line
 from advbench.quality.metrics.base import QualityMetric
 from advbench.quality.metrics.scoring import goodness
 
@@ -77,6 +77,33 @@ def score_and_grad(metric: QualityMetric, x: torch.Tensor) -> tuple[torch.Tensor
 def final_scores(metric: QualityMetric, x_adv: torch.Tensor) -> torch.Tensor:
     """(N, 1) raw scores of the attacked images: the last column of every trace."""
     return metric(x_adv).unsqueeze(1)
+
+
+def check_attackable(metric: QualityMetric, name: str, x: torch.Tensor) -> None:
+    """One forward and backward on real images before any attack: one finite score per image,
+    with a usable input gradient, else one line saying which (not a traceback mid-cell)."""
+    x = x.detach().requires_grad_(True)
+    shape = "x".join(str(int(s)) for s in x.shape[1:])
+    try:
+        scores = metric(x)
+    except AdvbenchError:
+        raise
+    except Exception as exc:  # the metric's own failure on this input: its message is the diagnosis
+        raise AdvbenchError(f"metric '{name}' fails on {len(x)} images of {shape}: {type(exc).__name__}: "
+                            f"{first_line(exc)}") from None
+    got = tuple(scores.shape) if isinstance(scores, torch.Tensor) else type(scores).__name__
+    if got != (len(x),):
+        raise AdvbenchError(f"metric '{name}' must return one score per image, shape ({len(x)},); on {len(x)} "
+                            f"images of {shape} it returned {got}")
+    if not torch.isfinite(scores).all():
+        raise AdvbenchError(f"metric '{name}' returned non-finite scores on real images: {scores.detach().tolist()}")
+    grad = torch.autograd.grad(goodness(metric, scores).sum(), x, allow_unused=True)[0] if scores.requires_grad \
+        else None
+    if grad is None:
+        raise AdvbenchError(f"metric '{name}' is not differentiable w.r.t. its input images (its scores carry no "
+                            "gradient: a .detach(), .item(), numpy or no_grad in its forward?); the attacks on "
+                            "metrics all need one")
+    check_gradient(metric, name, grad)
 
 
 def check_gradient(metric: QualityMetric, name: str, grad: torch.Tensor) -> None:

@@ -11,9 +11,18 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from advbench.core.errors import AdvbenchError
 from advbench.core.steps import lp_norm
 
 _C1, _C2 = 0.01 ** 2, 0.03 ** 2
+SSIM_WINDOW = 11
+
+
+def check_measurable(images: torch.Tensor) -> None:
+    """Images at least as large as SSIM's window, else one line before any attack (not a conv error after it)."""
+    if min(images.shape[-2:]) < SSIM_WINDOW:
+        raise AdvbenchError(f"images must be at least {SSIM_WINDOW}x{SSIM_WINDOW} pixels (SSIM's window), got "
+                            f"{images.shape[-2]}x{images.shape[-1]}")
 
 
 def psnr(x_adv: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -22,7 +31,7 @@ def psnr(x_adv: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return 10 * torch.log10(1 / mse)
 
 
-def _gaussian_window(channels: int, like: torch.Tensor, size: int = 11, sigma: float = 1.5) -> torch.Tensor:
+def _gaussian_window(channels: int, like: torch.Tensor, size: int = SSIM_WINDOW, sigma: float = 1.5) -> torch.Tensor:
     ax = torch.arange(size, dtype=like.dtype, device=like.device) - (size - 1) / 2
     g = torch.exp(-ax ** 2 / (2 * sigma ** 2))
     g = g / g.sum()

@@ -11,6 +11,7 @@ perturbation's digest for `uap` and `cumulative_uap`.
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -29,9 +30,9 @@ from advbench.core.errors import AdvbenchError
 from advbench.core.keys import content_key
 from advbench.core.names import safe_name
 from advbench.core.version import __version__
-from advbench.quality.attacks.base import MetricAttack, PrepareContext, check_budgets, check_gradient, score_and_grad
+from advbench.quality.attacks.base import MetricAttack, PrepareContext, check_attackable, check_budgets
 from advbench.quality.images import as_batch, uap_images
-from advbench.quality.iqa.fidelity import fidelity
+from advbench.quality.iqa.fidelity import check_measurable, fidelity
 from advbench.quality.metrics.base import QualityMetric
 from advbench.quality.metrics.scoring import device_of
 
@@ -69,8 +70,12 @@ def load_images(spec: IqaSpec) -> tuple[torch.Tensor, str]:
     return images, source
 
 
-def iqa_cell(spec: IqaSpec, metric: QualityMetric, attack: MetricAttack) -> Path:
-    """Run one cell: `metric` under `attack` at every budget (skipped when its records exist); the part's path."""
+def iqa_cell(spec: IqaSpec, metric: QualityMetric, attack: MetricAttack,
+             given: tuple[torch.Tensor, str] | None = None) -> Path:
+    """Run one cell: `metric` under `attack` at every budget (skipped when its records exist); the part's path.
+
+    `given`: the images and what the records call their source (the Python API's tensors),
+    instead of `spec.data`'s folder or the sample photos."""
     budgets = list(spec.eps)
     name = safe_name(spec.metric, "metric")
     device = device_of(spec.device)
@@ -78,14 +83,15 @@ def iqa_cell(spec: IqaSpec, metric: QualityMetric, attack: MetricAttack) -> Path
     if not metric.differentiable:
         raise AdvbenchError(f"metric '{name}' has no input gradient (not differentiable); the attacks on metrics "
                             "all need one")
-    images, source = load_images(spec)
-    check_gradient(metric, name, score_and_grad(metric, images[:1].to(device))[1])
+    images, source = given if given is not None else load_images(spec)
+    check_measurable(images)
+    check_attackable(metric, name, images[:2].to(device))
     records_dir = Path(str(spec.records_dir)).expanduser()
     extra = attack.prepare(metric, PrepareContext(cache=records_dir.parent / "uaps" / name, seed=int(spec.seed),
                                                   device=device, progress=bool(spec.progress)))
     identity = {"metric": name, "metric_digest": module_digest(metric), "attack": attack.name,
                 "attack_params": dict(spec.attack_params), "eps": budgets, "images": tensor_digest(images),
-                "size": int(spec.size), "seed": int(spec.seed), **extra}
+                "size": int(spec.size), "seed": int(spec.seed), **metric.code_identity(), **extra}
     key = content_key(identity)
     part = records_dir / f"{name}_{attack.name}_s{int(spec.seed)}_{key}.parquet"
     ids = list(range(len(images) * len(budgets)))
@@ -139,7 +145,7 @@ def attack_rows(metric: QualityMetric, attack: MetricAttack, images: torch.Tenso
 def _static_columns(spec: IqaSpec, identity: dict[str, Any], key: str, metric: QualityMetric, source: str,
                     device: torch.device, samples: int) -> dict[str, Any]:
     """The columns every record of the cell shares: provenance, names, the metric's direction and range."""
-    lo, hi = metric.score_range
+    lo, hi = metric.score_range if metric.range_known else (math.nan, math.nan)
     return {
         "run_id": str(spec.run_id or datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")),
         "cell_key": key, "advbench_version": __version__, "cell_samples": samples,

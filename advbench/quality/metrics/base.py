@@ -19,7 +19,8 @@ class QualityMetric(nn.Module):
     """Images in [0, 1] (N, 3, H, W) -> one score per image (N,).
 
     Subclasses set the metadata below; the UAP loss normalises by the width of
-    `score_range`, and stability tables flip signs for `higher_better=False` metrics.
+    `score_range`, and stability tables flip signs for `higher_better=False` metrics. A
+    user's own network comes in through `metrics/user.py`.
 
     Videos are scored in two halves so a long clip can stream through in chunks:
     `frame_features` per frame, then `pool_video` over the whole clip. An image metric's
@@ -32,6 +33,12 @@ class QualityMetric(nn.Module):
     input_size: tuple[int, int] | None = None
     differentiable: bool = True
     is_video: bool = False
+    range_known: bool = True  # False: `score_range` is only the attacks' scale, and the records say NaN
+
+    def code_identity(self) -> dict[str, str]:
+        """What decides the scores besides the weights and options (`module_digest`), for the cell key:
+        nothing for advbench's own metrics, whose code is the release's; a user's code digests."""
+        return {}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
         raise NotImplementedError

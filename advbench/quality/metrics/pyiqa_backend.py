@@ -4,6 +4,8 @@
 is built. The network is created without its pretrained weights (pyiqa would download them)
 and the local file from the config is loaded weights-only, in pyiqa's layout (state dict,
 usually under `params`). Scores come from the network itself, one per image, differentiable.
+pyiqa's licence (PolyForm Noncommercial 1.0.0 since April 2026; its weights CC BY-NC-SA 4.0)
+binds whoever installs it; no test here installs it, so this backend is untested.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from advbench.core.errors import AdvbenchError
-from advbench.core.torchfile import read_torch_file
+from advbench.core.torchfile import first_mismatch, network_state, read_torch_file
 from advbench.robustness.models.base import Classifier
 
 META_KEYS = ("dataset", "architecture", "recipe", "clean_accuracy", "config", "created_at", "advbench_version")
@@ -40,17 +40,6 @@ def save_checkpoint(path: Path, model: nn.Module, meta: Mapping[str, Any]) -> Pa
     return path
 
 
-def first_mismatch(found: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Tensor]) -> str | None:
-    """Describe the first key (in the model's order) that is missing, extra or misshapen."""
-    for key, tensor in expected.items():
-        if key not in found:
-            return f"key '{key}' is missing from the file"
-        if tuple(found[key].shape) != tuple(tensor.shape):
-            return f"key '{key}' has shape {tuple(found[key].shape)} in the file, {tuple(tensor.shape)} in the model"
-    extra = [k for k in found if k not in expected]
-    return f"key '{extra[0]}' in the file is not in the model" if extra else None
-
-
 def load_checkpoint(path: Path, model: nn.Module, make_command: str | None = None) -> dict[str, Any]:
     """Load weights into `model` (in place) and return the checkpoint's meta.
 
@@ -63,7 +52,7 @@ def load_checkpoint(path: Path, model: nn.Module, make_command: str | None = Non
         raise AdvbenchError(f"checkpoint '{path}' not found{hint}")
     payload = read_torch_file(path, "checkpoint")
     if not isinstance(payload, dict) or not isinstance(payload.get("meta"), dict):
-        state = _foreign_state(payload)
+        state = network_state(payload)
         if state is None:
             raise AdvbenchError(f"'{path}' is not an advbench checkpoint: expected a dict with 'state_dict' and 'meta' "
                                 "(or a state dict of the model's network: parameter names to tensors)")
@@ -89,21 +78,6 @@ def load_checkpoint(path: Path, model: nn.Module, make_command: str | None = Non
 # Where RobustBench's models keep their input normalisation when it is in the state dict:
 # buffers of the network class itself, or `normalize_model`'s wrapper around the network.
 _INSIDE_LAYOUTS = ((("mu", "sigma"), ""), (("normalize.mean", "normalize.std"), "model."))
-_DATA_PARALLEL = "module."
-
-
-def _foreign_state(payload: Any) -> dict[str, torch.Tensor] | None:
-    """The parameter dict of a state-dict file (RobustBench, torchvision, `torch.save(net.state_dict())`).
-
-    Accepts the dict itself or one under `state_dict`; DataParallel's `module.` prefix is
-    removed. None when the file holds something else.
-    """
-    state = payload.get("state_dict", payload) if isinstance(payload, dict) else None
-    if not isinstance(state, dict) or not state or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        return None
-    return {k.removeprefix(_DATA_PARALLEL): v for k, v in state.items()}
-
-
 def _load_foreign(path: Path, model: nn.Module, state: dict[str, torch.Tensor]) -> None:
     """Load a network state dict into a `Classifier`'s `net` (or into a bare module that is not
     one, as a user's own `_target_` may build), normalisation as the config says.

@@ -6,21 +6,16 @@ for `dataset.*` to change. Such a setting would be recorded without being done, 
 refused before any work. An input-transformation defense applies to any classifier, so it is
 put in front of the object as `advbench run` puts it in front of a zoo model.
 
-The caller's object is used in place (copying a large network would cost its memory), so
-what an evaluation changes on it — each module's `training` flag, torch's global random
-state, which a stochastic model draws from — is given back when the call ends.
+The caller's object is used in place and given back as it came
+(`advbench.core.caller_state.caller_state_kept`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
-
-import torch
-from torch import nn
 
 from advbench.core.catalog import group_options, option_data
 from advbench.core.errors import AdvbenchError
@@ -99,17 +94,3 @@ def transformation_defenses() -> list[str]:
     options = {name: option_data("defense", name) or {} for name in group_options("defense")}
     return [name for name, spec in options.items()
             if spec.get("wrapper") and (spec.get("recipe") or {}).get("type") in (None, "natural")]
-
-
-@contextlib.contextmanager
-def caller_state_kept(model: nn.Module, device: str) -> Iterator[None]:
-    """Within: anything goes; on leaving, normally or by an exception, every module of `model`
-    has its `training` flag back and torch's global generators their state."""
-    modes = [(module, module.training) for module in model.modules()]
-    cuda = torch.cuda.is_available() and str(device) != "cpu"
-    try:
-        with torch.random.fork_rng(devices=list(range(torch.cuda.device_count())) if cuda else []):
-            yield
-    finally:
-        for module, training in modes:
-            module.training = training

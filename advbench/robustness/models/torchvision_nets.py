@@ -7,9 +7,8 @@ from pathlib import Path
 from torch import nn
 
 from advbench.core.errors import AdvbenchError
-from advbench.core.torchfile import read_torch_file
+from advbench.core.torchfile import first_mismatch, read_torch_file
 from advbench.robustness.models.architectures import ARCHITECTURES, IMAGENET_MEAN, IMAGENET_STD
-from advbench.robustness.models.checkpoint import first_mismatch
 
 # Inception-v3's and GoogLeNet's auxiliary heads only feed a training loss; the benchmark never uses them.
 _DROPPED_PREFIXES = {"inception_v3": ("AuxLogits.",), "googlenet": ("aux1.", "aux2.")}

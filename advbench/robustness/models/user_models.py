@@ -10,28 +10,23 @@ the oracles, the engine, the masking flags and the cache treat them like any oth
 `model=torchvision model.arch=<name>` (`conf/model/torchvision.yaml`) builds
 `torchvision.models.get_model(name, weights=None, num_classes=<the data set's>)` with ImageNet
 normalisation; `model=python model.target=<module>:<attr>` (or `<file.py>:<attr>`,
-`conf/model/python.yaml`) calls the user's class or factory with `model.kwargs`. Everything a
-user can get wrong is a one-line `AdvbenchError`.
+`conf/model/python.yaml`) calls the user's class or factory with `model.kwargs`, imported by
+`advbench.core.user_code` as a `metric=python` is. Everything a user can get wrong is a
+one-line `AdvbenchError`.
 """
 
 from __future__ import annotations
 
 import difflib
-import importlib
-import importlib.util
-import inspect
-import os
-import sys
 from collections.abc import Mapping, Sequence
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import torch
 from torch import nn
 
 from advbench.core.errors import AdvbenchError, first_line
-from advbench.core.keys import content_key, file_digest, plain_value
+from advbench.core.keys import plain_value
+from advbench.core.user_code import build_user_module, source_digest, split_target
 from advbench.robustness.models import IMAGENET_MEAN, IMAGENET_STD, robustbench_zoo
 from advbench.robustness.models.base import Classifier
 from advbench.robustness.models.torchvision_nets import torchvision_net
@@ -84,99 +79,6 @@ def torchvision_model(num_classes: int, in_channels: int, arch: str | None = Non
 # ---------------------------------------------------------------- model=python
 
 
-def split_target(target: Any) -> tuple[str, str]:
-    """`(<module or file.py>, <attribute path>)` of a `model.target`, or an error saying the form."""
-    where, sep, attr = str(target).rpartition(":") if isinstance(target, str) else ("", "", "")
-    if not sep or not where or not attr:
-        raise AdvbenchError(f"model.target must be <module>:<attr> or <path/to/file.py>:<attr> (a class or factory "
-                            f"returning an nn.Module), got {target!r}")
-    return where, attr
-
-
-def _import_file(path: Path, target: str) -> ModuleType:
-    """Execute `path` as a module (its folder importable, so it may import its neighbours)."""
-    if not path.is_file():
-        raise AdvbenchError(f"model.target '{target}': file '{path}' not found")
-    name = f"advbench_user_{path.stem}_{content_key(str(path), 8)}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise AdvbenchError(f"model.target '{target}': '{path}' cannot be imported as Python")
-    module = importlib.util.module_from_spec(spec)
-    _importable(str(path.parent))
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    except (Exception, SystemExit) as exc:  # the user's module failing at import: its own message is the diagnosis
-        sys.modules.pop(name, None)
-        raise _user_code_failed(target, f"importing '{path}'", exc) from exc
-    return module
-
-
-def _user_code_failed(target: str, doing: str, exc: BaseException) -> AdvbenchError:
-    """One line for an exception (or `sys.exit`) raised by the user's own code while advbench ran it."""
-    said = f"exited with status {exc.code}" if isinstance(exc, SystemExit) else f"{type(exc).__name__}: {first_line(exc)}"
-    return AdvbenchError(f"model.target '{target}': {doing} failed: {said}")
-
-
-def _importable(folder: str) -> None:
-    if folder not in sys.path:
-        sys.path.insert(0, folder)
-
-
-def _import(where: str, target: str) -> ModuleType:
-    """The module part of a target: a `.py` file, else a module importable from the working folder."""
-    if where.endswith(".py"):
-        return _import_file(Path(where).expanduser().resolve(), target)
-    _importable(os.getcwd())
-    try:
-        return importlib.import_module(where)
-    except ModuleNotFoundError as exc:
-        hint = f" (from the working folder {os.getcwd()})" if exc.name == where.split(".")[0] else ""
-        raise AdvbenchError(f"model.target '{target}': no module named '{exc.name}'{hint}") from None
-    except (Exception, SystemExit) as exc:
-        raise _user_code_failed(target, f"importing '{where}'", exc) from exc
-
-
-def resolve_target(target: Any) -> Any:
-    """The object a `model.target` names (dotted attributes allowed after the colon)."""
-    where, attr = split_target(target)
-    obj: Any = _import(where, target)
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            names = [n for n in dir(obj) if not n.startswith("_")]
-            close = difflib.get_close_matches(part, names, n=3)
-            hint = f"; did you mean {', '.join(close)}?" if close else ""
-            raise AdvbenchError(f"model.target '{target}': '{where}' has no attribute '{attr}'{hint}")
-        obj = getattr(obj, part)
-    return obj
-
-
-def _build_user_net(target: str, kwargs: Mapping[str, Any]) -> nn.Module:
-    """Call the target with `kwargs`; its result must be an `nn.Module`."""
-    factory = resolve_target(target)
-    if isinstance(factory, nn.Module):
-        if kwargs:
-            raise AdvbenchError(f"model.target '{target}' is a module instance; it takes no model.kwargs")
-        return factory
-    if not callable(factory):
-        raise AdvbenchError(f"model.target '{target}' is an object of type {type(factory).__name__}, "
-                            "not an nn.Module class or factory")
-    try:
-        inspect.signature(factory).bind(**kwargs)
-    except TypeError as exc:
-        raise AdvbenchError(f"model.target '{target}' does not take model.kwargs {dict(kwargs)}: {exc}") from None
-    except ValueError:  # no signature to check (a builtin): the call itself says
-        pass
-    try:
-        net = factory(**kwargs)
-    except (Exception, SystemExit) as exc:
-        raise _user_code_failed(target, "building the model", exc) from exc
-    if not isinstance(net, nn.Module):
-        raise AdvbenchError(f"model.target '{target}' returned an object of type {type(net).__name__}, "
-                            "not a torch.nn.Module")
-    return net
-
-
 def python_model(num_classes: int, in_channels: int, target: str | None = None, kwargs: Mapping[str, Any] | None = None,
                  mean: Sequence[float] | None = None, std: Sequence[float] | None = None, randomized: bool = False,
                  eot_samples: int | None = None, **meta: Any) -> Classifier:
@@ -193,7 +95,7 @@ def python_model(num_classes: int, in_channels: int, target: str | None = None, 
     options = plain_value(kwargs) or {}
     if not isinstance(options, dict):
         raise AdvbenchError(f"model.kwargs must be a mapping of keyword arguments, got {options!r}")
-    net = _build_user_net(target, options)
+    net = build_user_module(target, options, "model")
     model = Classifier(net, str(target), in_channels, (0.0,) if mean is None else mean, (1.0,) if std is None else std,
                        user_code=True)
     return mark_randomized(model, randomized, eot_samples, "model.")
@@ -250,24 +152,12 @@ def default_label(model: ModelSpec, defense: str) -> str:
 
 
 def source_identity(model: ModelSpec) -> dict[str, Any]:
-    """sha256 of the file a Python model's code is in, where it can be found without running
-    it, so that editing the network keys its cells anew (a factory's other files are not seen);
-    for a RobustBench model, its zoo entry and the sha256 of its file (an error if it is absent)."""
+    """sha256 of the file a Python model's code is in (`core.user_code.source_digest`), so that
+    editing the network keys its cells anew; for a RobustBench model, its zoo entry and the
+    sha256 of its file (an error if it is absent)."""
     if model.kind == "robustbench":
         return robustbench_zoo.identity(model.config)
-    if model.kind != "python" or not isinstance(model.get("target"), str):
-        return {}
-    where, _, _ = str(model.get("target")).rpartition(":")
-    if where.endswith(".py"):
-        path: Path | None = Path(where).expanduser().resolve()
-    else:
-        _importable(os.getcwd())
-        try:
-            spec = importlib.util.find_spec(where)
-        except (ImportError, ValueError):
-            spec = None
-        path = Path(spec.origin) if spec is not None and spec.origin and spec.has_location else None
-    return {"source_sha256": file_digest(path)} if path is not None and path.is_file() else {}
+    return source_digest(model.get("target")) if model.kind == "python" else {}
 
 
 def check_forward(model: nn.Module, input_shape: Sequence[int], num_classes: int, what: str) -> None:
