@@ -108,9 +108,8 @@ def _sign(sign: dict[str, Any]) -> str:
 
 
 def _card(model: dict[str, Any]) -> str:
-    rows = [("identity", json.dumps(model["identity"], ensure_ascii=False)),
-            ("data", json.dumps(model["data"], ensure_ascii=False)),
-            ("environment", json.dumps(model["environment"], ensure_ascii=False))]
+    rows = [(f"{part}.{key}", value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
+            for part in ("identity", "data", "environment") for key, value in model[part].items()]
     attacks = [(t["threat"], a["name"], a["knowledge"], _num(a["eps_budget"]), a["strength_budget"], a["seed"],
                 a["grad_mode"], a["judge_draws"], json.dumps(a["params"], sort_keys=True))
                for t in model["threats"] for a in t["attacks"]]

@@ -81,8 +81,8 @@ def _beaten(group: Group, code: str, title: str, strong: list[int], weak: list[i
     count = int(only.sum())
     if not _enough(count, only.size):
         return []
-    attacks = [group.attacks[i] for i in weak + strong]
     per = {group.attacks[i].name: int((group.success[i] & only).sum()) for i in weak}
+    attacks = [group.attacks[i] for i in weak if per[group.attacks[i].name]] + [group.attacks[i] for i in strong]
     detail = (f"{count} of {only.size} samples broken at the budget by "
               f"{', '.join(f'{k} ({v})' for k, v in per.items() if v)} but by none of "
               f"{', '.join(group.attacks[i].name for i in strong)}")
@@ -151,7 +151,7 @@ def _grad_modes(attack: AttackCell) -> set[str]:
 def masked_gradients(group: Group, case: WorstCase) -> list[Sign]:
     """Zero input gradients in the model as deployed: a failure for white-box cells attacked through
     them, remedied where the records say the gradients were BPDA's."""
-    white = [a for a in _flagged(group, "flag_zero_grad") if a.knowledge in ("white", "transfer")]
+    white = [a for a in _flagged(group, "flag_zero_grad") if a.knowledge == "white"]
     naive = [a for a in white if not any("bpda" in m for m in _grad_modes(a))]
     adapted = [a for a in white if a not in naive]
     action = ("attack through BPDA (identity or a smooth approximation backward through the non-differentiable "
@@ -181,7 +181,7 @@ def randomized_without_eot(group: Group, case: WorstCase) -> list[Sign]:
 
 
 def probabilities_not_logits(group: Group, case: WorstCase) -> list[Sign]:
-    flagged = [a for a in _flagged(group, "flag_probabilities") if a.knowledge in ("white", "transfer")]
+    flagged = [a for a in _flagged(group, "flag_probabilities") if a.knowledge == "white"]
     if not flagged:
         return []
     return [Sign("probabilities_not_logits", "The model outputs probabilities instead of logits", FAILURE, group.row,
@@ -192,7 +192,7 @@ def probabilities_not_logits(group: Group, case: WorstCase) -> list[Sign]:
 
 
 def dynamic_inference(group: Group, case: WorstCase) -> list[Sign]:
-    flagged = [a for a in _flagged(group, "flag_dynamic") if a.knowledge in ("white", "transfer")]
+    flagged = [a for a in _flagged(group, "flag_dynamic") if a.knowledge == "white"]
     if not flagged:
         return []
     return [Sign("dynamic_inference", "The model optimises at inference", FAILURE, group.row, group.threat,
