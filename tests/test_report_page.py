@@ -19,6 +19,7 @@ from click.testing import CliRunner
 
 import advbench
 from advbench.cli.main import main
+from advbench.core.errors import AdvbenchError
 from advbench.core.records import write_part
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
@@ -116,3 +117,10 @@ def test_the_console_check_catches_a_message(tmp_path: Path) -> None:
     page = tmp_path / "bad.html"
     page.write_text('<html><body><script>console.error("broken")</script></body></html>')
     assert any("broken" in m for m in render(page, tmp_path / "profile", "--dump-dom")[1])
+
+
+def test_bad_input_is_one_line_on_the_command_line_and_in_the_api(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["report", str(tmp_path / "nothing"), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 1 and result.output.startswith("Error: no records at") and "Traceback" not in result.output
+    with pytest.raises(AdvbenchError, match="needs record columns min_eps"):
+        advbench.report(records(cell("bim", [0.1, 0.2])).drop(columns="min_eps"), tmp_path / "out")
