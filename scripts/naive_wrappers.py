@@ -3,11 +3,11 @@
 `advbench run` attacks JPEG and bit-depth reduction through BPDA and R&P through EOT and a vote,
 as an adaptive evaluation must. To show what `advbench report` says about an evaluation that
 does not, this script hands the same wrappers around the natural digits checkpoint to
-`advbench.evaluate` as a plain model object: bit-depth reduction without its straight-through
-backward pass (the exact gradient, zero through the rounding), R&P declared deterministic (no
-EOT, one pass judges). JPEG is left out: its codec has no autograd path at all, and a white-box
-oracle needs one. Each row is attacked by white-box BIM and score-based Square (500 queries) with the
-defenses preset's settings (200 samples, ε∞ = 0.2, a coarse minimum-ε search); records go to
+`advbench.evaluate` as a plain model object: JPEG and bit-depth reduction without their
+straight-through backward pass (the exact gradient: zero through the rounding, none through the
+codec, which the oracle gives as zero), R&P declared deterministic (no EOT, one pass judges).
+Each row is attacked by white-box BIM and score-based Square (500 queries) with the defenses
+preset's settings (200 samples, ε∞ = 0.2, a coarse minimum-ε search); records go to
 OUT/records, labelled `<defense>-naive`.
 
     python scripts/naive_wrappers.py ~/.cache/advbench/checkpoints/digits/small_cnn/natural-<key>.pt OUT
@@ -22,7 +22,7 @@ import torch
 
 import advbench
 from advbench.robustness.defenses.trainer import build_defended_model
-from advbench.robustness.defenses.wrappers import BitDepth, RandomResizePad
+from advbench.robustness.defenses.wrappers import JPEG, BitDepth, RandomResizePad
 from advbench.robustness.models.checkpoint import load_checkpoint
 
 SETTINGS = ["dataset.n_samples=200", "search.resolution=0.1", "search.max_probes=4", "threads=1"]
@@ -38,10 +38,11 @@ def natural(path: Path) -> torch.nn.Module:
 
 
 def naive_rows(path: Path) -> dict[str, torch.nn.Module]:
-    """1-bit reduction without BPDA; R&P (rate 0.9033) without EOT or a vote."""
-    bits = BitDepth(natural(path), bits=1)
-    bits.straight_through = False  # the plain autograd gradient: zero through the rounding
-    return {"bit_red-naive": bits, "rp-naive": RandomResizePad(natural(path), rate=0.9033)}
+    """JPEG (quality 75) and 1-bit reduction without BPDA; R&P (rate 0.9033) without EOT or a vote."""
+    jpeg, bits = JPEG(natural(path), quality=75), BitDepth(natural(path), bits=1)
+    for wrapper in (jpeg, bits):
+        wrapper.straight_through = False  # the plain autograd gradient
+    return {"jpeg-naive": jpeg, "bit_red-naive": bits, "rp-naive": RandomResizePad(natural(path), rate=0.9033)}
 
 
 def main() -> None:
