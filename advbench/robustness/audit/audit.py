@@ -42,7 +42,7 @@ class ModelAudit:
                          f"{'accuracy' if t.group.untargeted else 'share (1 − targeted ASR)'}" for t in self.threats)
         failed = self.failures
         if failed:
-            names = ", ".join(dict.fromkeys(s.title.lower() for s in failed))
+            names = ", ".join(dict.fromkeys(s.title[0].lower() + s.title[1:] for s in failed))
             return (f"{best}. Not trustworthy: {len(failed)} sign{'s' if len(failed) != 1 else ''} of a failed "
                     f"evaluation ({names}).")
         remedied = [s for s in self.signs if s.level != FAILURE]

@@ -51,7 +51,7 @@ def robust_accuracy(breaks: np.ndarray, eps: np.ndarray) -> np.ndarray:
     For a targeted threat this is the share that never reached its target (1 − targeted ASR).
     """
     ordered = np.sort(breaks)
-    return 1.0 - np.searchsorted(ordered, np.asarray(eps, dtype=np.float64), side="right") / ordered.size
+    return (ordered.size - np.searchsorted(ordered, np.asarray(eps, dtype=np.float64), side="right")) / ordered.size
 
 
 def attack_accuracy_at_budget(group: Group) -> np.ndarray:
