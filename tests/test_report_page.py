@@ -72,6 +72,8 @@ def test_the_card_holds_identity_attacks_versions_results_and_signs(report_dir: 
     threat, = jpeg["threats"]
     assert {a["name"]: a["params"] for a in threat["attacks"]} == {"bim": {"steps": 20}, "square": {"steps": 500}}
     assert threat["worst_case"]["set_by"] == {"bim": 2, "square": 2}  # each broke the samples the other missed
+    assert threat["worst_case"]["per_sample"]["set_by"] == ["square", "square", "bim", "bim"]
+    assert threat["worst_case"]["per_sample"]["sample_id"] == [100, 101, 102, 103]
     assert {s["code"]: s["level"] for s in jpeg["signs"]} == {"black_box_beats_white_box": "failure",
                                                               "worst_far_below_best": "failure",
                                                               "zero_gradients": "remedied"}

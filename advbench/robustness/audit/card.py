@@ -106,7 +106,11 @@ def threat_entry(threat: ThreatAudit) -> dict[str, Any]:
             "sample_ids": {"first": int(g.sample_ids.min()), "last": int(g.sample_ids.max())},
             "clean_accuracy": _number(float(g.clean.mean())),
             "worst_case": {"robust_at_budget": case.robust_at_budget, "set_by": setter_counts(g, case),
-                           "area_limit": area_limit(g), "curve": curve_points(case.breaks)},
+                           "area_limit": area_limit(g), "curve": curve_points(case.breaks),
+                           "per_sample": {"sample_id": g.sample_ids.tolist(),
+                                          "break_eps": [_number(e) for e in case.breaks],
+                                          "broken_at_budget": case.broken_at_budget.tolist(),
+                                          "set_by": case.setters.astype(str).tolist()}},
             "attacks": [attack_entry(a, s) for a, s in zip(g.attacks, threat.scores)]}
 
 
