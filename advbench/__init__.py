@@ -1,6 +1,6 @@
 """advbench: adversarial-robustness benchmark and NR quality-metric stability tool.
 
-The Python API (`advbench.evaluate`, `advbench.evaluate_metric`, `advbench.plot`, `advbench.summary`,
+The Python API (`advbench.evaluate`, `advbench.evaluate_metric`, `advbench.plot`, `advbench.report`, `advbench.summary`,
 `advbench.options`)
 loads on first use, so that `import advbench` and the command line's help stay light.
 """
@@ -11,7 +11,7 @@ from typing import Any
 
 from advbench.core.version import __version__
 
-_API = ("evaluate", "evaluate_metric", "plot", "summary", "options")
+_API = ("evaluate", "evaluate_metric", "plot", "report", "summary", "options")
 
 
 def __getattr__(name: str) -> Any:

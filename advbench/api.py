@@ -4,7 +4,8 @@
 option, default and check is the CLI's, and a bad value is the same one-line `AdvbenchError`;
 `advbench.cli.choices` assembles it without Hydra's composition, a call's largest fixed cost),
 turns it into the same cell spec, hands the model (and data or attack objects) to the same cell runner, and returns the records
-the CLI writes, as a DataFrame. `plot` draws them as `advbench plot` does; `options` lists a
+the CLI writes, as a DataFrame. `plot` draws them as `advbench plot` does, `report` audits them as
+`advbench report` does; `options` lists a
 config group as `advbench list` does.
 """
 
@@ -255,6 +256,19 @@ def plot(records: pd.DataFrame | str | Path, out: str | Path = "plots", group_by
     from advbench.robustness.report.plot import render_all  # matplotlib: only when drawing
 
     return render_all(frame, folder, group_by=group_by)
+
+
+def report(records: pd.DataFrame | str | Path | Sequence[str | Path], out_dir: str | Path = "report") -> list[Path]:
+    """`advbench report`: audit benchmark records (a DataFrame, or files or folders of parts) and write
+    report.json and report.html into `out_dir`; returns their paths."""
+    if isinstance(records, pd.DataFrame):
+        frame, sources = records, ["a DataFrame"]
+    else:
+        sources = [Path(records)] if isinstance(records, (str, Path)) else [Path(r) for r in records]
+        frame = read_kind(sources, kinds=("benchmark",))[1]
+    from advbench.robustness.audit import write_report  # matplotlib: only when drawing
+
+    return write_report(frame, writable_folder(out_dir, "out_dir"), sources)
 
 
 def summary(records: pd.DataFrame) -> pd.DataFrame:

@@ -65,6 +65,10 @@ def test_evaluate_and_the_cli_give_equal_records(net_file: Path, tmp_path: Path)
     assert list(api.columns) == list(cli.columns), "the CLI's schema, column for column"
     pd.testing.assert_frame_equal(api[MEASURED], cli[MEASURED])
     assert set(api["model_label"]) == set(cli["model_label"]) == {"net.py:Net"}
+    for records in (api, cli):  # the evaluation card's versions and the deployed model's digest
+        assert set(records["torch_version"]) == {torch.__version__}
+        digest, = set(records["model_sha256"])
+        assert len(digest) == 64 and int(digest, 16) >= 0
     _invariants(api)
 
 

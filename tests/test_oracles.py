@@ -204,3 +204,20 @@ def test_a_randomized_model_remembers_nothing(tiny_model, batch) -> None:
 
     assert not WhiteBoxOracle(Noisy(), len(batch[1])).remember_clean(batch[0])
     assert not ScoreOracle(tiny_model, len(batch[1])).remember_clean(batch[0])
+
+
+def test_a_model_without_an_autograd_path_gives_zero_gradients() -> None:
+    """A non-differentiable step attacked without BPDA masks the gradient; the oracle says so with
+    zeros (as `flag_zero_grad` counts it) instead of stopping the cell."""
+    class Detached(torch.nn.Module):
+        bounds = (0.0, 1.0)
+        randomized = False
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return F.one_hot((x.detach().flatten(1).sum(1) > 1).long(), 2).float()
+
+    x = torch.rand(3, 1, 2, 2)
+    oracle = WhiteBoxOracle(Detached(), 3)
+    logits, grad = oracle.value_and_grad(x, lambda z: z[:, 0], torch.arange(3))
+    assert logits.shape == (3, 2) and torch.equal(grad, torch.zeros_like(x))
+    assert oracle.grad_evals.tolist() == [1, 1, 1]

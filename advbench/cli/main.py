@@ -1,4 +1,4 @@
-"""Command-line entry point: `advbench run | train | plot | check | list | weights | uap | iqa`.
+"""Command-line entry point: `advbench run | train | plot | report | check | list | weights | uap | iqa`.
 
 `run`, `train`, the `uap` jobs and `iqa run` hand their arguments to Hydra (sweeps with `-m`, launcher
 plugins, `--cfg job`); `plot`, `check` and `list` are plain commands. Library errors become a single
@@ -20,6 +20,8 @@ from advbench.core.errors import AdvbenchError
 from advbench.core.version import __version__
 
 PLOTS = "advbench-out/plots"
+REPORT = "advbench-out/report"
+"""`advbench report`'s default folder, beside the plots."""
 """`advbench plot`'s default folder: next to the records `advbench run` writes, never committed."""
 PIPE_WIDTH = 100
 """Columns a table gets when stdout is not a terminal and COLUMNS does not say otherwise."""
@@ -45,6 +47,7 @@ def main() -> None:
     advbench run -m attack=fgsm,bim defense=natural,pgd_at   a sweep
     advbench run -m experiment=benchmark              the default digits benchmark
     advbench plot advbench-out/records                curves and tables (advbench-out/plots)
+    advbench report advbench-out/records              worst case, attack optimality, signs of failure
     advbench check advbench-out/records --min-accuracy 0.4   a CI gate
     advbench list attack                              what can be chosen
     advbench weights fetch nima                       a metric's published weights
@@ -150,6 +153,33 @@ def plot(records: tuple[Path, ...], out_dir: Path, group_by: str) -> None:
         print_tables(summary_table(with_categories(frame)), console, by_category=group_by == "category")
     for path in written:
         console.print(f"wrote {path}")
+
+
+@main.command()
+@click.argument("records", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path(REPORT), show_default=True,
+              help="Folder for report.json (the evaluation card) and report.html (one self-contained page).")
+@one_line_errors
+def report(records: tuple[Path, ...], out_dir: Path) -> None:
+    """Audit benchmark records: worst case per sample, attack optimality, signs of a failed evaluation.
+
+    For every model row and threat in RECORDS (record files or folders): the best-known robust
+    accuracy (the worst case over every attack, per sample), each attack's optimality against it
+    and its cost, and the signs that the evaluation failed (a single-step or black-box attack
+    beating the iterative white-box ones, accuracy not falling to 0 or rising with the budget,
+    masked or random gradients, probabilities instead of logits, ...), each with its evidence,
+    what to do and its source. Writes report.json and report.html; see docs/report.md.
+
+    \b
+    advbench report advbench-out/defenses/records --out advbench-out/report
+    """
+    from advbench.core.paths import writable_folder
+    from advbench.core.records import read_kind
+    from advbench.robustness.audit import write_report
+
+    frame = read_kind(records, kinds=("benchmark",))[1]
+    for path in write_report(frame, writable_folder(out_dir, "--out"), records):
+        click.echo(f"wrote {path}")
 
 
 @main.command()

@@ -236,7 +236,9 @@ class WhiteBoxOracle(Oracle):
         `objective` maps logits (m, K) to per-sample losses (m,); summing keeps each sample's
         gradient its own (models are in eval mode, so samples do not interact). A randomized
         model's `eot_samples` > 1 makes this an EOT estimate: logits and gradient are means
-        over that many independent passes, each counted as one grad_eval.
+        over that many independent passes, each counted as one grad_eval. A model with no autograd
+        path from its output to x (a codec without BPDA) gets a zero gradient, as the masked-gradient
+        flags count it, so that its masking shows in the records instead of stopping the cell.
         """
         passes = self.eot_passes or int(getattr(self._white, "eot_samples", 1))
         x = x.detach().requires_grad_(True)
@@ -250,7 +252,8 @@ class WhiteBoxOracle(Oracle):
                 if value.shape != (x.shape[0],):
                     raise ValueError(f"objective must return one loss per sample, shape ({x.shape[0]},), "
                                      f"got {tuple(value.shape)}")
-                grad, = torch.autograd.grad(value.sum(), x)
+                grad = torch.autograd.grad(value.sum(), x, allow_unused=True)[0] if value.requires_grad else None
+            grad = torch.zeros_like(x) if grad is None else grad  # no path to the input: what a naive attacker gets
             logits_sum = logits.detach() if logits_sum is None else logits_sum + logits.detach()
             grad_sum = grad if grad_sum is None else grad_sum + grad
         if passes == 1:  # the one pass as it is: a division by one would be a pass over the gradient

@@ -29,6 +29,7 @@ from torch.utils.data import DataLoader, Subset
 
 from advbench.core.cells import claim_cell, fill_cell
 from advbench.core.construct import construct
+from advbench.core.digests import module_digest
 from advbench.core.errors import AdvbenchError
 from advbench.core.keys import content_key, plain
 from advbench.core.resume import CellFiles, sample_ids, warn
@@ -262,10 +263,12 @@ def _static_columns(spec: CellSpec, identity: dict[str, Any], threat: ThreatMode
         "run_id": run_id,
         "cell_key": cell_key(identity),
         "advbench_version": __version__,
+        "torch_version": torch.__version__,
         "dataset": identity["dataset"],
         "model": identity["model"],
         "model_label": model_label(spec),
         "weights": json.dumps(identity.get("weights"), sort_keys=True, default=str),
+        "model_sha256": module_digest(model),
         "defense": identity["defense"],
         "defense_category": category_label(plain(spec.target.defense.config).get("category")),
         "attack": identity["attack"],
