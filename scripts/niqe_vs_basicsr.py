@@ -1,5 +1,7 @@
 """Per-photo NIQE on the authors' parameters: advbench's (reference and differentiable) against basicsr's.
 
+The last column is advbench's fitted pristine model (`metric=niqe_fitted`), for its scale.
+
     python scripts/niqe_vs_basicsr.py                 # every sample photo (skimage.data)
     python scripts/niqe_vs_basicsr.py camera coffee   # some of them
 
@@ -78,27 +80,29 @@ def basicsr_score(calculate_niqe: Callable[..., float], photo: torch.Tensor) -> 
     return float(calculate_niqe(bgr, crop_border=0, input_order="HWC", convert_to="y"))
 
 
-def compare(names: list[str]) -> list[tuple[str, float, float, float]]:
-    """(photo, basicsr, advbench reference, advbench differentiable) per photo, on the authors' parameters."""
+def compare(names: list[str], fitted: NIQE | None = None) -> list[tuple[float | str, ...]]:
+    """(photo, basicsr, advbench reference, advbench differentiable[, fitted]) per photo, on the authors' parameters."""
     calculate_niqe, metric = basicsr_niqe(), NIQE()
     rows = []
     for name in names:
-        photo = sample_photo(name)
+        photo = sample_photo(name)[None]
         with torch.no_grad():
-            ours, smooth = metric.reference(photo[None]).item(), metric(photo[None]).item()
-        rows.append((name, basicsr_score(calculate_niqe, photo), ours, smooth))
+            ours, smooth = metric.reference(photo).item(), metric(photo).item()
+            extra = (fitted.reference(photo).item(),) if fitted is not None else ()
+        rows.append((name, basicsr_score(calculate_niqe, photo[0]), ours, smooth, *extra))
     return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("photos", nargs="*", default=list(photo_names("all")))
-    rows = compare(parser.parse_args().photos)
-    print(f"{'photo':<22} {'basicsr':>9} {'reference':>9} {'rel.diff':>9} {'differentiable':>14} {'rel.diff':>9}")
-    for name, theirs, ours, smooth in rows:
+    rows = compare(parser.parse_args().photos, NIQE(name="niqe_fitted", pristine="fitted"))
+    print(f"{'photo':<22} {'basicsr':>9} {'reference':>9} {'rel.diff':>9} {'differentiable':>14} {'rel.diff':>9} "
+          f"{'fitted':>8}")
+    for name, theirs, ours, smooth, fitted in rows:
         print(f"{name:<22} {theirs:9.4f} {ours:9.4f} {abs(ours / theirs - 1):9.2e} {smooth:14.4f} "
-              f"{abs(smooth / theirs - 1):9.2e}")
-    worst = max(abs(ours / theirs - 1) for _, theirs, ours, _ in rows)
+              f"{abs(smooth / theirs - 1):9.2e} {fitted:8.3f}")
+    worst = max(abs(ours / theirs - 1) for _, theirs, ours, *_ in rows)
     print(f"max relative difference, reference vs basicsr: {worst:.2e}")
 
 
