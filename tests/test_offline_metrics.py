@@ -124,7 +124,7 @@ def test_missing_weight_files_are_one_line_errors(tmp_path: Path) -> None:
 
 
 def test_small_images_are_rejected_by_niqe(niqe: NIQE) -> None:
-    with pytest.raises(AdvbenchError, match="of at least 96x96"):
+    with pytest.raises(AdvbenchError, match="at least 96x96"):
         niqe(torch.rand(1, 3, 64, 200))
 
 

@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from advbench.core.errors import AdvbenchError
+from advbench.quality.metrics.base import check_images
 
 BLOCK = 96
 _LUMA = (65.481, 128.553, 24.966)  # MATLAB rgb2ycbcr's Y row for RGB in [0, 1]; offset 16
@@ -171,10 +172,10 @@ def nss_features(images: torch.Tensor, exact: bool) -> tuple[torch.Tensor, torch
 
     Sharpness is the block's mean local deviation, which the pristine-model fit selects blocks by.
     """
+    check_images(images, "niqe")
     h, w = images.shape[-2:]
-    if images.dim() != 4 or images.shape[1] != 3 or h < BLOCK or w < BLOCK:
-        raise AdvbenchError(f"niqe: expected images (N, 3, H, W) in [0, 1] of at least {BLOCK}x{BLOCK}, "
-                            f"got shape {tuple(images.shape)}")
+    if h < BLOCK or w < BLOCK:
+        raise AdvbenchError(f"niqe: images must be at least {BLOCK}x{BLOCK}, got {h}x{w}")
     grey = luma(images)[..., : h // BLOCK * BLOCK, : w // BLOCK * BLOCK]
     eps = 0.0 if exact else SIGMA_EPS
     coeffs, sigma = mscn(grey, eps)

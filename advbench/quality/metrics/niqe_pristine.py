@@ -28,6 +28,7 @@ import torch
 
 from advbench.core.errors import AdvbenchError
 from advbench.quality.images import sample_photos
+from advbench.quality.metrics.base import MissingDependencyError
 from advbench.quality.metrics.niqe_features import nss_features
 
 REFERENCE, FITTED = "reference", "fitted"
@@ -44,7 +45,7 @@ def reference_file() -> Path:
     for folder in folders:
         if (Path(folder) / BASICSR_FILE).is_file():
             return Path(folder) / BASICSR_FILE
-    raise AdvbenchError("niqe: the authors' pristine parameters come from basicsr (pip install basicsr); "
+    raise MissingDependencyError("niqe: the authors' pristine parameters come from basicsr (pip install basicsr); "
                         "or give metric.pristine=PATH (.npz, .mat or .pt with mu and cov), or use metric=niqe_fitted")
 
 
