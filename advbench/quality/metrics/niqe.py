@@ -10,7 +10,8 @@ Pooling follows the reference code: a feature's mean is over the blocks where it
 alone gives a zero covariance here, where the reference gives NaN.
 
 `NIQE.forward` is the differentiable path (interpolated AGGD shapes, a tiny epsilon under the
-local deviation's square root, rounding with a straight-through gradient); `NIQE.reference`
+local deviation's square root, rounding with a straight-through gradient, float32 features
+after a float64 MSCN step); `NIQE.reference`
 is the reference computation (grid arg-min shapes, float64) without a gradient. On the
 authors' parameters the reference agrees with basicsr's MATLAB-faithful `calculate_niqe`
 (tests/test_niqe_reference.py).
