@@ -178,14 +178,14 @@ def pickled_metric_weights(env: Env) -> list[str]:
 def empty_uap(env: Env) -> list[str]:
     path = env.tmp / "empty_uap.pt"
     torch.save({"uap": torch.zeros(3, 0, 0), "meta": "{}"}, path)
-    return ["uap", "stability", "metric=niqe", f"perturbation={path}", env.out, "progress=false"]
+    return ["uap", "stability", "metric=niqe_fitted", f"perturbation={path}", env.out, "progress=false"]
 
 
 def stability(*overrides: str) -> Callable[[Env], list[str]]:
     def argv(env: Env) -> list[str]:
         path = env.tmp / "uap.pt"
         torch.save({"uap": torch.full((3, 8, 8), 0.05), "meta": "{}"}, path)
-        return ["uap", "stability", "metric=niqe", f"perturbation={path}", env.out, "progress=false",
+        return ["uap", "stability", "metric=niqe_fitted", f"perturbation={path}", env.out, "progress=false",
                 "synthetic.n=1", "synthetic.size=[32,32]", "synthetic.frames=2", "bitrates_kbps=[500]",
                 "device=cpu", *overrides]
     return argv

@@ -32,7 +32,8 @@ NIQE_COIN = {"ifgsm"}
 @pytest.fixture(scope="module")
 def metrics(tmp_path_factory: pytest.TempPathFactory) -> dict[str, QualityMetric]:
     weights = save_weights(train_cnnqa(steps=60, progress=False), tmp_path_factory.mktemp("cnnqa") / "w.pt")
-    return {"niqe": NIQE(cache_dir=str(tmp_path_factory.mktemp("niqe"))).eval(), "cnnqa": CNNQA(weights=str(weights)).eval()}
+    niqe = NIQE(pristine="fitted", cache_dir=str(tmp_path_factory.mktemp("niqe")))
+    return {"niqe": niqe.eval(), "cnnqa": CNNQA(weights=str(weights)).eval()}
 
 
 @pytest.fixture(scope="module")

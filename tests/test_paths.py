@@ -107,12 +107,13 @@ def test_metrics_built_in_python_find_their_files_under_advbench_cache(env: pyte
         QualityNet,
         save_weights,
     )
-    from advbench.quality.metrics.niqe import MODEL_FILE, NIQE, save_pristine_model
+    from advbench.quality.metrics.niqe import NIQE
+    from advbench.quality.metrics.niqe_pristine import MODEL_FILE, save_pristine_model
 
     env.setenv("ADVBENCH_CACHE", str(tmp_path / "c"))
     mu = torch.arange(36, dtype=torch.float64)
     save_pristine_model({"mu": mu, "cov": torch.eye(36, dtype=torch.float64)}, tmp_path / "c" / MODEL_FILE)
-    assert torch.equal(NIQE().mu, mu)
+    assert torch.equal(NIQE(pristine="fitted").mu, mu)
     torch.manual_seed(0)
     net = QualityNet()
     save_weights(net, tmp_path / "c" / WEIGHTS_FILE)

@@ -14,7 +14,7 @@ from advbench.cli.quality import uap
 from advbench.core.records import read_records
 
 SEED_PNG = Path(__file__).parent / "data" / "uap" / "pretrained_uap_paq2piq.png"
-TINY_TRAIN = ["metric=niqe", "uap=quick", "subset=8", "validate.n_images=4", "progress=false"]
+TINY_TRAIN = ["metric=niqe_fitted", "uap=quick", "subset=8", "validate.n_images=4", "progress=false"]
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +50,7 @@ def test_help(command: list[str]) -> None:
 
 
 def test_cfg_job_shows_the_seed_hyperparameters(workdir: Path) -> None:
-    result = invoke("train", "metric=niqe", "--cfg", "job")
+    result = invoke("train", "metric=niqe_fitted", "--cfg", "job")
     assert result.exit_code == 0, result.output
     assert "lr: 0.001" in result.output and "batch_size: 8" in result.output and "epochs: 5" in result.output
 
@@ -61,12 +61,12 @@ def test_unknown_metric_lists_valid_ones(workdir: Path, command: str) -> None:
 
 
 def test_amplitude_out_of_range(workdir: Path) -> None:
-    result = invoke("eval", "metric=niqe", f"perturbation={SEED_PNG}", "amplitudes=[0.02,1.5]", "methods=[uap]")
+    result = invoke("eval", "metric=niqe_fitted", f"perturbation={SEED_PNG}", "amplitudes=[0.02,1.5]", "methods=[uap]")
     assert_one_line_error(result, "amplitude must be in (0, 1], got 1.5")
 
 
 def test_missing_uap_file(workdir: Path) -> None:
-    assert_one_line_error(invoke("eval", "metric=niqe", "perturbation=nowhere/uap.pt"), "no UAP at", "nowhere/uap.pt")
+    assert_one_line_error(invoke("eval", "metric=niqe_fitted", "perturbation=nowhere/uap.pt"), "no UAP at", "nowhere/uap.pt")
 
 
 def test_missing_metric_weights(workdir: Path) -> None:
@@ -78,7 +78,7 @@ def test_train_eval_and_ablation_end_to_end(workdir: Path) -> None:
     out = workdir / "e2e"
     result = invoke("train", "-m", *TINY_TRAIN, f"out_dir={out}", "seed=0,1")
     assert result.exit_code == 0, result.output
-    folder = out / "niqe"
+    folder = out / "niqe_fitted"
     assert sorted(p.name for p in folder.glob("*.p*")) == [
         "photos-seed0-n8-ep1.parquet", "photos-seed0-n8-ep1.png", "photos-seed0-n8-ep1.pt",
         "photos-seed1-n8-ep1.parquet", "photos-seed1-n8-ep1.png", "photos-seed1-n8-ep1.pt",
@@ -86,7 +86,7 @@ def test_train_eval_and_ablation_end_to_end(workdir: Path) -> None:
     records = read_records([folder])
     assert set(records["seed"]) == {0, 1} and (records["train_images_per_s"] > 0).all()
 
-    result = invoke("eval", "metric=niqe", f"uap_dir={out}", "n_images=3", "amplitudes=[0.04,0.4]",
+    result = invoke("eval", "metric=niqe_fitted", f"uap_dir={out}", "n_images=3", "amplitudes=[0.04,0.4]",
                     "madc.steps=3", "progress=false")
     assert result.exit_code == 0, result.output
     table = pd.read_csv(folder / "table1_photos-seed1-n8-ep1.csv")
@@ -103,14 +103,14 @@ def test_train_eval_and_ablation_end_to_end(workdir: Path) -> None:
 
 def test_stability_records_rd_points(workdir: Path) -> None:
     out = workdir / "stability"
-    result = invoke("stability", "metric=niqe", f"perturbation={SEED_PNG}", f"out_dir={out}", "synthetic.n=1",
+    result = invoke("stability", "metric=niqe_fitted", f"perturbation={SEED_PNG}", f"out_dir={out}", "synthetic.n=1",
                     "synthetic.size=[96,128]", "synthetic.frames=4", "amplitudes=[0.1]", "bitrates_kbps=[2000]",
                     "progress=false")
     assert result.exit_code == 0, result.output
     rd = read_records([out]).sort_values("amplitude")
     assert list(rd["amplitude"]) == [0.0, 0.1]
     assert rd["psnr"].iloc[1] < rd["psnr"].iloc[0] - 3  # the perturbation costs PSNR against the source
-    assert (rd["metric"] == "niqe").all()
+    assert (rd["metric"] == "niqe_fitted").all()
 
 
 def test_stability_reruns_when_the_uap_file_or_csf_changes(workdir: Path) -> None:
@@ -120,7 +120,7 @@ def test_stability_reruns_when_the_uap_file_or_csf_changes(workdir: Path) -> Non
     uap_file = workdir / "moving_uap.png"
     shutil.copy(SEED_PNG, uap_file)
     out = workdir / "stability-key"
-    args = ("stability", "metric=niqe", f"perturbation={uap_file}", f"out_dir={out}", "synthetic.n=1",
+    args = ("stability", "metric=niqe_fitted", f"perturbation={uap_file}", f"out_dir={out}", "synthetic.n=1",
             "synthetic.size=[96,96]", "synthetic.frames=2", "amplitudes=[0.1]", "bitrates_kbps=[2000]",
             "progress=false")
 
@@ -154,8 +154,8 @@ def test_eval_uses_the_seed_png_on_a_folder(workdir: Path) -> None:
         pixels = (sample_photo(name) * 255).round().byte().permute(1, 2, 0).numpy()
         Image.fromarray(pixels).save(images / f"{name}.jpg", quality=95)
     shutil.copy(SEED_PNG, workdir / "seed.png")
-    result = invoke("eval", "metric=niqe", f"perturbation={workdir / 'seed.png'}", f"data={images}", "methods=[uap]",
+    result = invoke("eval", "metric=niqe_fitted", f"perturbation={workdir / 'seed.png'}", f"data={images}", "methods=[uap]",
                     f"out_dir={workdir / 'folder-eval'}")
     assert result.exit_code == 0, result.output
-    table = pd.read_csv(workdir / "folder-eval" / "niqe" / "table1_seed.csv")
+    table = pd.read_csv(workdir / "folder-eval" / "niqe_fitted" / "table1_seed.csv")
     assert list(table["attack"]) == ["UAP"] and len(table.columns) == 11

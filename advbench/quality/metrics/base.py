@@ -8,6 +8,10 @@ from torch import nn
 from advbench.core.errors import AdvbenchError
 
 
+class MissingDependencyError(AdvbenchError):
+    """An optional package needed by the chosen metric is not installed."""
+
+
 def check_images(x: torch.Tensor, metric: str, dims: int = 4) -> None:
     """Images (N, 3, H, W) or videos (N, T, 3, H, W), else a one-line AdvbenchError."""
     layout = "(N, 3, H, W)" if dims == 4 else "(N, T, 3, H, W)"

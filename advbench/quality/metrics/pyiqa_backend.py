@@ -17,12 +17,9 @@ from typing import Any
 import torch
 
 from advbench.core.errors import AdvbenchError
+from advbench.quality.metrics.base import MissingDependencyError
 from advbench.quality.metrics.checkpoint import WeightFile
 from advbench.quality.metrics.common import PretrainedMetric, WeightPath
-
-
-class MissingDependencyError(AdvbenchError):
-    """An optional extra needed by the chosen metric is not installed."""
 
 
 def import_pyiqa() -> ModuleType:
