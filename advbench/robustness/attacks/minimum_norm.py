@@ -23,7 +23,7 @@ import torch
 from advbench.core.runtime import grad_rows, pieces
 from advbench.core.steps import DUAL_NORM, adam_step, clip, lp_norm, per_sample, unit_direction
 from advbench.robustness.attacks import hyper
-from advbench.robustness.attacks.base import Attack, AttackResult
+from advbench.robustness.attacks.base import Attack, AttackResult, Cost
 from advbench.robustness.attacks.draws import normal
 from advbench.robustness.attacks.oracles import Objective, Oracle, TransferOracle
 
@@ -137,6 +137,11 @@ class DeepFool(Attack):
     def strength_budget(self) -> int:
         """Iterations: `steps`."""
         return self.steps
+
+    def declared_cost(self, knowledge: str, goal: str, num_classes: int) -> Cost:
+        """One gradient per candidate an iteration: the target alone, else the likeliest classes but the label."""
+        per_iteration = 1 if goal == "targeted" else min(self.candidates, num_classes) - 1
+        return super().declared_cost(knowledge, goal, num_classes) * per_iteration
 
     def run(self, oracle: Oracle, x: torch.Tensor, y: torch.Tensor, *, eps: torch.Tensor, norm: str,
             target: torch.Tensor | None, sample_id: torch.Tensor) -> AttackResult:

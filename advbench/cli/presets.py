@@ -1,0 +1,94 @@
+"""Presets (`conf/experiment`) as lists of cells, and their declared cost before anything runs.
+
+A preset sweeps `hydra.sweeper.params`; `preset_configs` composes each of its cells as
+`advbench run -m experiment=NAME` would, so the Python API runs the same cells and states the
+same cost. `sweep_cost` is the cost table of composed configs (`advbench.robustness.cost`), with
+each transfer cell's substitute checked for weights first; `state_cost` prints it, which
+`advbench run` does before a sweep whose config says `state_cost: true` (`experiment=full_eval`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import product
+
+import pandas as pd
+from omegaconf import DictConfig
+from rich.console import Console
+from rich.table import Table
+
+from advbench.cli.config import compose_config
+from advbench.cli.specs import cell_spec
+from advbench.core.catalog import group_options, option_data
+from advbench.core.errors import AdvbenchError
+from advbench.core.terminal import print_table
+from advbench.robustness.cost import cell_cost, cost_frame
+from advbench.robustness.evaluation.substitute import check_substitute_weights
+
+PRESET_CHOICES = ("experiment", "attack", "threat", "threat.norm", "threat.goal", "threat.knowledge")
+"""What a preset chooses per cell: overrides of these (and of its rows, `experiment/...`) are refused."""
+
+
+def preset_sweep(name: str) -> list[list[str]]:
+    """The overrides of each cell of preset `name`: every combination of its sweep's values."""
+    data = option_data("experiment", name)
+    if data is None:
+        raise AdvbenchError(f"unknown preset '{name}'; valid: {', '.join(group_options('experiment'))}")
+    params = ((data.get("hydra") or {}).get("sweeper") or {}).get("params") or {}
+    if not params:
+        raise AdvbenchError(f"experiment '{name}' sweeps nothing (no hydra.sweeper.params): it is one run, not a preset "
+                            "of cells")
+    values = [[f"{key}={v.strip()}" for v in str(listed).split(",")] for key, listed in params.items()]
+    return [list(combo) for combo in product(*values)]
+
+
+def preset_configs(name: str, overrides: Sequence[str] = ()) -> list[DictConfig]:
+    """Each cell of preset `name` composed with `overrides` on top, as `advbench run -m` composes it."""
+    for override in overrides:
+        key = str(override).partition("=")[0].lstrip("+~")
+        if key in PRESET_CHOICES or key.startswith("experiment/"):
+            raise AdvbenchError(f"'{override}': the preset chooses the attack and threat of each cell; change their "
+                                f"settings with the preset's keys (full_eval.*, threat.eps=..., search.*) instead")
+    return [compose_config("config", [f"experiment={name}", *combo, *overrides]) for combo in preset_sweep(name)]
+
+
+def sweep_cost(cfgs: Sequence[DictConfig]) -> pd.DataFrame:
+    """The declared cost of each composed cell (`COST_COLUMNS`), after checking that every transfer
+    cell's substitute has weights: that cell would otherwise fail after the others ran."""
+    specs = [cell_spec(cfg) for cfg in cfgs]
+    for spec in specs:
+        check_substitute_weights(spec)
+    return cost_frame([cell_cost(spec) for spec in specs])
+
+
+def state_cost(cfgs: Sequence[DictConfig], console: Console | None = None) -> None:
+    """Print the cost table and totals of a sweep's composed cells."""
+    print_cost(sweep_cost(cfgs), console or Console())
+
+
+def print_cost(frame: pd.DataFrame, console: Console) -> None:
+    """The cost table, then the totals: what every cell may spend, per sample and over its samples."""
+    table = Table(title="Declared cost: the most each cell spends (runs: the budget run and the minimum-ε search's "
+                        "probes; gradient attacks' success checks are not counted here, the records count them)")
+    for column in ("attack", "knowledge", "norm", "goal", "runs", "grad evals / sample", "queries / sample",
+                   "samples", "grad evals", "queries"):
+        table.add_column(column, justify="left" if column in ("attack", "knowledge", "norm", "goal") else "right")
+    for row in frame.itertuples(index=False):
+        table.add_row(row.attack, row.knowledge, row.norm, row.goal, str(row.runs), _count(row.grad_evals_per_sample),
+                      _count(row.queries_per_sample), _count(row.samples), _count(row.grad_evals), _count(row.queries))
+    print_table(table, console)
+    per_sample = f"{int(frame['grad_evals_per_sample'].sum()):,} gradient evaluations and " \
+        f"{int(frame['queries_per_sample'].sum()):,} queries per sample"
+    if frame["samples"].isna().any():
+        console.print(f"{len(frame)} cells: at most {per_sample} (each cell on the data set's whole evaluation set)",
+                      soft_wrap=True)
+    else:
+        console.print(f"{len(frame)} cells: at most {per_sample}; {int(frame['grad_evals'].sum()):,} gradient "
+                      f"evaluations and {int(frame['queries'].sum()):,} queries in total", soft_wrap=True)
+
+
+def _count(value: object) -> str:
+    """A count as the table shows it: "all" for the whole evaluation set, "-" for none."""
+    if pd.isna(value):  # type: ignore[call-overload]
+        return "all"
+    return f"{int(value):,}" if value else "-"  # type: ignore[call-overload]
