@@ -1,6 +1,6 @@
 """advbench: adversarial-robustness benchmark and NR quality-metric stability tool.
 
-The Python API (`advbench.evaluate`, `advbench.plot`, `advbench.summary`, `advbench.options`)
+The Python API (`advbench.evaluate`, `evaluate_preset`, `preset_cost`, `plot`, `summary`, `options`)
 loads on first use, so that `import advbench` and the command line's help stay light.
 """
 
@@ -10,7 +10,7 @@ from typing import Any
 
 from advbench.core.version import __version__
 
-_API = ("evaluate", "plot", "summary", "options")
+_API = ("evaluate", "evaluate_preset", "preset_cost", "plot", "summary", "options")
 
 
 def __getattr__(name: str) -> Any:

@@ -5,12 +5,14 @@ option, default and check is the CLI's, and a bad value is the same one-line `Ad
 `advbench.cli.choices` assembles it without Hydra's composition, a call's largest fixed cost),
 turns it into the same cell spec, hands the model (and data or attack objects) to the same cell runner, and returns the records
 the CLI writes, as a DataFrame. `plot` draws them as `advbench plot` does; `options` lists a
-config group as `advbench list` does.
+config group as `advbench list` does. `evaluate_preset` runs every cell of a preset sweep
+(`experiment=full_eval`) on a model object, and `preset_cost` states what its cells will spend.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -71,35 +73,110 @@ def evaluate(model: nn.Module, data: Any = "digits", *, attack: str | Attack = "
     The model is handed back as it came: every module's `training` flag and torch's global
     random state are restored, whether the call succeeds or not.
     """
-    if not isinstance(model, nn.Module):
-        raise AdvbenchError(f"model must be a torch.nn.Module from NCHW floats in [0, 1] to logits, "
-                            f"got {type(model).__name__}")
+    _check_model(model, randomized, eot_samples)
     if eps is not None and (isinstance(eps, bool) or not isinstance(eps, (int, float))):
         raise AdvbenchError(f"eps must be one number, the budget, got {eps!r}: records give each sample's minimum ε, "
                             "so one call draws the whole accuracy-vs-ε curve (advbench.plot)")
-    name = label or type(model).__name__
-    check_randomness(randomized, eot_samples)
+    subject = _Subject(model, label or type(model).__name__, Normalisation(mean, std), (randomized, eot_samples),
+                       num_classes, as_given=_as_given(defense, overrides), kept=out_dir is not None)
     refuse_inapplicable(overrides, data_object=not isinstance(data, str))
     with tempfile.TemporaryDirectory(prefix="advbench-") as scratch, caller_state_kept(model, device), \
             python_warnings():
         cfg = api_config(_choices(data, attack, threat, defense),
-                         _values(name, attack, eps, attack_params, Path(out_dir) if out_dir is not None else Path(scratch),
-                                 device, seed, randomized), overrides)
-        wrapper = applicable_wrapper(cfg.defense)
-        if defense is None and not any(o.lstrip("+").startswith("defense") for o in overrides):
-            with open_dict(cfg):
-                cfg.defense = dict(AS_GIVEN_DEFENSE)
-        spec = cell_spec(cfg)
-        if isinstance(attack, Attack):
-            spec = dataclasses.replace(spec, attack=AttackSpec(type(attack).__name__.lower(), attack.params()))
-        dataset = construct(spec.dataset.config) if isinstance(data, str) else \
-            TensorData.of(data, num_classes=num_classes or _classes_of(model, data))
-        given = _given(spec, model, dataset, attack, Normalisation(mean, std), (randomized, eot_samples), name, wrapper)
-        given = dataclasses.replace(given, kept=out_dir is not None)
-        part = run_cell(spec, given)
-        if part is None:  # only a sweep skips a cell, and evaluate runs one
-            raise AdvbenchError("the cell was skipped")
-        return read_kind([part], kinds=("benchmark",))[1]
+                         _values(subject.name, attack, eps, attack_params,
+                                 Path(out_dir) if out_dir is not None else Path(scratch), device, seed, randomized),
+                         overrides)
+        return _evaluate_config(cfg, subject, data, attack)
+
+
+def evaluate_preset(model: nn.Module, data: Any = "digits", preset: str = "full_eval", *,
+                    out_dir: str | Path | None = None, device: str = "cpu", seed: int = 0,
+                    mean: Sequence[float] | None = None, std: Sequence[float] | None = None, randomized: bool = False,
+                    eot_samples: int | None = None, defense: str | None = None, label: str | None = None,
+                    num_classes: int | None = None, overrides: Sequence[str] = ()) -> pd.DataFrame:
+    """Every cell of `preset` (as `advbench run -m experiment=PRESET`) on `model`: their records, one frame.
+
+    The arguments mean what they mean in `evaluate`; the preset chooses each cell's attack and
+    threat, so `overrides` that choose them are refused, while its budgets (`full_eval.*`), the
+    search, `dataset.n_samples` (with a data set name) and `substitute=...` apply to every cell.
+    Before any cell runs, every transfer cell's substitute is checked for weights; the declared
+    cost of the cells (`preset_cost`) comes with the records as `records.attrs["cost"]`.
+    """
+    from advbench.cli.presets import preset_configs, sweep_cost  # Hydra composes the preset's cells
+
+    _check_model(model, randomized, eot_samples)
+    subject = _Subject(model, label or type(model).__name__, Normalisation(mean, std), (randomized, eot_samples),
+                       num_classes, as_given=_as_given(defense, overrides), kept=out_dir is not None)
+    refuse_inapplicable(overrides, data_object=not isinstance(data, str))
+    with tempfile.TemporaryDirectory(prefix="advbench-") as scratch, caller_state_kept(model, device), \
+            python_warnings():
+        values = _values(subject.name, "preset", None, None, Path(out_dir) if out_dir is not None else Path(scratch),
+                         device, seed, randomized)
+        picked = {"model": "python", **({"dataset": data} if isinstance(data, str) else {}),
+                  **({"defense": defense} if defense is not None else {})}
+        cfgs = preset_configs(preset, [*(f"{g}={o}" for g, o in picked.items()),
+                                       *(f"{k}={json.dumps(v)}" for k, v in values.items()), *overrides])
+        cost = sweep_cost(cfgs)
+        records = pd.concat([_evaluate_config(cfg, subject, data, "preset") for cfg in cfgs], ignore_index=True)
+        records.attrs["cost"] = cost
+        return records
+
+
+def preset_cost(preset: str = "full_eval", overrides: Sequence[str] = ()) -> pd.DataFrame:
+    """The declared cost of `preset`'s cells, as `advbench run -m experiment=PRESET` prints it before it runs.
+
+    One row per cell: the attack, knowledge, norm and goal, the runs a sample can take, gradient
+    evaluations and queries per run, per sample and in total over the cell's samples
+    (`advbench.robustness.cost.COST_COLUMNS`). `overrides` as on the command line
+    (`["full_eval.square_queries=200", "dataset.n_samples=20"]`)."""
+    from advbench.cli.presets import preset_configs, sweep_cost
+
+    return sweep_cost(preset_configs(preset, overrides))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Subject:
+    """The model object of a call and what the call says about it: its name in the records, its
+    normalisation, randomness and classes, whether it runs as given (no defense in front)."""
+
+    model: nn.Module
+    name: str
+    normalisation: Normalisation
+    randomness: tuple[bool, int | None]
+    num_classes: int | None
+    as_given: bool
+    kept: bool
+
+
+def _check_model(model: Any, randomized: bool, eot_samples: int | None) -> None:
+    if not isinstance(model, nn.Module):
+        raise AdvbenchError(f"model must be a torch.nn.Module from NCHW floats in [0, 1] to logits, "
+                            f"got {type(model).__name__}")
+    check_randomness(randomized, eot_samples)
+
+
+def _as_given(defense: str | None, overrides: Sequence[str]) -> bool:
+    """Whether the model runs as given: no defense chosen by argument or override."""
+    return defense is None and not any(str(o).lstrip("+").startswith("defense") for o in overrides)
+
+
+def _evaluate_config(cfg: Any, subject: _Subject, data: Any, attack: str | Attack) -> pd.DataFrame:
+    """One cell of a composed run config on the call's model (and data, attack objects): its records."""
+    wrapper = applicable_wrapper(cfg.defense)
+    if subject.as_given:
+        with open_dict(cfg):
+            cfg.defense = dict(AS_GIVEN_DEFENSE)
+    spec = cell_spec(cfg)
+    if isinstance(attack, Attack):
+        spec = dataclasses.replace(spec, attack=AttackSpec(type(attack).__name__.lower(), attack.params()))
+    dataset = construct(spec.dataset.config) if isinstance(data, str) else \
+        TensorData.of(data, num_classes=subject.num_classes or _classes_of(subject.model, data))
+    given = _given(spec, subject.model, dataset, attack, subject.normalisation, subject.randomness, subject.name,
+                   wrapper)
+    part = run_cell(spec, dataclasses.replace(given, kept=subject.kept))
+    if part is None:  # only a sweep skips a cell, and these run one at a time
+        raise AdvbenchError("the cell was skipped")
+    return read_kind([part], kinds=("benchmark",))[1]
 
 
 def _choices(data: Any, attack: str | Attack, threat: str, defense: str | None) -> dict[str, str]:

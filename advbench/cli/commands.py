@@ -43,11 +43,11 @@ def run_task(task_path: str, cfg: Any) -> Any:
 
 def hydra_command(config_name: str, task_path: str, prog: str,
                   around: Callable[[], ContextManager[Any]] | None = None,
-                  before: Callable[[list[Any]], None] | None = None) -> Callable[[tuple[str, ...]], None]:
+                  before: Callable[[list[Any], list[str]], None] | None = None) -> Callable[[tuple[str, ...]], None]:
     """A click callback that forwards its raw arguments to a Hydra app running `task_path`.
 
     `around()` (see `run_hydra`) is entered once the arguments are checked, around the jobs;
-    `before(cfgs)` sees a sweep's composed jobs before they launch.
+    `before(cfgs, overrides)` sees a sweep's composed jobs before they launch.
     """
 
     @one_line_errors

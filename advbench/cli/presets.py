@@ -29,8 +29,8 @@ PRESET_CHOICES = ("experiment", "attack", "threat", "threat.norm", "threat.goal"
 """What a preset chooses per cell: overrides of these (and of its rows, `experiment/...`) are refused."""
 
 
-def preset_sweep(name: str) -> list[list[str]]:
-    """The overrides of each cell of preset `name`: every combination of its sweep's values."""
+def preset_params(name: str) -> dict[str, list[str]]:
+    """Preset `name`'s sweep (`hydra.sweeper.params`): each swept key with its values."""
     data = option_data("experiment", name)
     if data is None:
         raise AdvbenchError(f"unknown preset '{name}'; valid: {', '.join(group_options('experiment'))}")
@@ -38,8 +38,22 @@ def preset_sweep(name: str) -> list[list[str]]:
     if not params:
         raise AdvbenchError(f"experiment '{name}' sweeps nothing (no hydra.sweeper.params): it is one run, not a preset "
                             "of cells")
-    values = [[f"{key}={v.strip()}" for v in str(listed).split(",")] for key, listed in params.items()]
-    return [list(combo) for combo in product(*values)]
+    return {str(key): [v.strip() for v in str(listed).split(",")] for key, listed in params.items()}
+
+
+def sweep_jobs(overrides: Sequence[str]) -> list[list[str]]:
+    """The overrides of every job of `advbench run -m OVERRIDES`: the chosen experiment's sweep, with
+    the command line's keys (swept or not) in place of its own, as Hydra's sweeper combines them."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides([str(o) for o in overrides])
+    name = next((str(o.value()) for o in parsed if o.key_or_group == "experiment" and not o.is_sweep_override()), None)
+    jobs = {key: [f"{key}={v}" for v in values] for key, values in (preset_params(name) if name else {}).items()}
+    for override in parsed:
+        key = override.input_line.partition("=")[0]
+        jobs[key] = [f"{key}={v}" for v in override.sweep_string_iterator()] if override.is_sweep_override() \
+            else [override.input_line]
+    return [list(combo) for combo in product(*jobs.values())]
 
 
 def preset_configs(name: str, overrides: Sequence[str] = ()) -> list[DictConfig]:
@@ -49,7 +63,7 @@ def preset_configs(name: str, overrides: Sequence[str] = ()) -> list[DictConfig]
         if key in PRESET_CHOICES or key.startswith("experiment/"):
             raise AdvbenchError(f"'{override}': the preset chooses the attack and threat of each cell; change their "
                                 f"settings with the preset's keys (full_eval.*, threat.eps=..., search.*) instead")
-    return [compose_config("config", [f"experiment={name}", *combo, *overrides]) for combo in preset_sweep(name)]
+    return [compose_config("config", job) for job in sweep_jobs([f"experiment={name}", *overrides])]
 
 
 def sweep_cost(cfgs: Sequence[DictConfig]) -> pd.DataFrame:
@@ -61,9 +75,9 @@ def sweep_cost(cfgs: Sequence[DictConfig]) -> pd.DataFrame:
     return cost_frame([cell_cost(spec) for spec in specs])
 
 
-def state_cost(cfgs: Sequence[DictConfig], console: Console | None = None) -> None:
-    """Print the cost table and totals of a sweep's composed cells."""
-    print_cost(sweep_cost(cfgs), console or Console())
+def state_cost(overrides: Sequence[str], console: Console | None = None) -> None:
+    """Print the cost table and totals of the jobs of `advbench run -m OVERRIDES` (its experiment's sweep too)."""
+    print_cost(sweep_cost([compose_config("config", job) for job in sweep_jobs(overrides)]), console or Console())
 
 
 def print_cost(frame: pd.DataFrame, console: Console) -> None:
