@@ -73,51 +73,55 @@ def evaluate(model: nn.Module, data: Any = "digits", *, attack: str | Attack = "
     The model is handed back as it came: every module's `training` flag and torch's global
     random state are restored, whether the call succeeds or not.
     """
-    _check_model(model, randomized, eot_samples)
     if eps is not None and (isinstance(eps, bool) or not isinstance(eps, (int, float))):
         raise AdvbenchError(f"eps must be one number, the budget, got {eps!r}: records give each sample's minimum ε, "
                             "so one call draws the whole accuracy-vs-ε curve (advbench.plot)")
-    subject = _Subject(model, label or type(model).__name__, Normalisation(mean, std), (randomized, eot_samples),
-                       num_classes, as_given=_as_given(defense, overrides), kept=out_dir is not None)
-    refuse_inapplicable(overrides, data_object=not isinstance(data, str))
+    subject = _subject(model, data, label, Normalisation(mean, std), (randomized, eot_samples), num_classes, defense,
+                       overrides, out_dir)
     with tempfile.TemporaryDirectory(prefix="advbench-") as scratch, caller_state_kept(model, device), \
             python_warnings():
         cfg = api_config(_choices(data, attack, threat, defense),
                          _values(subject.name, attack, eps, attack_params,
                                  Path(out_dir) if out_dir is not None else Path(scratch), device, seed, randomized),
                          overrides)
-        return _evaluate_config(cfg, subject, data, attack)
+        return _evaluate_config(cfg, subject, _data_object(data, subject), attack)
 
 
 def evaluate_preset(model: nn.Module, data: Any = "digits", preset: str = "full_eval", *,
                     out_dir: str | Path | None = None, device: str = "cpu", seed: int = 0,
                     mean: Sequence[float] | None = None, std: Sequence[float] | None = None, randomized: bool = False,
                     eot_samples: int | None = None, defense: str | None = None, label: str | None = None,
-                    num_classes: int | None = None, overrides: Sequence[str] = ()) -> pd.DataFrame:
+                    num_classes: int | None = None, budgets: Mapping[str, float] | None = None,
+                    overrides: Sequence[str] = ()) -> pd.DataFrame:
     """Every cell of `preset` (as `advbench run -m experiment=PRESET`) on `model`: their records, one frame.
 
     The arguments mean what they mean in `evaluate`; the preset chooses each cell's attack and
     threat, so `overrides` that choose them are refused, while its budgets (`full_eval.*`), the
     search, `dataset.n_samples` (with a data set name) and `substitute=...` apply to every cell.
+    `budgets`: ε per norm (`{"linf": 8/255, "l2": 0.5}`) for data handed in as tensors or a
+    `Dataset`, which has none of its own (a data set option has its own: `dataset.budgets.*`).
     Before any cell runs, every transfer cell's substitute is checked for weights; the declared
     cost of the cells (`preset_cost`) comes with the records as `records.attrs["cost"]`.
     """
     from advbench.cli.presets import preset_configs, sweep_cost  # Hydra composes the preset's cells
 
-    _check_model(model, randomized, eot_samples)
-    subject = _Subject(model, label or type(model).__name__, Normalisation(mean, std), (randomized, eot_samples),
-                       num_classes, as_given=_as_given(defense, overrides), kept=out_dir is not None)
-    refuse_inapplicable(overrides, data_object=not isinstance(data, str))
+    subject = _subject(model, data, label, Normalisation(mean, std), (randomized, eot_samples), num_classes, defense,
+                       overrides, out_dir)
     with tempfile.TemporaryDirectory(prefix="advbench-") as scratch, caller_state_kept(model, device), \
             python_warnings():
         values = _values(subject.name, "preset", None, None, Path(out_dir) if out_dir is not None else Path(scratch),
                          device, seed, randomized)
+        held = _data_object(data, subject, _checked_budgets(budgets, data))
+        if held is not None:  # the cost counts the samples handed in
+            values["dataset.n_samples"] = len(held.labels)
         picked = {"model": "python", **({"dataset": data} if isinstance(data, str) else {}),
                   **({"defense": defense} if defense is not None else {})}
         cfgs = preset_configs(preset, [*(f"{g}={o}" for g, o in picked.items()),
                                        *(f"{k}={json.dumps(v)}" for k, v in values.items()), *overrides])
         cost = sweep_cost(cfgs)
-        records = pd.concat([_evaluate_config(cfg, subject, data, "preset") for cfg in cfgs], ignore_index=True)
+        if held is not None:
+            _refuse_cached_substitutes(cfgs)
+        records = pd.concat([_evaluate_config(cfg, subject, held, "preset") for cfg in cfgs], ignore_index=True)
         records.attrs["cost"] = cost
         return records
 
@@ -148,20 +152,57 @@ class _Subject:
     kept: bool
 
 
-def _check_model(model: Any, randomized: bool, eot_samples: int | None) -> None:
+def _subject(model: Any, data: Any, label: str | None, normalisation: Normalisation,
+             randomness: tuple[bool, int | None], num_classes: int | None, defense: str | None,
+             overrides: Sequence[str], out_dir: str | Path | None) -> _Subject:
+    """The call's model and what it says about it, once the model and `overrides` are checked
+    against what a model object combines with (`given.refuse_inapplicable`)."""
     if not isinstance(model, nn.Module):
         raise AdvbenchError(f"model must be a torch.nn.Module from NCHW floats in [0, 1] to logits, "
                             f"got {type(model).__name__}")
-    check_randomness(randomized, eot_samples)
+    check_randomness(*randomness)
+    refuse_inapplicable(overrides, data_object=not isinstance(data, str))
+    as_given = defense is None and not any(str(o).lstrip("+").startswith("defense") for o in overrides)
+    return _Subject(model, label or type(model).__name__, normalisation, randomness, num_classes, as_given,
+                    kept=out_dir is not None)
 
 
-def _as_given(defense: str | None, overrides: Sequence[str]) -> bool:
-    """Whether the model runs as given: no defense chosen by argument or override."""
-    return defense is None and not any(str(o).lstrip("+").startswith("defense") for o in overrides)
+def _refuse_cached_substitutes(cfgs: Sequence[Any]) -> None:
+    """On data held in memory a transfer cell's substitute needs an explicit checkpoint: a cached one
+    was trained on a data set option, which the cache does not take for this data."""
+    for cfg in cfgs:
+        sub = cfg.get("substitute") or {}
+        if cfg.threat.knowledge == "transfer" and sub.get("model") is not None and not sub.get("checkpoint"):
+            raise AdvbenchError(f"on data held in memory the transfer cells' substitute '{sub.get('name')}' needs its "
+                                f"weights: overrides=['substitute.checkpoint=PATH'] (a state dict of its "
+                                f"{sub.model.name} for this data), or another substitute=<option> with them")
 
 
-def _evaluate_config(cfg: Any, subject: _Subject, data: Any, attack: str | Attack) -> pd.DataFrame:
-    """One cell of a composed run config on the call's model (and data, attack objects): its records."""
+def _checked_budgets(budgets: Mapping[str, float] | None, data: Any) -> Mapping[str, float] | None:
+    """`budgets` as a preset on data held in memory needs them: a positive ε for each norm it sweeps."""
+    if isinstance(data, str):
+        return budgets
+    norms = ("linf", "l2")
+    if budgets is None or set(budgets) != set(norms) or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in budgets.values()):
+        raise AdvbenchError(f"data held in memory has no budgets of its own: give budgets={{'linf': ..., 'l2': ...}}, "
+                            f"a positive ε for each norm the preset sweeps, got {budgets!r}")
+    return budgets
+
+
+def _data_object(data: Any, subject: _Subject, budgets: Mapping[str, float] | None = None) -> TensorData | None:
+    """The data handed in as an `ImageDataset`, with its `budgets` (ε per norm) if given; None where
+    `data` names a data set option, which has its own."""
+    if isinstance(data, str):
+        if budgets is not None:
+            raise AdvbenchError(f"budgets= are for data held in memory; data set '{data}' has its own "
+                                "(change them with overrides=['dataset.budgets.linf=...'])")
+        return None
+    return TensorData.of(data, num_classes=subject.num_classes or _classes_of(subject.model, data), budgets=budgets)
+
+
+def _evaluate_config(cfg: Any, subject: _Subject, held: TensorData | None, attack: str | Attack) -> pd.DataFrame:
+    """One cell of a composed run config on the call's model (and data held in memory, attack object): its records."""
     wrapper = applicable_wrapper(cfg.defense)
     if subject.as_given:
         with open_dict(cfg):
@@ -169,8 +210,7 @@ def _evaluate_config(cfg: Any, subject: _Subject, data: Any, attack: str | Attac
     spec = cell_spec(cfg)
     if isinstance(attack, Attack):
         spec = dataclasses.replace(spec, attack=AttackSpec(type(attack).__name__.lower(), attack.params()))
-    dataset = construct(spec.dataset.config) if isinstance(data, str) else \
-        TensorData.of(data, num_classes=subject.num_classes or _classes_of(subject.model, data))
+    dataset = construct(spec.dataset.config) if held is None else held
     given = _given(spec, subject.model, dataset, attack, subject.normalisation, subject.randomness, subject.name,
                    wrapper)
     part = run_cell(spec, dataclasses.replace(given, kept=subject.kept))

@@ -20,6 +20,7 @@ from advbench.robustness.attacks.fab import FAB
 from advbench.robustness.attacks.minimum_norm import DeepFool
 from advbench.robustness.attacks.oracles import WhiteBoxOracle
 from advbench.robustness.data.targets import target_classes
+from advbench.robustness.models import build_model
 
 BUDGETS = {"apgd_iterations": 3, "apgd_target_classes": 2, "fmn_steps": 5, "transfer_steps": 2,
            "square_queries": 30, "hsj_queries": 40}
@@ -139,12 +140,26 @@ def test_full_eval_from_the_command_line_states_its_cost_first(tmp_path: Path, m
 
 
 @pytest.mark.slow
-def test_evaluate_preset_runs_every_cell_on_a_model_object(tiny_model, tmp_path: Path, monkeypatch) -> None:
+def test_evaluate_preset_runs_every_cell_on_a_model_object(tiny_model, digits_tensors, tmp_path: Path,
+                                                            monkeypatch) -> None:
+    """On tensors held in memory: the cost counts the samples handed in, not the preset's n_samples."""
     monkeypatch.setenv("ADVBENCH_CACHE", str(tmp_path / "cache"))
-    records = advbench.evaluate_preset(tiny_model, "digits", overrides=TINY, label="tiny")
-    assert set(records["model_label"]) == {"tiny"}
+    _, _, x, y = digits_tensors
+    given = [o for o in TINY if not o.startswith("dataset.")]
+    data, budgets = (x[:SAMPLES], y[:SAMPLES]), {"linf": 0.2, "l2": 0.8}
+    with pytest.raises(AdvbenchError, match=r"data held in memory has no budgets of its own: give budgets="):
+        advbench.evaluate_preset(tiny_model, data, overrides=given)
+    with pytest.raises(AdvbenchError, match=r"substitute 'digits_seed1' needs its weights: .*substitute.checkpoint=PATH"):
+        advbench.evaluate_preset(tiny_model, data, overrides=given, budgets=budgets)
+    torch.manual_seed(1)  # a substitute of the digits shape, as a state dict file
+    substitute = tmp_path / "substitute.pt"
+    torch.save(build_model("small_cnn", 10, 1).net.state_dict(), substitute)
+    records = advbench.evaluate_preset(tiny_model, data, overrides=[*given, f"substitute.checkpoint={substitute}"],
+                                       label="tiny", budgets=budgets)
+    assert set(records["model_label"]) == {"tiny"} and set(records["dataset"]) == {"tensors"}
+    assert set(zip(records["norm"], records["eps_budget"])) == {("linf", 0.2), ("l2", 0.8)}
     cost = records.attrs["cost"]
-    pd.testing.assert_frame_equal(cost, advbench.preset_cost("full_eval", TINY))
+    pd.testing.assert_frame_equal(cost, advbench.preset_cost("full_eval", [*TINY, f"substitute.checkpoint={substitute}"]))
     _within_the_stated_cost(records, cost)
 
 
