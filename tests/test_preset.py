@@ -163,7 +163,8 @@ def test_evaluate_preset_runs_every_cell_on_a_model_object(tiny_model, digits_te
     _within_the_stated_cost(records, cost)
 
 
-def test_bad_preset_requests_are_one_line_errors(tiny_model) -> None:
+def test_bad_preset_requests_are_one_line_errors(tiny_model, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)  # the command line checks its default out_dir is writable
     with pytest.raises(AdvbenchError, match=r"unknown preset 'nope'; valid: .*full_eval"):
         advbench.preset_cost("nope")
     with pytest.raises(AdvbenchError, match="experiment 'smoke' sweeps nothing"):
@@ -173,6 +174,11 @@ def test_bad_preset_requests_are_one_line_errors(tiny_model) -> None:
             advbench.evaluate_preset(tiny_model, overrides=[override])
     with pytest.raises(AdvbenchError, match="full_eval.square_queries must be"):
         advbench.preset_cost("full_eval", ["full_eval.square_queries=0"])
+    result = CliRunner().invoke(main, ["run", "-m", "experiment=full_eval", "attack=pgd"])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.output.strip().splitlines() == ["Error: 'attack=pgd': the preset chooses the attack and threat of each "
+                                                  "cell; change their settings with the preset's keys (full_eval.*, "
+                                                  "threat.eps=..., search.*) instead"]
 
 
 def test_a_substitute_without_weights_is_refused_before_any_cell(fake_cifar_root: Path, tmp_path: Path,

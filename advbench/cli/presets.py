@@ -58,12 +58,17 @@ def sweep_jobs(overrides: Sequence[str]) -> list[list[str]]:
 
 def preset_configs(name: str, overrides: Sequence[str] = ()) -> list[DictConfig]:
     """Each cell of preset `name` composed with `overrides` on top, as `advbench run -m` composes it."""
+    refuse_preset_choices(overrides)
+    return [compose_config("config", job) for job in sweep_jobs([f"experiment={name}", *overrides])]
+
+
+def refuse_preset_choices(overrides: Sequence[str]) -> None:
+    """A preset's cells are its rows: an override choosing their attack or threat would make every cell one."""
     for override in overrides:
         key = str(override).partition("=")[0].lstrip("+~")
         if key in PRESET_CHOICES or key.startswith("experiment/"):
             raise AdvbenchError(f"'{override}': the preset chooses the attack and threat of each cell; change their "
                                 f"settings with the preset's keys (full_eval.*, threat.eps=..., search.*) instead")
-    return [compose_config("config", job) for job in sweep_jobs([f"experiment={name}", *overrides])]
 
 
 def sweep_cost(cfgs: Sequence[DictConfig]) -> pd.DataFrame:
@@ -76,7 +81,9 @@ def sweep_cost(cfgs: Sequence[DictConfig]) -> pd.DataFrame:
 
 
 def state_cost(overrides: Sequence[str], console: Console | None = None) -> None:
-    """Print the cost table and totals of the jobs of `advbench run -m OVERRIDES` (its experiment's sweep too)."""
+    """Print the cost table and totals of the jobs of `advbench run -m OVERRIDES` (its experiment's sweep too);
+    a preset's own choices of attack and threat are refused first."""
+    refuse_preset_choices([o for o in overrides if str(o).partition("=")[0] != "experiment"])
     print_cost(sweep_cost([compose_config("config", job) for job in sweep_jobs(overrides)]), console or Console())
 
 
