@@ -196,3 +196,15 @@ def test_a_substitute_without_weights_is_refused_before_any_cell(fake_cifar_root
     assert len(lines) == 1 and "transfer cells craft on substitute 'digits_seed1'" in lines[0]
     assert "substitute=<option> substitute.checkpoint=PATH" in lines[0]
     assert not list((tmp_path / "out").rglob("*.parquet"))
+
+
+def test_any_sweep_states_its_cost_with_state_cost_true(trained_digits_cache: Path, tmp_path: Path) -> None:
+    """Beyond the preset: a sweep of the user's own, its attacks' budgets (FGSM 1 step, BIM 20) times 2 runs."""
+    result = CliRunner().invoke(main, ["run", "-m", "attack=fgsm,bim", "state_cost=true", "dataset.n_samples=5",
+                                       "search.max_probes=1", f"cache_dir={trained_digits_cache}",
+                                       "defense.recipe.epochs=4", f"out_dir={tmp_path / 'out'}"])
+    assert result.exit_code == 0, result.output
+    out = " ".join(result.output.split())
+    assert "2 cells: at most 42 gradient evaluations and 0 queries per sample; 210 gradient evaluations and 0 queries " \
+        "in total" in out
+    assert out.index("Declared cost") < out.index("adversarial accuracy")

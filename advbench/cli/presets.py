@@ -83,7 +83,9 @@ def sweep_cost(cfgs: Sequence[DictConfig]) -> pd.DataFrame:
 def state_cost(overrides: Sequence[str], console: Console | None = None) -> None:
     """Print the cost table and totals of the jobs of `advbench run -m OVERRIDES` (its experiment's sweep too);
     a preset's own choices of attack and threat are refused first."""
-    refuse_preset_choices([o for o in overrides if str(o).partition("=")[0] != "experiment"])
+    named = [str(o).partition("=")[0] == "experiment" for o in overrides]
+    if any(named):  # a preset's sweep; a sweep of the user's own chooses attacks and threats freely
+        refuse_preset_choices([o for o, is_experiment in zip(overrides, named) if not is_experiment])
     print_cost(sweep_cost([compose_config("config", job) for job in sweep_jobs(overrides)]), console or Console())
 
 
