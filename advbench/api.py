@@ -3,10 +3,11 @@
 `evaluate` builds the config `advbench run` would compose from the same choices (so every
 option, default and check is the CLI's, and a bad value is the same one-line `AdvbenchError`;
 `advbench.cli.choices` assembles it without Hydra's composition, a call's largest fixed cost),
-turns it into the same cell spec, hands the model (and data or attack objects) to the same cell runner, and returns the records
-the CLI writes, as a DataFrame. `plot` draws them as `advbench plot` does, `report` audits them as
-`advbench report` does; `options` lists a
-config group as `advbench list` does.
+turns it into the same cell spec, hands the model (and data or attack objects) to the same cell runner,
+and returns the records the CLI writes, as a DataFrame. `plot` draws them as `advbench plot` does,
+`report` audits them as `advbench report` does; `options` lists a config group as `advbench list`
+does. `evaluate_preset` runs every cell of a preset sweep (`experiment=full_eval`) on a model
+object, and `preset_cost` states what its cells will spend. `evaluate_metric` is the quality half's.
 """
 
 from __future__ import annotations
@@ -77,35 +78,150 @@ def evaluate(model: nn.Module, data: Any = "digits", *, attack: str | Attack = "
     The model is handed back as it came: every module's `training` flag and torch's global
     random state are restored, whether the call succeeds or not.
     """
-    if not isinstance(model, nn.Module):
-        raise AdvbenchError(f"model must be a torch.nn.Module from NCHW floats in [0, 1] to logits, "
-                            f"got {type(model).__name__}")
     if eps is not None and (isinstance(eps, bool) or not isinstance(eps, (int, float))):
         raise AdvbenchError(f"eps must be one number, the budget, got {eps!r}: records give each sample's minimum ε, "
                             "so one call draws the whole accuracy-vs-ε curve (advbench.plot)")
-    name = label or type(model).__name__
-    check_randomness(randomized, eot_samples)
-    refuse_inapplicable(overrides, data_object=not isinstance(data, str))
+    subject = _subject(model, data, label, Normalisation(mean, std), (randomized, eot_samples), num_classes, defense,
+                       overrides, out_dir)
     with tempfile.TemporaryDirectory(prefix="advbench-") as scratch, caller_state_kept(model, device), \
             python_warnings():
         cfg = api_config(_choices(data, attack, threat, defense),
-                         _values(name, attack, eps, attack_params, Path(out_dir) if out_dir is not None else Path(scratch),
-                                 device, seed, randomized), overrides)
-        wrapper = applicable_wrapper(cfg.defense)
-        if defense is None and not any(o.lstrip("+").startswith("defense") for o in overrides):
-            with open_dict(cfg):
-                cfg.defense = dict(AS_GIVEN_DEFENSE)
-        spec = cell_spec(cfg)
-        if isinstance(attack, Attack):
-            spec = dataclasses.replace(spec, attack=AttackSpec(type(attack).__name__.lower(), attack.params()))
-        dataset = construct(spec.dataset.config) if isinstance(data, str) else \
-            TensorData.of(data, num_classes=num_classes or _classes_of(model, data))
-        given = _given(spec, model, dataset, attack, Normalisation(mean, std), (randomized, eot_samples), name, wrapper)
-        given = dataclasses.replace(given, kept=out_dir is not None)
-        part = run_cell(spec, given)
-        if part is None:  # only a sweep skips a cell, and evaluate runs one
-            raise AdvbenchError("the cell was skipped")
-        return read_kind([part], kinds=("benchmark",))[1]
+                         _values(subject.name, attack, eps, attack_params,
+                                 Path(out_dir) if out_dir is not None else Path(scratch), device, seed, randomized),
+                         overrides)
+        return _evaluate_config(cfg, subject, _data_object(data, subject), attack)
+
+
+def evaluate_preset(model: nn.Module, data: Any = "digits", preset: str = "full_eval", *,
+                    out_dir: str | Path | None = None, device: str = "cpu", seed: int = 0,
+                    mean: Sequence[float] | None = None, std: Sequence[float] | None = None, randomized: bool = False,
+                    eot_samples: int | None = None, defense: str | None = None, label: str | None = None,
+                    num_classes: int | None = None, budgets: Mapping[str, float] | None = None,
+                    overrides: Sequence[str] = ()) -> pd.DataFrame:
+    """Every cell of `preset` (as `advbench run -m experiment=PRESET`) on `model`: their records, one frame.
+
+    The arguments mean what they mean in `evaluate`; the preset chooses each cell's attack and
+    threat, so `overrides` that choose them are refused, while its budgets (`full_eval.*`), the
+    search, `dataset.n_samples` (with a data set name) and `substitute=...` apply to every cell.
+    `budgets`: ε per norm (`{"linf": 8/255, "l2": 0.5}`) for data handed in as tensors or a
+    `Dataset`, which has none of its own (a data set option has its own: `dataset.budgets.*`).
+    Before any cell runs, every transfer cell's substitute is checked for weights; the declared
+    cost of the cells (`preset_cost`) comes with the records as `records.attrs["cost"]`.
+    """
+    from advbench.cli.presets import preset_configs, sweep_cost  # Hydra composes the preset's cells
+
+    subject = _subject(model, data, label, Normalisation(mean, std), (randomized, eot_samples), num_classes, defense,
+                       overrides, out_dir)
+    with tempfile.TemporaryDirectory(prefix="advbench-") as scratch, caller_state_kept(model, device), \
+            python_warnings():
+        values = _values(subject.name, "preset", None, None, Path(out_dir) if out_dir is not None else Path(scratch),
+                         device, seed, randomized)
+        held = _data_object(data, subject, _checked_budgets(budgets, data))
+        if held is not None:  # the cost counts the samples handed in
+            values["dataset.n_samples"] = len(held.labels)
+        picked = {"model": "python", **({"dataset": data} if isinstance(data, str) else {}),
+                  **({"defense": defense} if defense is not None else {})}
+        cfgs = preset_configs(preset, [*(f"{g}={o}" for g, o in picked.items()),
+                                       *(f"{k}={json.dumps(v)}" for k, v in values.items()), *overrides])
+        cost = sweep_cost(cfgs)
+        if held is not None:
+            _refuse_cached_substitutes(cfgs)
+        records = pd.concat([_evaluate_config(cfg, subject, held, "preset") for cfg in cfgs], ignore_index=True)
+        records.attrs["cost"] = cost
+        return records
+
+
+def preset_cost(preset: str = "full_eval", overrides: Sequence[str] = ()) -> pd.DataFrame:
+    """The declared cost of `preset`'s cells, as `advbench run -m experiment=PRESET` prints it before it runs.
+
+    One row per cell: the attack, knowledge, norm and goal, the runs a sample can take, gradient
+    evaluations and queries per run, per sample and in total over the cell's samples
+    (`advbench.robustness.cost.COST_COLUMNS`). `overrides` as on the command line
+    (`["full_eval.square_queries=200", "dataset.n_samples=20"]`)."""
+    from advbench.cli.presets import preset_configs, sweep_cost
+
+    return sweep_cost(preset_configs(preset, overrides))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Subject:
+    """The model object of a call and what the call says about it: its name in the records, its
+    normalisation, randomness and classes, whether it runs as given (no defense in front)."""
+
+    model: nn.Module
+    name: str
+    normalisation: Normalisation
+    randomness: tuple[bool, int | None]
+    num_classes: int | None
+    as_given: bool
+    kept: bool
+
+
+def _subject(model: Any, data: Any, label: str | None, normalisation: Normalisation,
+             randomness: tuple[bool, int | None], num_classes: int | None, defense: str | None,
+             overrides: Sequence[str], out_dir: str | Path | None) -> _Subject:
+    """The call's model and what it says about it, once the model and `overrides` are checked
+    against what a model object combines with (`given.refuse_inapplicable`)."""
+    if not isinstance(model, nn.Module):
+        raise AdvbenchError(f"model must be a torch.nn.Module from NCHW floats in [0, 1] to logits, "
+                            f"got {type(model).__name__}")
+    check_randomness(*randomness)
+    refuse_inapplicable(overrides, data_object=not isinstance(data, str))
+    as_given = defense is None and not any(str(o).lstrip("+").startswith("defense") for o in overrides)
+    return _Subject(model, label or type(model).__name__, normalisation, randomness, num_classes, as_given,
+                    kept=out_dir is not None)
+
+
+def _refuse_cached_substitutes(cfgs: Sequence[Any]) -> None:
+    """On data held in memory a transfer cell's substitute needs an explicit checkpoint: a cached one
+    was trained on a data set option, which the cache does not take for this data."""
+    for cfg in cfgs:
+        sub = cfg.get("substitute") or {}
+        if cfg.threat.knowledge == "transfer" and sub.get("model") is not None and not sub.get("checkpoint"):
+            raise AdvbenchError(f"on data held in memory the transfer cells' substitute '{sub.get('name')}' needs its "
+                                f"weights: overrides=['substitute.checkpoint=PATH'] (a state dict of its "
+                                f"{sub.model.name} for this data), or another substitute=<option> with them")
+
+
+def _checked_budgets(budgets: Mapping[str, float] | None, data: Any) -> Mapping[str, float] | None:
+    """`budgets` as a preset on data held in memory needs them: a positive ε for each norm it sweeps."""
+    if isinstance(data, str):
+        return budgets
+    norms = ("linf", "l2")
+    if budgets is None or set(budgets) != set(norms) or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in budgets.values()):
+        raise AdvbenchError(f"data held in memory has no budgets of its own: give budgets={{'linf': ..., 'l2': ...}}, "
+                            f"a positive ε for each norm the preset sweeps, got {budgets!r}")
+    return budgets
+
+
+def _data_object(data: Any, subject: _Subject, budgets: Mapping[str, float] | None = None) -> TensorData | None:
+    """The data handed in as an `ImageDataset`, with its `budgets` (ε per norm) if given; None where
+    `data` names a data set option, which has its own."""
+    if isinstance(data, str):
+        if budgets is not None:
+            raise AdvbenchError(f"budgets= are for data held in memory; data set '{data}' has its own "
+                                "(change them with overrides=['dataset.budgets.linf=...'])")
+        return None
+    return TensorData.of(data, num_classes=subject.num_classes or _classes_of(subject.model, data), budgets=budgets)
+
+
+def _evaluate_config(cfg: Any, subject: _Subject, held: TensorData | None, attack: str | Attack) -> pd.DataFrame:
+    """One cell of a composed run config on the call's model (and data held in memory, attack object): its records."""
+    wrapper = applicable_wrapper(cfg.defense)
+    if subject.as_given:
+        with open_dict(cfg):
+            cfg.defense = dict(AS_GIVEN_DEFENSE)
+    spec = cell_spec(cfg)
+    if isinstance(attack, Attack):
+        spec = dataclasses.replace(spec, attack=AttackSpec(type(attack).__name__.lower(), attack.params()))
+    dataset = construct(spec.dataset.config) if held is None else held
+    given = _given(spec, subject.model, dataset, attack, subject.normalisation, subject.randomness, subject.name,
+                   wrapper)
+    part = run_cell(spec, dataclasses.replace(given, kept=subject.kept))
+    if part is None:  # only a sweep skips a cell, and these run one at a time
+        raise AdvbenchError("the cell was skipped")
+    return read_kind([part], kinds=("benchmark",))[1]
 
 
 def evaluate_metric(metric: nn.Module, images: torch.Tensor | str | Path, *, attack: str = "ifgsm",

@@ -42,10 +42,12 @@ def run_task(task_path: str, cfg: Any) -> Any:
 
 
 def hydra_command(config_name: str, task_path: str, prog: str,
-                  around: Callable[[], ContextManager[Any]] | None = None) -> Callable[[tuple[str, ...]], None]:
+                  around: Callable[[], ContextManager[Any]] | None = None,
+                  before: Callable[[list[Any], list[str]], None] | None = None) -> Callable[[tuple[str, ...]], None]:
     """A click callback that forwards its raw arguments to a Hydra app running `task_path`.
 
-    `around()` (see `run_hydra`) is entered once the arguments are checked, around the jobs.
+    `around()` (see `run_hydra`) is entered once the arguments are checked, around the jobs;
+    `before(cfgs, overrides)` sees a sweep's composed jobs before they launch.
     """
 
     @one_line_errors
@@ -53,6 +55,7 @@ def hydra_command(config_name: str, task_path: str, prog: str,
         from advbench.cli.config import run_hydra
 
         # a module-level function bound by partial: launchers pickle the job and find it by name
-        run_hydra(config_name, functools.partial(run_task, task_path), list(args), prog=prog, around=around)
+        run_hydra(config_name, functools.partial(run_task, task_path), list(args), prog=prog, around=around,
+                  before=before)
 
     return callback

@@ -224,11 +224,15 @@ _NO_WRITE_FLAGS = {"--cfg", "-c", "--help", "--hydra-help", "--info", "-i", "--s
 
 
 def run_hydra(config_name: str, task: Task, args: Sequence[str], prog: str,
-              around: Callable[[], contextlib.AbstractContextManager[Any]] | None = None) -> None:
+              around: Callable[[], contextlib.AbstractContextManager[Any]] | None = None,
+              before: Callable[[list[DictConfig], list[str]], None] | None = None) -> None:
     """Run `task(cfg)` as a Hydra app over `args` (overrides, `-m`, `--cfg job`, ...).
 
     `around()`, when given, is entered after the up-front checks and holds the jobs (`advbench
     run` collects the gate's verdicts in it), so a wrong option name is answered before it loads.
+    `before(cfgs, overrides)`, when given, sees a launching sweep's command-line combinations,
+    composed and checked, and its overrides before any job runs (`advbench run` states their cost
+    there, the experiment's own sweep included).
 
     A sweep's (and a printed config's) jobs are composed and checked first, and their output
     folders tried for writing, so a bad value fails in one line before any job starts. A
@@ -252,13 +256,7 @@ def run_hydra(config_name: str, task: Task, args: Sequence[str], prog: str,
     # loaded machine), and `attack=fgsm,nope` is answered without it
     check_overrides(overrides, config_name)
     if not (names & OWN_COMPOSITION_FLAGS or not flags):
-        combos = _first_choices(overrides) if names & {"-m", "--multirun"} else [list(overrides)]
-        for combo in combos:
-            cfg = compose_config(config_name, combo)
-            if not names & _NO_WRITE_FLAGS:
-                check_writable(cfg)
-        if names & {"-m", "--multirun"}:
-            _check_sweep_base(config_name, overrides)
+        _check_jobs(config_name, names, overrides, before)
 
     launcher = (socket.gethostname(), os.getpid())  # travels with `_app` to the launcher's workers (pickled by value)
 
@@ -283,6 +281,21 @@ def run_hydra(config_name: str, task: Task, args: Sequence[str], prog: str,
             if isinstance(exc, (HydraException, OmegaConfBaseException)):  # its own settings (hydra.*), in one line
                 raise AdvbenchError(_one_line(exc)) from None
             raise
+
+
+def _check_jobs(config_name: str, names: set[str], overrides: list[str],
+                before: Callable[[list[DictConfig], list[str]], None] | None) -> None:
+    """Compose and check the command line's jobs (each combination of a sweep) and their folders,
+    then hand a launching sweep's to `before`."""
+    combos = _first_choices(overrides) if names & {"-m", "--multirun"} else [list(overrides)]
+    cfgs = [compose_config(config_name, combo) for combo in combos]
+    if not names & _NO_WRITE_FLAGS:
+        for cfg in cfgs:
+            check_writable(cfg)
+    if names & {"-m", "--multirun"}:
+        _check_sweep_base(config_name, overrides)
+        if before is not None and not names & _NO_WRITE_FLAGS:
+            before(cfgs, overrides)
 
 
 @contextlib.contextmanager

@@ -85,7 +85,17 @@ def run(args: tuple[str, ...]) -> None:
     cell of the sweep has run.
     """
     args = tuple("force=true" if a == "--force" else a for a in args)
-    hydra_command("config", "advbench.cli.specs.run_main", "advbench run", around=_gate_verdicts)(args)
+    hydra_command("config", "advbench.cli.specs.run_main", "advbench run", around=_gate_verdicts,
+                  before=_state_cost)(args)
+
+
+def _state_cost(cfgs: list, overrides: list[str]) -> None:
+    """A sweep's declared cost, printed before its jobs where its config says `state_cost: true`
+    (`experiment=full_eval`); imported only then: it builds the attacks, which imports torch."""
+    if any(bool(cfg.get("state_cost")) for cfg in cfgs):
+        from advbench.cli.presets import state_cost
+
+        state_cost(overrides)
 
 
 def _gate_verdicts() -> contextlib.AbstractContextManager[None]:

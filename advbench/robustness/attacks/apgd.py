@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from advbench.core.errors import AdvbenchError
 from advbench.core.steps import ascend, per_sample, unit_direction
 from advbench.robustness.attacks import hyper
-from advbench.robustness.attacks.base import Attack, AttackResult
+from advbench.robustness.attacks.base import Attack, AttackResult, Cost
 from advbench.robustness.attacks.oracles import WhiteBoxOracle
 from advbench.robustness.attacks.starts import boundary_start
 
@@ -109,6 +109,11 @@ class APGD(Attack):
         return self.n_iter * self.n_restarts * max(self.n_target_classes, 1)
 
     steps = strength_budget  # the name the budget had first
+
+    def declared_cost(self, knowledge: str, goal: str, num_classes: int) -> Cost:
+        """Under a targeted goal the loss has one target, so APGD-T runs once per restart, not per runner-up class."""
+        targeted = Cost(grad_evals=self.n_iter * self.n_restarts, queries=0)
+        return targeted if goal == "targeted" else super().declared_cost(knowledge, goal, num_classes)
 
     def run(self, oracle: WhiteBoxOracle, x: torch.Tensor, y: torch.Tensor, *, eps: torch.Tensor, norm: str,
             target: torch.Tensor | None, sample_id: torch.Tensor) -> AttackResult:

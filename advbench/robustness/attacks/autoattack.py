@@ -25,7 +25,7 @@ from typing import Any
 
 from advbench.core.errors import AdvbenchError
 from advbench.robustness.attacks import hyper
-from advbench.robustness.attacks.base import Attack
+from advbench.robustness.attacks.base import Attack, Cost
 from advbench.robustness.attacks.oracles import Oracle
 from advbench.robustness.attacks.worst_case import Ensemble, MemberNames, MemberParams
 
@@ -82,3 +82,9 @@ class AutoAttack(Ensemble):
         view = super()._member_oracle(attack, view)
         passes = EOT_PASSES.get(self.version)
         return view if passes is None or view.knowledge != "white" else view.with_eot(passes)
+
+    def _member_cost(self, attack: Attack, knowledge: str, goal: str, num_classes: int) -> Cost:
+        """A member's cost with the version's EOT passes per white-box gradient, each one evaluation."""
+        cost = super()._member_cost(attack, knowledge, goal, num_classes)
+        passes = EOT_PASSES.get(self.version) if knowledge == "white" else None
+        return cost if passes is None else Cost(cost.grad_evals * passes, cost.queries)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import torch
 
@@ -33,6 +33,28 @@ class AttackResult:
     success: torch.Tensor
     first_success: torch.Tensor
     info: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+GRADIENT_KNOWLEDGE = ("white", "transfer")
+"""Knowledge levels whose attacks spend gradient evaluations (transfer: of the substitute); the
+others spend queries of the target."""
+
+
+class Cost(NamedTuple):
+    """Per-sample cost: gradient evaluations (forward + backward) and forward-only queries."""
+
+    grad_evals: int
+    queries: int
+
+    def __add__(self, other: object) -> Cost:  # type: ignore[override]
+        if not isinstance(other, Cost):
+            return NotImplemented
+        return Cost(self.grad_evals + other.grad_evals, self.queries + other.queries)
+
+    def __mul__(self, factor: object) -> Cost:  # type: ignore[override]
+        if not isinstance(factor, int):
+            return NotImplemented
+        return Cost(self.grad_evals * factor, self.queries * factor)
 
 
 class Attack:
@@ -102,6 +124,18 @@ class Attack:
         Adam steps, queries ... as the attack counts them) and the records' `strength_budget`.
         Every attack says what it is; a single-step attack's is 1."""
         raise NotImplementedError(f"{type(self).__name__} does not say its strength_budget")
+
+    def declared_cost(self, knowledge: str, goal: str, num_classes: int) -> Cost:
+        """The most one run of the attack spends on a sample, from its declared budget: a stated
+        cost before anything runs (`advbench.robustness.cost`).
+
+        One unit of `strength_budget` is one gradient evaluation under white-box and transfer
+        knowledge (on the substitute) and one query under score and decision knowledge; an
+        attack that spends more per unit (one gradient per candidate class) says so here. The
+        forward passes gradient attacks make to check success are not part of the budget (the
+        records count them). A randomized model multiplies gradients by its EOT passes."""
+        budget = int(self.strength_budget)
+        return Cost(grad_evals=budget, queries=0) if knowledge in GRADIENT_KNOWLEDGE else Cost(grad_evals=0, queries=budget)
 
     def unsupported(self, norm: str, knowledge: str, goal: str) -> str | None:
         """Why the attack cannot run under this norm, knowledge level and goal; None if it can.

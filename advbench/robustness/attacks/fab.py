@@ -22,7 +22,7 @@ import torch
 from advbench.core.errors import AdvbenchError
 from advbench.core.steps import DUAL_NORM, clip, lp_norm, per_sample
 from advbench.robustness.attacks import hyper
-from advbench.robustness.attacks.base import Attack, AttackResult
+from advbench.robustness.attacks.base import Attack, AttackResult, Cost
 from advbench.robustness.attacks.hyperplane import PROJECTIONS
 from advbench.robustness.attacks.minimum_norm import (
     SmallestAdversarial,
@@ -72,6 +72,11 @@ class FAB(Attack):
     def strength_budget(self) -> int:
         """Iterations over all runs: n_iter · n_restarts · max(n_target_classes, 1)."""
         return self.n_iter * self.n_restarts * max(self.n_target_classes, 1)
+
+    def declared_cost(self, knowledge: str, goal: str, num_classes: int) -> Cost:
+        """One gradient per candidate class an iteration: K − 1 untargeted, 1 for FAB-T or a targeted threat."""
+        per_iteration = 1 if goal == "targeted" or self.n_target_classes else num_classes - 1
+        return super().declared_cost(knowledge, goal, num_classes) * per_iteration
 
     def run(self, oracle: Oracle, x: torch.Tensor, y: torch.Tensor, *, eps: torch.Tensor, norm: str,
             target: torch.Tensor | None, sample_id: torch.Tensor) -> AttackResult:

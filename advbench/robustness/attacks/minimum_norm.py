@@ -1,15 +1,13 @@
 """Minimum-norm white-box attacks: DeepFool (ℓ2, ℓ∞) and Carlini–Wagner ℓ2.
 
-They do not take a budget: each returns, per sample, the smallest adversarial example it
-found (the input itself where it found none), so one run gives every sample's minimum ε and
-no ε search is needed. The benchmark budget `eps` only dates `first_success`: the first
-iteration at which the best example so far was within it.
+They do not take a budget: each returns, per sample, the smallest adversarial example it found (the input itself
+where it found none), so one run gives every sample's minimum ε and no ε search is needed. The benchmark budget
+`eps` only dates `first_success`: the first iteration at which the best example so far was within it.
 
-Both are batched over samples (and DeepFool over candidate classes), keep per-sample state
-in tensors, and drop a sample from the active set once nothing more is to be gained for it,
-so a sample's result never depends on its batch. Under transfer knowledge they optimise on
-the substitute and an example counts once the target's top-1 label (a counted query) meets
-the goal, as for the transfer versions of FGSM/BIM/MIM.
+Both are batched over samples (and DeepFool over candidate classes), keep per-sample state in tensors, and drop a
+sample from the active set once nothing more is to be gained for it, so a sample's result never depends on its
+batch. Under transfer knowledge they optimise on the substitute and an example counts once the target's top-1
+label (a counted query) meets the goal, as for the transfer versions of FGSM/BIM/MIM.
 
 `SmallestAdversarial` and `unit_l2` serve DDN (`ddn`) and FMN (`fmn`) too.
 """
@@ -23,7 +21,7 @@ import torch
 from advbench.core.runtime import grad_rows, pieces
 from advbench.core.steps import DUAL_NORM, adam_step, clip, lp_norm, per_sample, unit_direction
 from advbench.robustness.attacks import hyper
-from advbench.robustness.attacks.base import Attack, AttackResult
+from advbench.robustness.attacks.base import Attack, AttackResult, Cost
 from advbench.robustness.attacks.draws import normal
 from advbench.robustness.attacks.oracles import Objective, Oracle, TransferOracle
 
@@ -112,12 +110,11 @@ class SmallestAdversarial:
 class DeepFool(Attack):
     """DeepFool (Moosavi-Dezfooli et al.): step to the nearest linearised decision boundary.
 
-    Per iteration and sample, every candidate class k gets f_k = Z_k − Z_y and its gradient
-    w_k (batched backwards over the samples replicated once per candidate, in memory-bounded
-    groups of whole samples: `_step`); the step goes to the closest linearised boundary,
-    |f_k|/‖w_k‖_dual away, along the norm's steepest direction. Steps accumulate and are overshot by (1 + overshoot), as in the original.
-    Candidates are the `candidates` most likely classes at the clean input, label excluded.
-    Targeted: the one candidate is the target and f = Z_t − max_{j≠t} Z_j.
+    Per iteration and sample, every candidate class k gets f_k = Z_k − Z_y and its gradient w_k, one gradient evaluation each
+    (batched backwards over the samples replicated once per candidate, in memory-bounded groups of whole samples: `_step`);
+    the step goes to the closest linearised boundary, |f_k|/‖w_k‖_dual away, along the norm's steepest direction. Steps
+    accumulate and are overshot by (1 + overshoot), as in the original. Candidates are the `candidates` most likely classes
+    at the clean input, label excluded. Targeted: the one candidate is the target and f = Z_t − max_{j≠t} Z_j.
 
     A sample leaves the active set at its first adversarial iterate, so the first t
     iterations of a run are exactly a run with `steps=t`: the strength curve needs no reruns.
@@ -127,8 +124,7 @@ class DeepFool(Attack):
     knowledge = ("white", "transfer")
     norms = ("l2", "linf")
 
-    hyperparameters = {"steps": hyper.Whole(1), "overshoot": hyper.Real(0),
-                       "candidates": hyper.Whole(2)}  # candidates: the label and one other class
+    hyperparameters = {"steps": hyper.Whole(1), "overshoot": hyper.Real(0), "candidates": hyper.Whole(2)}  # the label and another
 
     def __init__(self, *, steps: int = 100, overshoot: float = 0.02, candidates: int = 10) -> None:
         self.set_hyperparameters(locals())
@@ -137,6 +133,10 @@ class DeepFool(Attack):
     def strength_budget(self) -> int:
         """Iterations: `steps`."""
         return self.steps
+
+    def declared_cost(self, knowledge: str, goal: str, num_classes: int) -> Cost:
+        """One gradient per candidate an iteration: the target alone, else the likeliest classes but the label."""
+        return super().declared_cost(knowledge, goal, num_classes) * (1 if goal == "targeted" else min(self.candidates, num_classes) - 1)
 
     def run(self, oracle: Oracle, x: torch.Tensor, y: torch.Tensor, *, eps: torch.Tensor, norm: str,
             target: torch.Tensor | None, sample_id: torch.Tensor) -> AttackResult:

@@ -29,7 +29,7 @@ from advbench.core.construct import construct
 from advbench.core.errors import AdvbenchError
 from advbench.core.keys import plain_value
 from advbench.robustness.attacks import hyper
-from advbench.robustness.attacks.base import Attack, AttackResult
+from advbench.robustness.attacks.base import Attack, AttackResult, Cost
 from advbench.robustness.attacks.oracles import Oracle
 
 
@@ -136,6 +136,15 @@ class Ensemble(Attack):
         return sum(a.strength_budget for a in self._attacks)
 
     steps = strength_budget  # the name the budget had first
+
+    def declared_cost(self, knowledge: str, goal: str, num_classes: int) -> Cost:
+        """The members' costs added up, each under the knowledge it runs with (scores for a score-based member)."""
+        return sum((self._member_cost(a, knowledge if knowledge in a.knowledge else "score", goal, num_classes)
+                    for a in self._attacks), Cost(0, 0))
+
+    def _member_cost(self, attack: Attack, knowledge: str, goal: str, num_classes: int) -> Cost:
+        """What member `attack` declares for one run under `knowledge`."""
+        return attack.declared_cost(knowledge, goal, num_classes)
 
     def params(self) -> dict[str, object]:
         """Member names, overrides and seed, plus each member's resolved hyperparameters."""

@@ -67,6 +67,13 @@ def ensure_checkpoint(target: TargetSpec) -> Path:
     raise AdvbenchError(f"no trained model at '{path}'; create it with: {train_command(target)}{other}")
 
 
+def has_weights(target: TargetSpec) -> bool:
+    """Whether `target` loads without an `advbench train` first: an explicit checkpoint, pretrained
+    or its own weights, a cache entry, or a data set whose models train on first use."""
+    return bool(target.checkpoint) or _uses_pretrained_weights(target) or cache_entry(target).is_file() \
+        or bool(getattr(target_of(target.dataset.config["_target_"]), "trains_on_first_use", False))
+
+
 def _uses_pretrained_weights(target: TargetSpec) -> bool:
     """A natural model with a `weights_path` (torchvision ImageNet nets) or its own weights (a
     user's Python model) needs no checkpoint."""

@@ -18,6 +18,7 @@ import torch
 
 from advbench.core.catalog import group_options
 from advbench.core.errors import AdvbenchError
+from advbench.robustness.defenses.trained import has_weights
 from advbench.robustness.specs import CellSpec, TargetSpec
 from advbench.robustness.targets import load_target, weights_identity
 from advbench.robustness.threat import ThreatModel
@@ -50,6 +51,18 @@ def substitute_identity(spec: CellSpec, threat: ThreatModel) -> dict[str, Any]:
         "defense_config": sub.defense.identity(),
         "weights": weights,
     }}
+
+
+def check_substitute_weights(spec: CellSpec) -> None:
+    """Refuse a transfer cell whose substitute has no weights for the cell's data set, before any
+    cell runs: a preset's transfer cells would otherwise fail after its other cells spent their time."""
+    sub = spec.substitute if spec.threat.knowledge == "transfer" else None
+    if sub is None or has_weights(sub):
+        return
+    options = ", ".join(o for o in group_options("substitute") if o != "none")
+    raise AdvbenchError(f"transfer cells craft on substitute '{spec.substitute_name}' ({sub.model.name}/{sub.defense.name}), "
+                        f"which has no weights for {spec.dataset.name}: name a substitute trained on it with its weights, "
+                        f"substitute=<option> substitute.checkpoint=PATH (options: {options})")
 
 
 def load_substitute(spec: CellSpec, dataset: Any, threat: ThreatModel) -> torch.nn.Module | None:
