@@ -1,13 +1,12 @@
 """The Python API: benchmark a model object from a script or a notebook, on the command line's code path.
 
-`evaluate` builds the config `advbench run` would compose from the same choices (so every
-option, default and check is the CLI's, and a bad value is the same one-line `AdvbenchError`;
-`advbench.cli.choices` assembles it without Hydra's composition, a call's largest fixed cost),
-turns it into the same cell spec, hands the model (and data or attack objects) to the same cell runner,
-and returns the records the CLI writes, as a DataFrame. `plot` draws them as `advbench plot` does,
-`report` audits them as `advbench report` does; `options` lists a config group as `advbench list`
-does. `evaluate_preset` runs every cell of a preset sweep (`experiment=full_eval`) on a model
-object, and `preset_cost` states what its cells will spend. `evaluate_metric` is the quality half's.
+`evaluate` builds the config `advbench run` would compose from the same choices (so every option, default and
+check is the CLI's, and a bad value is the same one-line `AdvbenchError`; `advbench.cli.choices` assembles it
+without Hydra's composition, a call's largest fixed cost), turns it into the same cell spec, hands the model (and
+data or attack objects) to the same cell runner, and returns the records the CLI writes, as a DataFrame. `plot`
+draws them as `advbench plot` does, `report` audits them as `advbench report` does; `options` lists a config
+group as `advbench list` does. `evaluate_preset` runs every cell of a preset sweep (`experiment=full_eval`) on a
+model object, and `preset_cost` states what its cells will spend. `evaluate_metric` is the quality half's.
 """
 
 from __future__ import annotations
