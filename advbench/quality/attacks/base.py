@@ -6,6 +6,8 @@ may be one image at several budgets. "Raise" means towards the metric's better e
 gradient followed is that of the metric's goodness (`quality.metrics.scoring.goodness`), whose sign is
 flipped for lower-better metrics such as NIQE.
 
+A score-based attack (`square`) reads scores only, and counts its metric forwards (`queries`).
+
 Each attack returns the attacked images and the metric's raw score after every iteration
 (`trace`, (N, T), the last column the score of `x_adv`): the gain-vs-iterations curves of
 `advbench plot` come from one run, as the strength curves of the robustness half do.
@@ -27,11 +29,13 @@ BOUNDS = (0.0, 1.0)
 
 @dataclass
 class Attacked:
-    """One batch after an attack: images, the raw score after each iteration, gradient evaluations per image."""
+    """One batch after an attack: images, the raw score after each iteration, gradient evaluations per image,
+    and, for a score-based attack, the metric forwards it counted per image (`queries`, (N,))."""
 
     x_adv: torch.Tensor
     trace: torch.Tensor
     grad_evals: int
+    queries: torch.Tensor | None = None
 
 
 class MetricAttack:
@@ -42,6 +46,8 @@ class MetricAttack:
     """
 
     name: ClassVar[str] = ""
+    needs_gradient: ClassVar[bool] = True
+    """False for a score-based attack: the metric needs only a forward pass."""
 
     def prepare(self, metric: QualityMetric, context: PrepareContext) -> dict[str, Any]:
         return {}
