@@ -137,7 +137,7 @@ def iqa() -> None:
     \b
     advbench iqa run metric=niqe attack=korhonen        one cell: every budget of `eps`
     advbench iqa run -m metric=niqe,cnnqa attack=fgsm,ifgsm,madc
-    advbench iqa run -m experiment=iqa_offline          the offline benchmark (minutes on a CPU)
+    advbench iqa run -m experiment=iqa_offline          the offline benchmark (1–8 min a cell on 2 cores)
     advbench plot advbench-out/iqa_offline/records      MSU scores, gain curves, ranking table
     """
 
