@@ -43,7 +43,7 @@ def images() -> torch.Tensor:
 
 def build(name: str, tmp_path: Path, metric: QualityMetric):
     params = compose_config("iqa", [f"attack={name}"]).attack.params
-    overrides = {"epochs": 1, "n_train": 16} if "uap" in name else {}
+    overrides = {"epochs": 1, "n_train": 16} if "uap" in name else {"n_queries": 40} if name == "square" else {}
     attack = instantiate(params, **overrides)
     attack.prepare(metric, PrepareContext(cache=tmp_path, seed=0, device=torch.device("cpu"), progress=False))
     return attack

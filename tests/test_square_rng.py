@@ -14,9 +14,12 @@ import pytest
 import torch
 from sklearn.datasets import load_digits
 
-from advbench.robustness.attacks import draws as rng
+from advbench.core import draws as rng
+from advbench.core.square import RESAMPLES as _RESAMPLES
+from advbench.core.square import SquareDraws as _Draws
+from advbench.core.square import window as _window
 from advbench.robustness.attacks.oracles import ScoreOracle
-from advbench.robustness.attacks.score import _RESAMPLES, Square, _corner, _Draws, _window
+from advbench.robustness.attacks.score import Square, _corner
 from advbench.robustness.models import build_model
 
 _MASK = (1 << 64) - 1

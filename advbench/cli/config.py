@@ -27,7 +27,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from advbench.cli.compositions import OWN_COMPOSITION_FLAGS, composed_once
 from advbench.cli.options import with_user_conf  # and registers the ${advbench:...} resolver the YAML uses
-from advbench.cli.validate import _one_line, check_composed
+from advbench.cli.validate import _one_line, check_composed, check_sweep_presets
 from advbench.cli.workers import watch_parent
 from advbench.core.catalog import conf_dir, config_root, group_options
 from advbench.core.errors import AdvbenchError, user_error
@@ -234,12 +234,11 @@ def run_hydra(config_name: str, task: Task, args: Sequence[str], prog: str,
     composed and checked, and its overrides before any job runs (`advbench run` states their cost
     there, the experiment's own sweep included).
 
-    A sweep's (and a printed config's) jobs are composed and checked first, and their output
-    folders tried for writing, so a bad value fails in one line before any job starts. A
-    single run is composed once, by Hydra (`composed_once`; a composition costs 0.1–0.3 s):
-    each job checks its config and folder before its task, and when Hydra itself fails
-    before the job (an unknown key, a folder it cannot create), the run is composed here
-    to say why in one line.
+    A sweep's (and a printed config's) jobs are composed and checked first, and their output folders
+    tried for writing, so a bad value fails in one line before any job starts. A single run is
+    composed once, by Hydra (`composed_once`; a composition costs 0.1–0.3 s): each job checks its
+    config and folder before its task, and when Hydra itself fails before the job (an unknown key,
+    a folder it cannot create), the run is composed here to say why in one line.
     """
     import hydra
 
@@ -255,6 +254,7 @@ def run_hydra(config_name: str, task: Task, args: Sequence[str], prog: str,
     # every option name of a sweep first: validating a combination's values imports torch (33 s on a
     # loaded machine), and `attack=fgsm,nope` is answered without it
     check_overrides(overrides, config_name)
+    check_sweep_presets(config_name, overrides, prog, launches_one=not names & ({"-m", "--multirun"} | _NO_WRITE_FLAGS))
     if not (names & OWN_COMPOSITION_FLAGS or not flags):
         _check_jobs(config_name, names, overrides, before)
 

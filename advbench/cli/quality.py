@@ -137,7 +137,7 @@ def iqa() -> None:
     \b
     advbench iqa run metric=niqe attack=korhonen        one cell: every budget of `eps`
     advbench iqa run -m metric=niqe,cnnqa attack=fgsm,ifgsm,madc
-    advbench iqa run -m experiment=iqa_offline          the offline benchmark (minutes on a CPU)
+    advbench iqa run -m experiment=iqa_offline          the offline benchmark (1–8 min a cell on 2 cores)
     advbench plot advbench-out/iqa_offline/records      MSU scores, gain curves, ranking table
     """
 
@@ -148,9 +148,10 @@ def iqa_run(args: tuple[str, ...]) -> None:
     """Attack METRIC with ATTACK at every budget of `eps`; per-image records to parquet.
 
     ARGS are Hydra overrides: metric=NAME (`advbench list metric`), attack=fgsm|ifgsm|mifgsm|amifgsm|
-    korhonen|madc|uap|cumulative_uap, eps=[...] (ℓ∞ on [0, 1] images), attacks.<attack>.<key>=V (its
-    hyperparameters), data=FOLDER (default: the sample photos' test crops), n_images=N, size=256,
-    device=cpu|cuda, out_dir=DIR, experiment=iqa_offline|iqa_msu. Cells resume after a kill and are
-    skipped when their records exist (force=true to redo). Then `advbench plot <out_dir>/records`.
+    korhonen|madc|uap|cumulative_uap|square, eps=[...] (ℓ∞ on [0, 1] images), attack.params.<key>=V (the
+    attack's hyperparameters, e.g. attack.params.steps=20 or attack.params.n_queries=500), data=FOLDER
+    (default: the sample photos' test crops), n_images=N, size=256, device=cpu|cuda, out_dir=DIR. A preset
+    is a sweep and needs -m: `advbench iqa run -m experiment=iqa_offline` (or iqa_msu). Cells resume after
+    a kill and are skipped when their records exist (force=true to redo). Then `advbench plot <out_dir>/records`.
     """
     hydra_command("iqa", "advbench.cli.quality_tasks.iqa_main", "advbench iqa run")(args)

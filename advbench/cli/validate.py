@@ -17,12 +17,14 @@ import math
 import re
 import types
 import typing
+from collections.abc import Sequence
 from typing import Any, Callable
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 import advbench.cli.options  # noqa: F401  (registers the ${advbench:cache|data|weights} resolver the YAML uses)
+from advbench.core.catalog import CONFIG_ROOTS, option_data
 from advbench.core.construct import construct, target_of
 from advbench.core.errors import AdvbenchError, user_error
 from advbench.core.keys import plain_value
@@ -357,3 +359,19 @@ def check_composed(cfg: DictConfig) -> None:
         raise AdvbenchError(f"missing required value(s): {', '.join(missing)}; set them on the command line, "
                             f"e.g. {missing[0]}=...")
     validate(cfg)
+
+
+def check_sweep_presets(config_name: str, overrides: Sequence[str], prog: str, *, launches_one: bool) -> None:
+    """Without -m, a preset that sweeps (its `hydra.sweeper.params`) would run one default cell and drop
+    its sweep without a word: say that it needs -m instead (`launches_one`: a single run, not a printout)."""
+    if not launches_one:
+        return
+    group = "/".join(filter(None, (CONFIG_ROOTS.get(config_name), "experiment")))
+    for override in overrides:
+        key, _, value = override.partition("=")
+        if key.lstrip("+~") != "experiment" or "," in value:
+            continue
+        data = option_data(group, value) or {}
+        if (data.get("hydra") or {}).get("sweeper", {}).get("params"):
+            raise AdvbenchError(f"experiment={value} is a sweep (it sets hydra.sweeper.params), so it needs -m: "
+                                f"{prog} -m experiment={value}")

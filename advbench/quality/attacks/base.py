@@ -6,6 +6,8 @@ may be one image at several budgets. "Raise" means towards the metric's better e
 gradient followed is that of the metric's goodness (`quality.metrics.scoring.goodness`), whose sign is
 flipped for lower-better metrics such as NIQE.
 
+A score-based attack (`square`) reads scores only, and counts its metric forwards (`queries`).
+
 Each attack returns the attacked images and the metric's raw score after every iteration
 (`trace`, (N, T), the last column the score of `x_adv`): the gain-vs-iterations curves of
 `advbench plot` come from one run, as the strength curves of the robustness half do.
@@ -27,11 +29,13 @@ BOUNDS = (0.0, 1.0)
 
 @dataclass
 class Attacked:
-    """One batch after an attack: images, the raw score after each iteration, gradient evaluations per image."""
+    """One batch after an attack: images, the raw score after each iteration, gradient evaluations per image,
+    and, for a score-based attack, the metric forwards it counted per image (`queries`, (N,))."""
 
     x_adv: torch.Tensor
     trace: torch.Tensor
     grad_evals: int
+    queries: torch.Tensor | None = None
 
 
 class MetricAttack:
@@ -42,6 +46,8 @@ class MetricAttack:
     """
 
     name: ClassVar[str] = ""
+    needs_gradient: ClassVar[bool] = True
+    """False for a score-based attack: the metric needs only a forward pass."""
 
     def prepare(self, metric: QualityMetric, context: PrepareContext) -> dict[str, Any]:
         return {}
@@ -79,10 +85,18 @@ def final_scores(metric: QualityMetric, x_adv: torch.Tensor) -> torch.Tensor:
     return metric(x_adv).unsqueeze(1)
 
 
-def check_attackable(metric: QualityMetric, name: str, x: torch.Tensor) -> None:
-    """One forward and backward on real images before any attack: one finite score per image,
-    with a usable input gradient, else one line saying which (not a traceback mid-cell)."""
-    x = x.detach().requires_grad_(True)
+SCORES_ONLY = "attack=square needs only scores"
+"""The way out a gradient-attack refusal names: the score-based attack."""
+
+
+def check_attackable(metric: QualityMetric, name: str, x: torch.Tensor, needs_gradient: bool = True) -> None:
+    """One forward (and backward) on real images before any attack: one finite score per image, with
+    a usable input gradient where the attack needs one (a score-based attack climbs scores alone, so
+    a non-differentiable metric will do), else one line saying which (not a traceback mid-cell)."""
+    if needs_gradient and not metric.differentiable:
+        raise AdvbenchError(f"metric '{name}' has no input gradient (not differentiable); gradient attacks need "
+                            f"one ({SCORES_ONLY})")
+    x = x.detach().requires_grad_(needs_gradient)
     shape = "x".join(str(int(s)) for s in x.shape[1:])
     try:
         scores = metric(x)
@@ -97,12 +111,14 @@ def check_attackable(metric: QualityMetric, name: str, x: torch.Tensor) -> None:
                             f"images of {shape} it returned {got}")
     if not torch.isfinite(scores).all():
         raise AdvbenchError(f"metric '{name}' returned non-finite scores on real images: {scores.detach().tolist()}")
+    if not needs_gradient:
+        return
     grad = torch.autograd.grad(goodness(metric, scores).sum(), x, allow_unused=True)[0] if scores.requires_grad \
         else None
     if grad is None:
         raise AdvbenchError(f"metric '{name}' is not differentiable w.r.t. its input images (its scores carry no "
-                            "gradient: a .detach(), .item(), numpy or no_grad in its forward?); the attacks on "
-                            "metrics all need one")
+                            "gradient: a .detach(), .item(), numpy or no_grad in its forward?); gradient attacks "
+                            f"need one ({SCORES_ONLY})")
     check_gradient(metric, name, grad)
 
 

@@ -21,7 +21,6 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 import torch
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from advbench.core.cells import claim_cell, fill_cell
 from advbench.core.construct import target_of
@@ -33,6 +32,8 @@ from advbench.core.version import __version__
 from advbench.quality.attacks.base import MetricAttack, PrepareContext, check_attackable, check_budgets
 from advbench.quality.images import as_batch, uap_images
 from advbench.quality.iqa.fidelity import check_measurable, fidelity
+from advbench.quality.iqa.progress import CellProgress
+from advbench.quality.iqa.scores import msu_scores
 from advbench.quality.metrics.base import QualityMetric
 from advbench.quality.metrics.scoring import device_of
 
@@ -80,12 +81,9 @@ def iqa_cell(spec: IqaSpec, metric: QualityMetric, attack: MetricAttack,
     name = safe_name(spec.metric, "metric")
     device = device_of(spec.device)
     metric = metric.to(device).eval()
-    if not metric.differentiable:
-        raise AdvbenchError(f"metric '{name}' has no input gradient (not differentiable); the attacks on metrics "
-                            "all need one")
     images, source = given if given is not None else load_images(spec)
     check_measurable(images)
-    check_attackable(metric, name, images[:2].to(device))
+    check_attackable(metric, name, images[:2].to(device), needs_gradient=attack.needs_gradient)
     records_dir = Path(str(spec.records_dir)).expanduser()
     extra = attack.prepare(metric, PrepareContext(cache=records_dir.parent / "uaps" / name, seed=int(spec.seed),
                                                   device=device, progress=bool(spec.progress)))
@@ -101,13 +99,11 @@ def iqa_cell(spec: IqaSpec, metric: QualityMetric, attack: MetricAttack,
             console.print(f"[dim]skip {label}: records exist at {part} (force=true to redo)[/dim]", soft_wrap=True)
             return part
         static = _static_columns(spec, identity, key, metric, source, device, len(ids))
-        with Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                      console=console, transient=True, disable=not spec.progress) as bar:
-            task = bar.add_task("iqa", total=len(ids))
+        with CellProgress(label, len(ids), console, enabled=bool(spec.progress)) as progress:
 
             def compute(positions: list[int]) -> pd.DataFrame:
                 frame = attack_rows(metric, attack, images, budgets, positions, int(spec.batch_size), device,
-                                    lambda n: bar.advance(task, n))
+                                    progress.advance)
                 return frame.assign(**static)
 
             frame = fill_cell(files, key, __version__, ids, int(spec.chunk_size), compute)
@@ -134,7 +130,10 @@ def attack_rows(metric: QualityMetric, attack: MetricAttack, images: torch.Tenso
         frames.append(pd.DataFrame({
             "sample_id": batch.numpy(), "image_id": image_id.numpy(), "eps": eps.cpu().double().numpy(),
             "score_clean": clean.detach().cpu().double().numpy(), "score_attacked": trace[:, -1].numpy(),
-            **measured, "iterations": trace.shape[1], "grad_evals": result.grad_evals, "seconds": seconds,
+            **measured, "iterations": trace.shape[1], "grad_evals": result.grad_evals,
+            "queries": pd.array([None] * len(batch) if result.queries is None else result.queries.cpu().numpy(),
+                                dtype="Int64"),
+            "seconds": seconds,
             "score_trace": list(trace.numpy()),
         }))
         if advance is not None:
@@ -157,13 +156,18 @@ def _static_columns(spec: IqaSpec, identity: dict[str, Any], key: str, metric: Q
     }
 
 
+def budget_label(eps: float) -> str:
+    """A budget as the docs write it: 8/255, or 2.55/255 for one that is no whole number of levels."""
+    return f"{eps * 255:.3g}/255"
+
+
 def summarize(frame: pd.DataFrame, label: str, part: Path) -> None:
-    """One line per budget: mean change of the score in its better direction, and the mean PSNR."""
-    sign = 1 if bool(frame["higher_better"].iloc[0]) else -1
-    gains = frame.assign(gain=sign * (frame["score_attacked"] - frame["score_clean"])).groupby("eps")
-    shown = ", ".join(f"ε={eps:.4g}: {g:+.3g} ({p:.1f} dB)"
-                      for eps, g, p in zip(gains.groups, gains["gain"].mean(), gains["psnr"].mean()))
-    Console().print(f"{label}: mean gain {shown}; wrote {part}", soft_wrap=True)
+    """One entry per budget: the mean absolute gain of docs/iqa.md (the score MinMax-scaled on the cell's
+    clean scores, higher better: what `advbench plot` draws), and the mean PSNR."""
+    scores = msu_scores(frame)
+    shown = ", ".join(f"ε={budget_label(eps)}: {g:+.3g} ({p:.1f} dB)"
+                      for eps, g, p in zip(scores["eps"], scores["abs_gain"], scores["psnr"]))
+    Console().print(f"{label}: mean scaled gain {shown}; wrote {part}", soft_wrap=True)
 
 
 def check_iqa_settings(eps: Any, batch_size: Any, chunk_size: Any, attack: str, target: str) -> None:

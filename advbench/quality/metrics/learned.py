@@ -17,6 +17,11 @@ stability test needs; it is not a substitute for a validated metric.
 Weights live in `<cache_dir>/cnnqa/cnnqa-v1.pt` (cache_dir defaults to $ADVBENCH_CACHE or
 ~/.cache/advbench). A missing default file is trained on first use (progress bar); an
 explicit `weights=` path that does not exist is an error.
+
+Training runs on one CPU thread whatever torch's setting: a convolution's sums are split across
+threads, so the same seed trained on one and on two threads gives other weights (the FGSM gain of
+`iqa run` at 8/255 moved from 0.536 to 0.525, docs/iqa.md), and the first use decides the cache.
+On one thread the same seed gives bitwise the same weights on a given torch build.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from torch import nn
 
 from advbench.core.errors import AdvbenchError
 from advbench.core.paths import location
+from advbench.core.runtime import threads_for
 from advbench.quality.images import photo_crops
 from advbench.quality.metrics.base import QualityMetric
 
@@ -118,7 +124,7 @@ def train_cnnqa(*, steps: int = 200, batch_size: int = 16, crop: int = 64, lr: f
     """Train a QualityNet on distortion ladders of random crops of the training photos.
 
     Each step draws `batch_size` crops, a quarter per distortion type, and ranks the four
-    levels of each crop's ladder.
+    levels of each crop's ladder. On one thread, so the weights do not depend on the machine's cores.
     """
     if batch_size < 4 or steps < 1:
         raise AdvbenchError(f"cnnqa training needs batch_size >= 4 and steps >= 1, got {batch_size} and {steps}")
@@ -131,10 +137,10 @@ def train_cnnqa(*, steps: int = 200, batch_size: int = 16, crop: int = 64, lr: f
     opt = torch.optim.Adam(net.parameters(), lr=lr)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps)
     targets = torch.tensor(TARGETS).view(1, LEVELS, 1)
-    columns = (TextColumn("training cnnqa"), BarColumn(), TextColumn("{task.completed}/{task.total} loss {task.fields[loss]:.3f}"),
+    columns = (TextColumn("training cnnqa"), BarColumn(), TextColumn("{task.completed}/{task.total} {task.fields[loss]}"),
                TimeRemainingColumn())
-    with Progress(*columns, disable=not progress) as bar:
-        task = bar.add_task("train", total=steps, loss=float("nan"))
+    with threads_for(1), Progress(*columns, disable=not progress) as bar:
+        task = bar.add_task("train", total=steps, loss="")  # no loss before the first step
         for _ in range(steps):
             idx = torch.randint(len(pool), (batch_size // 4 * 4,), generator=gen)
             flip = torch.rand(len(idx), generator=gen) < 0.5
@@ -146,7 +152,7 @@ def train_cnnqa(*, steps: int = 200, batch_size: int = 16, crop: int = 64, lr: f
             loss.backward()
             opt.step()
             sched.step()
-            bar.update(task, advance=1, loss=loss.item())
+            bar.update(task, advance=1, loss=f"loss {loss.item():.3f}")
     return net.eval()
 
 

@@ -49,6 +49,19 @@ def _check_images(images: torch.Tensor | Dataset, size: int) -> None:
         raise AdvbenchError(f"UAP images must be (3, {size}, {size}), got {shape}")
 
 
+def progress_columns() -> tuple:
+    """The training bar: epoch, bar, steps, the last step's loss (`loss_field`), time left."""
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
+
+    return (TextColumn("UAP epoch {task.fields[epoch]}"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("{task.fields[loss]}"), TimeRemainingColumn())
+
+
+def loss_field(loss: float | None) -> str:
+    """The bar's loss text: nothing before the first step has a loss to show (not `loss nan`)."""
+    return "" if loss is None else f"loss {loss:.4f}"
+
+
 def train_uap(metric: QualityMetric, images: torch.Tensor | Dataset, *, size: int = SIZE, clamp: float = CLAMP,
               lr: float = 1e-3, epochs: int = 5, batch_size: int = 8, seed: int = 0,
               device: str | torch.device | None = None, progress: bool = True) -> torch.Tensor:
@@ -57,13 +70,7 @@ def train_uap(metric: QualityMetric, images: torch.Tensor | Dataset, *, size: in
     Adam on p (zero start), loss 1 - goodness(metric(clip(batch + p))), p clamped to
     [-clamp, clamp] after every step, images shuffled each epoch with `seed`. Returns p on CPU.
     """
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeRemainingColumn,
-    )
+    from rich.progress import Progress
 
     if epochs < 1 or batch_size < 1 or not clamp > 0:
         raise AdvbenchError(f"UAP training needs epochs >= 1, batch_size >= 1, clamp > 0; "
@@ -75,10 +82,8 @@ def train_uap(metric: QualityMetric, images: torch.Tensor | Dataset, *, size: in
     p = torch.zeros(3, size, size, device=dev, requires_grad=True)
     opt = torch.optim.Adam([p], lr=lr)
     loader = _loader(images, batch_size, seed, shuffle=True)
-    columns = (TextColumn("UAP epoch {task.fields[epoch]}"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("loss {task.fields[loss]:.4f}"), TimeRemainingColumn())
-    with Progress(*columns, disable=not progress) as bar:
-        task = bar.add_task("uap", total=epochs * len(loader), epoch=1, loss=float("nan"))
+    with Progress(*progress_columns(), disable=not progress) as bar:
+        task = bar.add_task("uap", total=epochs * len(loader), epoch=1, loss=loss_field(None))
         for epoch in range(epochs):
             for batch in loader:
                 loss = uap_loss(metric, (batch.to(dev, non_blocking=True) + p).clamp(0, 1))
@@ -86,7 +91,7 @@ def train_uap(metric: QualityMetric, images: torch.Tensor | Dataset, *, size: in
                 opt.step()
                 with torch.no_grad():
                     p.clamp_(-clamp, clamp)
-                bar.update(task, advance=1, epoch=epoch + 1, loss=loss.item())
+                bar.update(task, advance=1, epoch=epoch + 1, loss=loss_field(loss.item()))
     return p.detach().cpu()
 
 

@@ -15,10 +15,10 @@ from collections.abc import Sequence
 
 import torch
 
+from advbench.core.draws import normal
 from advbench.core.steps import lp_norm
 from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.base import AttackResult
-from advbench.robustness.attacks.draws import normal
 from advbench.robustness.attacks.oracles import DecisionOracle
 from advbench.robustness.attacks.queries import CHECKPOINTS, DecisionAttack, QueryLog, Window
 

@@ -18,10 +18,10 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
+from advbench.core.draws import normal, uniform
 from advbench.core.steps import clip, lp_norm, per_sample
 from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.base import AttackResult
-from advbench.robustness.attacks.draws import normal, uniform
 from advbench.robustness.attacks.oracles import DecisionOracle
 from advbench.robustness.attacks.queries import CHECKPOINTS, DecisionAttack, Window
 

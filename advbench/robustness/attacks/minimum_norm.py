@@ -18,11 +18,11 @@ import math
 
 import torch
 
+from advbench.core.draws import normal
 from advbench.core.runtime import grad_rows, pieces
 from advbench.core.steps import DUAL_NORM, adam_step, clip, lp_norm, per_sample, unit_direction
 from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.base import Attack, AttackResult, Cost
-from advbench.robustness.attacks.draws import normal
 from advbench.robustness.attacks.oracles import Objective, Oracle, TransferOracle
 
 CPU_GRAD_ELEMENTS = 1 << 18

@@ -4,8 +4,9 @@ Square (Andriushchenko et al. 2020) is random search over square-shaped updates,
 when they lower the margin loss. Every sample runs its own search, all in one tensor loop:
 each step is ONE oracle call carrying one candidate for every active sample, and a sample
 leaves the active set when it meets the goal or spends its query budget. Random numbers are
-drawn per (seed, sample_id, step) (advbench.robustness.attacks.draws), so a sample's search does not
-depend on its batch.
+drawn per (seed, sample_id, step) (advbench.core.draws), so a sample's search does not
+depend on its batch. The ℓ∞ step, p's schedule and the block draws are `advbench.core.square`'s,
+shared with the quality half's attack on metrics.
 
 Strength is queries: `steps` is the query budget and `first_success` is the number of
 queries a sample had spent (the start included) when its current iterate first met the goal.
@@ -14,35 +15,21 @@ queries a sample had spent (the start included) when its current iterate first m
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from functools import lru_cache
 from typing import ClassVar
 
 import torch
 
+from advbench.core.draws import rademacher, signs
 from advbench.core.errors import AdvbenchError
+from advbench.core.square import SquareDraws, linf_draws, linf_step, p_schedule, recoloured, window
 from advbench.core.steps import clip, lp_norm, per_sample
 from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.base import Attack, AttackResult
-from advbench.robustness.attacks.draws import uniform, uniform_streams
 from advbench.robustness.attacks.minimum_norm import goal_margin
 from advbench.robustness.attacks.oracles import ScoreOracle
 
 _TINY = 1e-12
-_RESAMPLES = 16  # redraws of an ℓ∞ square whose colour would not change the image (authors: until it does)
-_STREAMS = 2  # random streams per step: the squares' places, the colours
-_BLOCK = 32  # Square's steps whose random numbers are drawn at once
-
-
-def p_schedule(p_init: float, it: int, n_queries: int | None) -> float:
-    """The authors' schedule of the square's share of pixels, halved at fixed fractions of the budget
-    `n_queries`; None: at fixed iterations of a 10,000-query scale, whatever the budget."""
-    it = it if n_queries is None else int(it / n_queries * 10000)
-    for bound, div in ((10, 1), (50, 2), (200, 4), (500, 8), (1000, 16), (2000, 32), (4000, 64),
-                       (6000, 128), (8000, 256)):
-        if it <= bound:
-            return p_init / div
-    return p_init / 512
 
 
 def _rectangle(rows: int, cols: int) -> torch.Tensor:
@@ -74,66 +61,6 @@ def _place(pattern: torch.Tensor, h: int, w: int, top: torch.Tensor, left: torch
     t = transpose[:, None, None]
     values = pattern.to(top.device)[torch.where(t, c, r), torch.where(t, r, c)]
     return (values * inside)[:, None]
-
-
-@lru_cache(maxsize=256)
-def _spans(s: int, size: int, device: torch.device) -> torch.Tensor:
-    """(size − s + 1, size) bool: row k marks [k, k + s), the square's rows (or columns) at corner k.
-
-    Row k is what a uniform u with ⌊u·(size − s)⌋ = k places; the last row repeats the one
-    before it, for a product u·(size − s) that rounds up to size − s (`_corner`'s clamp).
-    """
-    corner = torch.arange(size - s + 1, device=device).clamp(max=size - s - 1)[:, None]
-    at = torch.arange(size, device=device)[None, :]
-    return (at >= corner) & (at < corner + s)
-
-
-def _window(u_top: torch.Tensor, u_left: torch.Tensor, s: int, h: int, w: int) -> torch.Tensor:
-    """(n, 1, h, w) bool: the s × s square at the corners the uniforms place (`_corner`), one per sample.
-
-    Two table lookups and an outer `and`: Square places a square per sample per step, and
-    this is `_place` of ones without its index arithmetic and gathers.
-    """
-    rows = _spans(s, h, u_top.device).index_select(0, (u_top * (h - s)).long())
-    cols = _spans(s, w, u_left.device).index_select(0, (u_left * (w - s)).long())
-    return (rows[:, :, None] & cols[:, None, :])[:, None]
-
-
-def _signs(u: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """±1 from uniforms (below one half: −1), in `like`'s dtype."""
-    return torch.where(u < 0.5, -1.0, 1.0).to(like)
-
-
-class _Draws:
-    """Square's random numbers, drawn `_BLOCK` steps at a time for the samples searching at a block's start.
-
-    Step t's are stream 2t (the squares' places, float32) and 2t + 1 (the colours, in x's
-    dtype, as `paint` turns them into what the step wants) of `random.uniform`: the very
-    numbers a draw per step gives, for one draw's fixed cost of a few dozen tensor ops per
-    block instead of per step. Rows follow the searching samples: `keep` drops those that stop
-    (wasting the rest of their block).
-    """
-
-    def __init__(self, seed: int, sample_id: torch.Tensor, places: int, colours: tuple[int, ...],
-                 like: torch.Tensor, last: int, paint: Callable[[torch.Tensor], torch.Tensor]) -> None:
-        self.seed, self.sample_id, self.places, self.colours, self.like, self.last, self.paint = \
-            seed, sample_id, places, colours, like, last, paint
-        self.first = -_BLOCK
-        self.place = self.colour = like.new_empty(0)
-
-    def at(self, t: int, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Step t's place uniforms (m, places) and painted colours (m, *colours) of batch rows `rows`."""
-        if t >= self.first + _BLOCK:
-            self.first = t
-            steps = torch.arange(t, min(t + _BLOCK, self.last + 1), device=rows.device) * _STREAMS
-            ids, like = self.sample_id.index_select(0, rows), self.like
-            self.place = uniform_streams(self.seed, ids, (self.places,), steps, device=like.device)
-            self.colour = self.paint(uniform_streams(self.seed, ids, self.colours, steps + 1, device=like.device,
-                                                     dtype=like.dtype))
-        return self.place[:, t - self.first], self.colour[:, t - self.first]
-
-    def keep(self, mask: torch.Tensor) -> None:
-        self.place, self.colour = self.place[mask], self.colour[mask]
 
 
 def _corner(u: torch.Tensor, span: int) -> torch.Tensor:
@@ -207,13 +134,13 @@ class Square(ScoreAttack):
         rows = everyone[first < 0]
         linf = norm == "linf"
         step = self._linf_step if linf else self._l2_step
-        draws = _Draws(self.seed, sample_id, 2 if linf else 5, (_RESAMPLES, x.shape[1]) if linf else (x.shape[1], 1, 1),
-                       x, self.n_queries - 1, (lambda u: u < 0.5) if linf else (lambda u: _signs(u, x)))
+        draws = linf_draws(self.seed, sample_id, x, self.n_queries - 1) if linf else \
+            SquareDraws(self.seed, sample_id, 5, (x.shape[1], 1, 1), x, self.n_queries - 1, lambda u: signs(u, x))
         # The searching samples' state, compact (rows of the batch: `rows`); written back when they stop.
         # `ref` is what a step builds on besides the best iterate: ℓ∞ the recoloured images x ± ε,
         # fixed per sample, so made once and not every step; ℓ2 x.
         xb, ya, ea, la, fa = (v[rows] for v in (x_best, y, eps, loss, first))
-        ref = _recoloured(x[rows], ea, oracle.bounds) if linf else x[rows]
+        ref = recoloured(x[rows], ea, oracle.bounds) if linf else x[rows]
         ta = None if target is None else target[rows]
         for t in range(1, self.n_queries):
             if rows.numel() == 0:
@@ -254,23 +181,11 @@ class Square(ScoreAttack):
             delta[:, :, i:i + s, j:j + s] += block * signs[:, :, k, None, None]
         return clip(x + _to_radius(delta, eps), bounds)
 
-    def _linf_step(self, moved: torch.Tensor, x_best: torch.Tensor, eps: torch.Tensor, p: float,
+    @staticmethod
+    def _linf_step(moved: torch.Tensor, x_best: torch.Tensor, eps: torch.Tensor, p: float,
                    bounds: tuple[float, float], u: torch.Tensor, minus: torch.Tensor) -> torch.Tensor:
-        """Recolour one random square with ±ε per channel, redrawing colours that change nothing.
-
-        `moved` (m, 2, c, h, w): x + ε and x − ε, clipped (`_recoloured`); `u`: the corner's two
-        uniforms; `minus` (m, R, c): R colours per sample (True: −ε), all drawn at once. A colour
-        leaves a channel unchanged iff its clipped value equals x_best over the square, so the
-        first useful draw is picked without extra passes.
-        """
-        m, c, h, w = x_best.shape
-        s = min(max(round(math.sqrt(p * h * w)), 1), h - 1)
-        inside = _window(u[:, 0], u[:, 1], s, h, w)
-        changes = (((moved - x_best[:, None]).abs() * inside[:, None]).flatten(3).amax(dim=3) >= 1e-7).to(x_best.dtype)
-        useful = torch.where(minus, changes[:, 1, None], changes[:, 0, None]).amax(dim=2)  # (m, R)
-        useful[:, -1] = 1                                        # the last draw when none is useful
-        pick = minus.gather(1, useful.argmax(dim=1)[:, None, None].expand(m, 1, c)).view(m, c, 1, 1)
-        return torch.where(inside, torch.where(pick, moved[:, 1], moved[:, 0]), x_best)
+        """`advbench.core.square.linf_step` in the ℓ2 step's signature (ε and the box are in `moved`)."""
+        return linf_step(moved, x_best, p, u, minus)
 
     def _l2_step(self, x: torch.Tensor, x_best: torch.Tensor, eps: torch.Tensor, p: float,
                  bounds: tuple[float, float], u: torch.Tensor, sign: torch.Tensor) -> torch.Tensor:
@@ -281,8 +196,8 @@ class Square(ScoreAttack):
         _, c, h, w = x.shape
         s = min(max(round(math.sqrt(p * h * w)), 3), h - 1)
         s += 1 if s % 2 == 0 and s + 1 < h else 0
-        mask1 = _window(u[:, 0], u[:, 2], s, h, w)                 # u: both squares' rows, columns, a coin
-        both = mask1 | _window(u[:, 1], u[:, 3], s, h, w)
+        mask1 = window(u[:, 0], u[:, 2], s, h, w)                 # u: both squares' rows, columns, a coin
+        both = mask1 | window(u[:, 1], u[:, 3], s, h, w)
         bump = _place(eta(s), h, w, _corner(u[:, 0], h - s), _corner(u[:, 2], w - s), u[:, 4] < 0.5).to(x)
         delta = x_best - x
         window_norm = (delta * mask1).square().sum(dim=(2, 3), keepdim=True).sqrt()
@@ -302,17 +217,6 @@ class AutoAttackSquare(Square):
     rescaled_schedule = False
 
 
-def _recoloured(x: torch.Tensor, eps: torch.Tensor, bounds: tuple[float, float]) -> torch.Tensor:
-    """(m, 2, c, h, w): x + ε and x − ε per sample, clipped to the bounds: the two colours of an ℓ∞ square."""
-    e = per_sample(eps, x)
-    return clip(torch.stack([x + e, x - e], dim=1), bounds)
-
-
 def _to_radius(delta: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
     """δ rescaled to ℓ2 norm ε per sample (the authors keep Square's ℓ2 iterates on the sphere)."""
     return delta / per_sample(lp_norm(delta, "l2").clamp_min(_TINY), delta) * per_sample(eps, delta)
-
-
-def rademacher(seed: int, sample_id: torch.Tensor, shape: tuple[int, ...], stream: int, like: torch.Tensor) -> torch.Tensor:
-    """±1 per entry of `shape` for each sample, drawn from (seed, sample id, stream) in `like`'s dtype."""
-    return _signs(uniform(seed, sample_id, shape, stream, device=like.device, dtype=like.dtype), like)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from advbench.core.draws import normal, uniform
 from advbench.core.steps import clip, lp_norm, per_sample, unit_direction
-from advbench.robustness.attacks.draws import normal, uniform
 
 
 def random_start(x: torch.Tensor, eps: torch.Tensor, norm: str, bounds: tuple[float, float], *,

@@ -8,7 +8,7 @@ the authors' VGG takes unnormalised images, so it lands before the first convolu
 "inner" noise (σ_inner) is added to the input of every later convolution.
 
 Training (recipe `rse`, `recipes/rse.py`) draws with torch's generator (seeded by the trainer);
-the deployed model (`wrappers.RandomSelfEnsemble`) draws per row with `attacks/draws.py`,
+the deployed model (`wrappers.RandomSelfEnsemble`) draws per row with `advbench.core.draws`,
 keyed by sample id and call index (`Draw` gets the pass's keys through its closure, so the hooks
 stay stateless and a resumed run draws what an uninterrupted one does), and averages the logits
 of an ensemble of noisy passes.

@@ -14,7 +14,7 @@ boundary, so attacks and the engine need no per-defense code (seed 4.2, adaptive
 `straight_through = False` on a BPDA module turns the approximation off (the plain autograd
 gradient, zero through a rounding): `advbench.robustness.defenses.masking` looks at that gradient.
 
-Random draws come from `advbench.robustness.attacks.draws`, keyed per row. In the engine each
+Random draws come from `advbench.core.draws`, keyed per row. In the engine each
 pass is told its rows' keys, (sample id, how many passes that sample has been through)
 (`draws.RowCalls`, `draws.Drawing`), so a sample's draws, and its records, do not depend on its
 batch, its chunk, or on whether the run was killed and resumed. A direct call outside the engine
@@ -31,10 +31,11 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from advbench.core import draws as rng
+from advbench.core.draws import _GOLDEN, _mix, row_keys
 from advbench.core.errors import AdvbenchError
 from advbench.core.registry import Registry
 from advbench.robustness.attacks import draws
-from advbench.robustness.attacks.draws import _GOLDEN, _mix
 from advbench.robustness.attacks.transfer import diverse_inputs
 from advbench.robustness.defenses.rse import conv_noise, inner_convolutions
 
@@ -181,13 +182,6 @@ class RandomResizePad(InputTransform):
         return diverse_inputs(x, prob=1.0, resize_rate=self.rate, seed=self.seed, sample_id=keys, stream=stream)
 
 
-def row_keys(x: torch.Tensor) -> torch.Tensor:
-    """(n,) int64 hash of each row's exact float32 bits: a per-sample key that needs no sample id."""
-    bits = x.detach().float().reshape(x.shape[0], -1).view(torch.int32).to(torch.int64)
-    weights = _mix(torch.arange(1, bits.shape[1] + 1, device=x.device, dtype=torch.int64) * _GOLDEN) | 1
-    return _mix((bits * weights).sum(dim=1))
-
-
 ENSEMBLE_ELEMENTS = 1 << 20
 """Input elements (rows x members x pixels) one noisy-ensemble call of the model may carry."""
 
@@ -226,7 +220,7 @@ class _Ensemble(InputTransform):
 
     def normal(self, keys: torch.Tensor, like: torch.Tensor, stream: int) -> torch.Tensor:
         """N(0, 1) noise shaped like `like`, row i from (seed, keys[i], stream)."""
-        return draws.normal(self.seed, keys, tuple(like.shape[1:]), stream, device=like.device, dtype=like.dtype)
+        return rng.normal(self.seed, keys, tuple(like.shape[1:]), stream, device=like.device, dtype=like.dtype)
 
 
 def member_keys(rows: torch.Tensor, members: int) -> torch.Tensor:
@@ -284,7 +278,7 @@ class RandomDiscretization(_Ensemble):
         """Each pixel of x + noise set to its nearest centroid, clipped to the bounds."""
         m, c = x.shape[:2]
         seeds = (x + self.noise * self.normal(keys, x, stream)).flatten(2)            # (m, c, pixels)
-        where = (draws.uniform(self.seed, keys, (self.clusters,), stream + 1, device=x.device)
+        where = (rng.uniform(self.seed, keys, (self.clusters,), stream + 1, device=x.device)
                  * seeds.shape[2]).long()
         centroids = seeds.gather(2, where[:, None, :].expand(m, c, -1))               # (m, c, k)
         noisy = (x + self.noise * self.normal(keys, x, stream + 2)).flatten(2)
