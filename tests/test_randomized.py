@@ -122,6 +122,26 @@ def test_flags_fire_on_probabilities_zero_gradients_and_randomness(tiny_model, b
         assert model.passes == 0, "the deployed model's draws are untouched"
 
 
+class SquareRootInput(nn.Module):
+    """A model with finite outputs whose input gradient is infinite wherever a pixel is 0 (sqrt's slope)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model(x.sqrt())
+
+
+def test_a_non_finite_input_gradient_is_flagged_as_unusable(tiny_model, batch) -> None:
+    x, y = batch
+    dark = x.flatten(1).amin(dim=1) == 0  # rows with a black pixel: sqrt's gradient there is infinite
+    assert 0 < int(dark.sum()) and torch.isfinite(SquareRootInput(tiny_model)(x)).all()
+    flags, unusable = gradient_flags(SquareRootInput(tiny_model), x, y)
+    assert flags == {**NONE_FIRED, "flag_zero_grad": True} and unusable == float(dark.float().mean())
+    assert gradient_flags(SquareRootInput(tiny_model), x + 0.01, y)[0] == NONE_FIRED, "positive pixels: finite slopes"
+
+
 class Purifying(nn.Module):
     """A dynamic defense: every forward pass takes a gradient step on its input first."""
 
@@ -153,7 +173,7 @@ def test_flags_stay_quiet_on_the_natural_small_cnn_and_warn_on_jpeg(trained_digi
     assert capsys.readouterr().err == ""
     jpeg = wrap(model, {"type": "jpeg"}, seed=0)
     assert cell_flags(jpeg, dataset.eval_set(), range(64), cpu, label="cell", warn_user=True)["flag_zero_grad"]
-    assert "cell: gradients may be masked: zero input gradients for 100% of the first batch" in capsys.readouterr().err
+    assert "cell: gradients may be masked: zero or non-finite input gradients for 100% of the first batch" in capsys.readouterr().err
 
 
 def test_advbench_train_rse_on_digits_deploys_with_its_noise(tmp_path: Path) -> None:

@@ -149,7 +149,7 @@ def _grad_modes(attack: AttackCell) -> set[str]:
 
 
 def masked_gradients(group: Group, case: WorstCase) -> list[Sign]:
-    """Zero input gradients in the model as deployed: a failure for white-box cells attacked through
+    """Zero or non-finite input gradients in the model as deployed: a failure for white-box cells attacked through
     them, remedied where the records say the gradients were BPDA's."""
     white = [a for a in _flagged(group, "flag_zero_grad") if a.knowledge == "white"]
     naive = [a for a in white if not any("bpda" in m for m in _grad_modes(a))]
@@ -157,7 +157,7 @@ def masked_gradients(group: Group, case: WorstCase) -> list[Sign]:
     action = ("attack through BPDA (identity or a smooth approximation backward through the non-differentiable "
               "step), and confirm with score- and decision-based attacks, which need no gradient")
     return [Sign("zero_gradients", "Zero gradients in the deployed model", level, group.row, group.threat,
-                 f"flag_zero_grad set (some input gradient exactly zero) on {', '.join(a.name for a in cells)}; "
+                 f"flag_zero_grad set (some input gradient exactly zero or not finite) on {', '.join(a.name for a in cells)}; "
                  f"gradients used: {', '.join(sorted(set().union(*map(_grad_modes, cells))))}",
                  action, (AUTOATTACK, PINTOR, ATHALYE), _cells(cells))
             for level, cells in ((FAILURE, naive), (REMEDIED, adapted)) if cells]

@@ -5,7 +5,8 @@ A white-box attack that follows masked gradients reports robustness the model do
 gradient an attacker without the approximation gets), on one batch:
 
 - `flag_zero_grad`: some sample's input gradient of its logit margin Z_y − max_{j≠y} Z_j is
-  exactly zero (a rounding, a JPEG codec, a saturated output). The margin, not the
+  exactly zero (a rounding, a JPEG codec, a saturated output) or not finite (a log of zero, an
+  overflow): either way an attack following it goes nowhere. The margin, not the
   cross-entropy, so that a confident natural model (softmax at exactly 1) is not flagged;
 - `flag_randomized`: two forward passes of the same batch give different outputs;
 - `flag_probabilities`: every output lies in [0, 1] and each row sums to 1 (softmax outputs
@@ -42,7 +43,8 @@ PROBABILITY_TOLERANCE = 1e-4
 
 
 def zero_gradient_fraction(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
-    """Fraction of rows whose margin gradient w.r.t. the input is all zero (no path counts as zero)."""
+    """Fraction of rows whose margin gradient w.r.t. the input is unusable: all zero (no path counts as
+    zero) or holding a NaN or an infinity."""
     x = x.detach().clone().requires_grad_(True)
     with torch.enable_grad():
         margin = goal_margin(model(x), y, None)
@@ -51,7 +53,8 @@ def zero_gradient_fraction(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -
         grad, = torch.autograd.grad(margin.sum(), x, allow_unused=True)
     if grad is None:
         return 1.0
-    return float((grad.flatten(1).abs().amax(dim=1) == 0).float().mean())
+    rows = grad.flatten(1)
+    return float(((rows.abs().amax(dim=1) == 0) | ~torch.isfinite(rows).all(dim=1)).float().mean())
 
 
 def calls_autograd(model: nn.Module, x: torch.Tensor) -> tuple[bool, torch.Tensor]:
@@ -104,7 +107,7 @@ def cell_flags(model: nn.Module, eval_set: Dataset, positions: Sequence[int], de
     x, y = next(iter(DataLoader(Subset(eval_set, list(positions)), batch_size=len(positions))))[:2]
     flags, zero = gradient_flags(model, x.to(device), y.to(device))
     if warn_user and any(flags.values()):
-        said = {"flag_zero_grad": f"zero input gradients for {zero:.0%} of the first batch",
+        said = {"flag_zero_grad": f"zero or non-finite input gradients for {zero:.0%} of the first batch",
                 "flag_randomized": "randomized outputs (two passes differ)",
                 "flag_probabilities": "outputs look like probabilities, not logits",
                 "flag_dynamic": "the model calls autograd at inference (a dynamic defense)"}
