@@ -6,6 +6,7 @@ score; higher is more robust) and `gain_vs_iterations.png` (the gain of each ite
 largest budget, from one run's score traces). Tables: `msu_scores.{md,csv}` (every score per
 metric, attack and ε) and `ranking.{md,csv}` (metrics by their worst robustness score over the attacks
 at the largest budget every metric was attacked at, most robust first, the mean beside it).
+Records with judges add the transfer matrix (`advbench.quality.iqa.transfer`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from rich.table import Table
 
 from advbench.core.terminal import print_table
 from advbench.quality.iqa.scores import gain_by_iteration, msu_scores
+from advbench.quality.iqa.transfer import render_transfer
 
 ATTACK_ORDER = ("fgsm", "ifgsm", "mifgsm", "amifgsm", "korhonen", "madc", "uap", "cumulative_uap")
 
@@ -116,6 +118,7 @@ def render_iqa(frame: pd.DataFrame, out_dir: Path) -> list[Path]:
     for stem, fig in figures.items():
         fig.savefig(out_dir / f"{stem}.png", dpi=150)
         written.append(out_dir / f"{stem}.png")
+    written += render_transfer(frame, out_dir)
     _show(top, caption)
     return written
 
