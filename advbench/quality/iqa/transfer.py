@@ -27,32 +27,31 @@ from matplotlib.patches import Rectangle
 
 from advbench.quality.iqa.scores import scaled, t_interval
 
-OWN = ["metric", "attack", "eps", "image_id", "cell_key", "higher_better", "score_clean", "score_attacked"]
-JUDGE_COLUMNS = ["judges", "judge_higher_better", "judge_clean", "judge_attacked"]
+KEYS = ["metric", "attack", "eps", "image_id", "cell_key"]
+AS_JUDGE = {"judges": "judge", "judge_higher_better": "higher_better", "judge_clean": "score_clean",
+            "judge_attacked": "score_attacked"}
+"""The judge columns of `advbench.quality.iqa.judges` and what each becomes in the long form."""
 
 
 def has_judges(frame: pd.DataFrame) -> bool:
     """Whether any record carries another metric's scores."""
-    return "judges" in frame and any(_listed(v) and len(v) > 0 for v in frame["judges"])
+    return "judges" in frame and bool(_judged_rows(frame).any())
 
 
-def _listed(value: object) -> bool:
-    return isinstance(value, (list, tuple, np.ndarray))
+def _judged_rows(frame: pd.DataFrame) -> pd.Series:
+    """Rows with at least one judge (parts without judges read as NaN beside those with them)."""
+    return frame["judges"].map(lambda v: isinstance(v, (list, tuple, np.ndarray)) and len(v) > 0)
 
 
 def judged(frame: pd.DataFrame) -> pd.DataFrame:
     """Long form: one row per record and metric scoring it (the attacked metric itself, then every judge),
     with that metric as `judge`, its direction as `higher_better` and its scores as `score_clean`/`score_attacked`."""
-    own = frame[OWN].assign(judge=frame["metric"])
-    if "judges" not in frame:
+    scores = list(AS_JUDGE.values())[1:]
+    own = frame[KEYS + scores].assign(judge=frame["metric"])
+    if not has_judges(frame):
         return own
-    rows = frame[[c for c in OWN if c not in ("higher_better", "score_clean", "score_attacked")] + JUDGE_COLUMNS]
-    rows = rows[[_listed(v) and len(v) > 0 for v in rows["judges"]]]
-    if rows.empty:
-        return own
-    others = rows.explode(JUDGE_COLUMNS, ignore_index=True).rename(columns={
-        "judges": "judge", "judge_higher_better": "higher_better", "judge_clean": "score_clean",
-        "judge_attacked": "score_attacked"})
+    rows = frame.loc[_judged_rows(frame), KEYS + list(AS_JUDGE)]
+    others = rows.explode(list(AS_JUDGE), ignore_index=True).rename(columns=AS_JUDGE)
     others = others.astype({"judge": str, "higher_better": bool, "score_clean": float, "score_attacked": float})
     return pd.concat([own, others[own.columns]], ignore_index=True)
 
