@@ -145,11 +145,14 @@ def test_matrix_has_the_runs_metrics_as_rows_and_columns(sweep: tuple, tmp_path:
     assert table.count("\n| cnnqa |") == 1 and table.count("\n| niqe |") == 1
 
 
-def test_no_judges_no_matrix(sweep: tuple, tmp_path: Path) -> None:
+def test_no_judges_no_matrix_and_parts_without_judges_beside_others(sweep: tuple, tmp_path: Path) -> None:
     frame, _ = sweep
-    assert render_transfer(frame.drop(columns=["judges", "judge_higher_better", "judge_clean", "judge_attacked"]),
-                           tmp_path) == []
+    unjudged = frame.drop(columns=["judges", "judge_higher_better", "judge_clean", "judge_attacked"])
+    assert render_transfer(unjudged, tmp_path) == []
     assert not (tmp_path / "transfer.md").exists()
+    mixed = pd.concat([frame[frame["metric"] == "niqe"], unjudged[unjudged["metric"] == "cnnqa"]], ignore_index=True)
+    matrix = transfer_matrix(transfer_gains(mixed), "ifgsm", BUDGETS[1])
+    assert np.isfinite(matrix.to_numpy()).tolist() == [[True, False], [True, True]]  # cnnqa's images: no judge
 
 
 def test_a_metric_that_fools_no_one(tmp_path: Path) -> None:
