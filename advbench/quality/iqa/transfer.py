@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from matplotlib.colors import Normalize, SymLogNorm
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
@@ -105,31 +106,44 @@ def _markdown(attack: str, eps: float, matrix: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
-def heatmaps(tables: dict[str, tuple[float, pd.DataFrame]]) -> Figure:
-    """One annotated heatmap per attack, one diverging colour scale centred at 0 for all, the diagonal outlined."""
-    limit = max((np.nanmax(np.abs(m.to_numpy())) for _, m in tables.values() if np.isfinite(m.to_numpy()).any()),
-                default=1.0) or 1.0
+def heatmaps(tables: dict[str, tuple[float, pd.DataFrame]], per_row: int = 3) -> Figure:
+    """One annotated heatmap per attack (`per_row` a row), one diverging colour scale centred at 0 for all,
+    the diagonal outlined."""
+    norm = _colour_scale([m.to_numpy(dtype=float) for _, m in tables.values()])
     rows, cols = next(iter(tables.values()))[1].shape
-    fig = Figure(figsize=(max(1.3 * cols * len(tables) + 3.0, 6.0), 0.9 * rows + 2.0), layout="constrained")
-    axes = fig.subplots(1, len(tables), squeeze=False)[0]
+    across, down = min(per_row, len(tables)), -(-len(tables) // per_row)
+    fig = Figure(figsize=(max(1.3 * cols * across + 3.0, 6.0), (0.9 * rows + 1.4) * down + 0.6), layout="constrained")
+    axes = fig.subplots(down, across, squeeze=False).ravel()
     image = None
     for ax, (attack, (eps, matrix)) in zip(axes, tables.items()):
         values = matrix.to_numpy(dtype=float)
-        image = ax.imshow(np.ma.masked_invalid(values), cmap="RdBu", vmin=-limit, vmax=limit, aspect="auto")
+        image = ax.imshow(np.ma.masked_invalid(values), cmap="RdBu", norm=norm, aspect="auto")
         for (i, j), v in np.ndenumerate(values):
-            shown = f"{v:+.2f}" if np.isfinite(v) else "—"
-            ax.text(j, i, shown, ha="center", va="center", fontsize=8,
-                    color="white" if np.isfinite(v) and abs(v) > 0.6 * limit else "black")
+            dark = np.isfinite(v) and abs(float(norm(v)) - 0.5) > 0.3
+            ax.text(j, i, f"{v:+.2f}" if np.isfinite(v) else "—", ha="center", va="center", fontsize=8,
+                    color="white" if dark else "black")
         for k in range(min(rows, cols)):
             ax.add_patch(_outline(k))
         ax.set_xticks(range(cols), list(matrix.columns), rotation=30, ha="right")
         ax.set_yticks(range(rows), list(matrix.index))
         ax.set_xlabel("judging metric B")
+        ax.set_ylabel("attacked metric A")
         ax.set_title(f"{attack}, ε = {eps * 255:.3g}/255")
-    axes[0].set_ylabel("attacked metric A")
+    for ax in axes[len(tables):]:
+        ax.set_visible(False)
     fig.colorbar(image, ax=list(axes), label="B's scaled gain (> 0: B agrees)", shrink=0.9)
     fig.suptitle("Transfer between metrics: B's gain on images attacked on A")
     return fig
+
+
+def _colour_scale(values: list[np.ndarray]) -> Normalize:
+    """Symmetric about 0; logarithmic beyond ±1 (the clean verdicts' spread) when some gain passes ±5, so that
+    one far-off cell (FGSM on NIQE) leaves the others' colours readable."""
+    finite = [np.abs(v[np.isfinite(v)]) for v in values]
+    limit = max((float(v.max()) for v in finite if v.size), default=1.0) or 1.0
+    if limit > 5:
+        return SymLogNorm(linthresh=1.0, vmin=-limit, vmax=limit, base=10)
+    return Normalize(vmin=-limit, vmax=limit)
 
 
 def _outline(k: int) -> Rectangle:
