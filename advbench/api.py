@@ -242,7 +242,8 @@ def plot(records: pd.DataFrame | str | Path, out: str | Path = "plots", group_by
     """`advbench plot`'s figures and tables of benchmark or iqa records (a DataFrame, or a file or folder of parts).
 
     `group_by` colours benchmark curves per defense or category; iqa records (of
-    `evaluate_metric`) give the MSU score table, the ranking and the gain curves."""
+    `evaluate_metric`) give the MSU score table, the ranking and the gain curves, and with judges the
+    transfer matrix between metrics."""
     if isinstance(records, pd.DataFrame):
         kind, frame = record_kind(records.columns), records
         if kind is None or kind.name not in ("benchmark", "iqa"):
