@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -193,3 +195,19 @@ def test_unknown_judge_on_the_command_line_and_in_python(tmp_path: Path) -> None
     assert_one_line_error(iqa(tmp_path, tmp_path / "cache", "judges=[nope]"), "unknown judge 'nope'")
     with pytest.raises(AdvbenchError, match="unknown judge 'nope'"):
         advbench.evaluate_metric(HalfBrightness("left"), torch.rand(2, 3, 32, 32), judges=["nope"])
+
+
+@pytest.mark.slow
+def test_judges_by_name_on_the_command_line_and_plot(tmp_path: Path) -> None:
+    """`judges=[niqe]` builds NIQE from its option and records its scores; `advbench plot` draws the matrix."""
+    proc = iqa(tmp_path, tmp_path / "cache", "attack=fgsm", "size=96", "judges=[niqe,cnnqa]")
+    assert proc.returncode == 0, proc.stderr
+    frame = read_kind([tmp_path / "out" / "records"])[1]
+    assert [list(j) for j in frame["judges"]] == [["niqe"]] * len(frame)
+    assert [list(d) for d in frame["judge_higher_better"]] == [[False]] * len(frame)
+    plot = subprocess.run([sys.executable, "-m", "advbench", "plot", str(tmp_path / "out" / "records"),
+                           "--out", str(tmp_path / "fig")], capture_output=True, text=True, timeout=600)
+    assert plot.returncode == 0, plot.stderr
+    assert "| cnnqa | " in (tmp_path / "fig" / "transfer.md").read_text(encoding="utf-8")
+    gains = pd.read_csv(tmp_path / "fig" / "transfer.csv")
+    assert sorted(set(zip(gains["metric"], gains["judge"]))) == [("cnnqa", "cnnqa"), ("cnnqa", "niqe")]
