@@ -227,7 +227,8 @@ def evaluate_metric(metric: nn.Module, images: torch.Tensor | str | Path, *, att
                     eps: Sequence[float] = (1 / 255, 4 / 255, 8 / 255), higher_better: bool = True,
                     score_range: Sequence[float] | None = None, attack_params: Mapping[str, Any] | None = None,
                     out_dir: str | Path | None = None, device: str = "cpu", seed: int = 0, label: str | None = None,
-                    n_images: int | None = None, size: int = 256, overrides: Sequence[str] = ()) -> pd.DataFrame:
+                    n_images: int | None = None, size: int = 256, judges: Sequence[str] = (),
+                    overrides: Sequence[str] = ()) -> pd.DataFrame:
     """Attack a quality metric of your own on `images`, as `advbench iqa run` does; its iqa records.
 
     `metric`: any `nn.Module` from NCHW images in [0, 1] to one score per image, (N,);
@@ -237,6 +238,8 @@ def evaluate_metric(metric: nn.Module, images: torch.Tensor | str | Path, *, att
     `n_images`, centre-cropped to `size`). `attack`: an `advbench list iqa/attack` option, with
     `attack_params`; `eps`: the ℓ∞ budgets. `out_dir`: where parts are written and resumed
     (None: a temporary folder); `label`: the records' metric name (default: the class name).
+    `judges`: shipped metric options (`advbench list metric`) that score every clean and
+    attacked image beside `metric`, for the transfer matrix of `plot`.
     `overrides`: further `advbench iqa run` overrides (`"batch_size=4"`, ...).
 
     One forward and backward on the first images comes first: one finite score per image and
@@ -252,6 +255,8 @@ def evaluate_metric(metric: nn.Module, images: torch.Tensor | str | Path, *, att
                             f"got {type(images).__name__}")
     if not isinstance(attack, str):
         raise AdvbenchError(f"attack must be an option name of `advbench list iqa/attack`, got {type(attack).__name__}")
+    if not isinstance(judges, (list, tuple, str)):
+        raise AdvbenchError(f"judges must be a list of metric names, e.g. ['niqe', 'cnnqa'], got {type(judges).__name__}")
     given = given_images(images) if isinstance(images, torch.Tensor) else None
     _refuse_fixed(overrides, tensor_images=given is not None)
     from advbench.cli.config import compose_config  # Hydra: evaluate alone never loads it
@@ -262,7 +267,7 @@ def evaluate_metric(metric: nn.Module, images: torch.Tensor | str | Path, *, att
         values = {"eps": check_budgets(eps), "seed": seed, "device": device,
                   "out_dir": str(out_dir if out_dir is not None else scratch), "progress": False,
                   "n_images": n_images, "size": size if given is None else min(given[0].shape[-2:]),
-                  "data": None if given is not None else str(images),
+                  "data": None if given is not None else str(images), "judges": judges,
                   **{f"attack.params.{k}": v for k, v in (attack_params or {}).items()}}
         cfg = compose_config("iqa", ["metric=python", f"attack={attack}", *(f"{k}={json.dumps(v)}" for k, v in values.items()),
                                      *overrides])
@@ -353,7 +358,8 @@ def plot(records: pd.DataFrame | str | Path, out: str | Path = "plots", group_by
     """`advbench plot`'s figures and tables of benchmark or iqa records (a DataFrame, or a file or folder of parts).
 
     `group_by` colours benchmark curves per defense or category; iqa records (of
-    `evaluate_metric`) give the MSU score table, the ranking and the gain curves."""
+    `evaluate_metric`) give the MSU score table, the ranking and the gain curves, and with judges the
+    transfer matrix between metrics."""
     if isinstance(records, pd.DataFrame):
         kind, frame = record_kind(records.columns), records
         if kind is None or kind.name not in ("benchmark", "iqa"):

@@ -128,7 +128,8 @@ def train(args: tuple[str, ...]) -> None:
 def plot(records: tuple[Path, ...], out_dir: Path, group_by: str) -> None:
     """Turn record files or folders into robustness curves, stability plots and tables.
 
-    Records of `advbench iqa run` give the MSU score table, the metric ranking and gain curves.
+    Records of `advbench iqa run` give the MSU score table, the metric ranking and gain curves,
+    and with judges the transfer matrix between metrics.
 
     Score- and decision-based attacks get accuracy-vs-queries figures (log axis) beside the
     accuracy-vs-ε ones.

@@ -136,9 +136,9 @@ def iqa() -> None:
 
     \b
     advbench iqa run metric=niqe attack=korhonen        one cell: every budget of `eps`
-    advbench iqa run -m metric=niqe,cnnqa attack=fgsm,ifgsm,madc
+    advbench iqa run -m metric=niqe,cnnqa attack=fgsm,ifgsm,madc judges=[niqe,cnnqa]
     advbench iqa run -m experiment=iqa_offline          the offline benchmark (1–8 min a cell on 2 cores)
-    advbench plot advbench-out/iqa_offline/records      MSU scores, gain curves, ranking table
+    advbench plot advbench-out/iqa_offline/records      MSU scores, gain curves, ranking, transfer
     """
 
 
@@ -150,7 +150,8 @@ def iqa_run(args: tuple[str, ...]) -> None:
     ARGS are Hydra overrides: metric=NAME (`advbench list metric`), attack=fgsm|ifgsm|mifgsm|amifgsm|
     korhonen|madc|uap|cumulative_uap|square, eps=[...] (ℓ∞ on [0, 1] images), attack.params.<key>=V (the
     attack's hyperparameters, e.g. attack.params.steps=20 or attack.params.n_queries=500), data=FOLDER
-    (default: the sample photos' test crops), n_images=N, size=256, device=cpu|cuda, out_dir=DIR. A preset
+    (default: the sample photos' test crops), n_images=N, size=256, device=cpu|cuda, out_dir=DIR,
+    judges=[niqe,cnnqa] (metrics that score every clean and attacked image: transfer between metrics). A preset
     is a sweep and needs -m: `advbench iqa run -m experiment=iqa_offline` (or iqa_msu). Cells resume after
     a kill and are skipped when their records exist (force=true to redo). Then `advbench plot <out_dir>/records`.
     """

@@ -16,6 +16,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from advbench.cli.metrics import build_metric
+from advbench.core.catalog import group_options
 
 
 def metric_name(cfg: DictConfig) -> str:
@@ -76,7 +77,15 @@ def iqa_job(cfg: DictConfig, metric: Any, name: str, given: Any = None) -> Any:
     set_threads(cfg.get("threads"))
     params = resolved(cfg.attack.params)
     spec = job_spec(IqaSpec, cfg, metric=name, attack_params={k: v for k, v in params.items() if k != "_target_"})
-    return iqa_cell(spec, metric, construct(params), given)
+    judges = {judge: build_metric(judge) for judge in judge_names(cfg)}
+    return iqa_cell(spec, metric, construct(params), given, judges)
+
+
+def judge_names(cfg: DictConfig) -> list[str]:
+    """The metric options named by `judges` (`advbench.quality.iqa.judges.check_judge_names`)."""
+    from advbench.quality.iqa.judges import check_judge_names
+
+    return check_judge_names(resolved(cfg.get("judges")), group_options("metric"))
 
 
 def check_iqa(cfg: DictConfig) -> None:
@@ -86,3 +95,4 @@ def check_iqa(cfg: DictConfig) -> None:
     check_iqa_settings(resolved(cfg.get("eps")), cfg.get("batch_size"), cfg.get("chunk_size"),
                        str(OmegaConf.select(cfg, "attack.name")),
                        str(OmegaConf.select(cfg, "attack.params._target_", default="")))
+    judge_names(cfg)

@@ -97,6 +97,21 @@ def check_attackable(metric: QualityMetric, name: str, x: torch.Tensor, needs_gr
         raise AdvbenchError(f"metric '{name}' has no input gradient (not differentiable); gradient attacks need "
                             f"one ({SCORES_ONLY})")
     x = x.detach().requires_grad_(needs_gradient)
+    scores = checked_scores(metric, name, x)
+    if not needs_gradient:
+        return
+    grad = torch.autograd.grad(goodness(metric, scores).sum(), x, allow_unused=True)[0] if scores.requires_grad \
+        else None
+    if grad is None:
+        raise AdvbenchError(f"metric '{name}' is not differentiable w.r.t. its input images (its scores carry no "
+                            "gradient: a .detach(), .item(), numpy or no_grad in its forward?); gradient attacks "
+                            f"need one ({SCORES_ONLY})")
+    check_gradient(metric, name, grad)
+
+
+def checked_scores(metric: QualityMetric, name: str, x: torch.Tensor) -> torch.Tensor:
+    """The metric's scores of real images `x`, checked: it runs on them and gives one finite score per
+    image, shape (N,), else one line saying which (the contract of attacked metrics and judges alike)."""
     shape = "x".join(str(int(s)) for s in x.shape[1:])
     try:
         scores = metric(x)
@@ -111,15 +126,7 @@ def check_attackable(metric: QualityMetric, name: str, x: torch.Tensor, needs_gr
                             f"images of {shape} it returned {got}")
     if not torch.isfinite(scores).all():
         raise AdvbenchError(f"metric '{name}' returned non-finite scores on real images: {scores.detach().tolist()}")
-    if not needs_gradient:
-        return
-    grad = torch.autograd.grad(goodness(metric, scores).sum(), x, allow_unused=True)[0] if scores.requires_grad \
-        else None
-    if grad is None:
-        raise AdvbenchError(f"metric '{name}' is not differentiable w.r.t. its input images (its scores carry no "
-                            "gradient: a .detach(), .item(), numpy or no_grad in its forward?); gradient attacks "
-                            f"need one ({SCORES_ONLY})")
-    check_gradient(metric, name, grad)
+    return scores
 
 
 def check_gradient(metric: QualityMetric, name: str, grad: torch.Tensor) -> None:

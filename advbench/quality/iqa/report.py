@@ -9,6 +9,7 @@ metric, attack and ε) and `ranking.{md,csv}` (metrics by their worst robustness
 every metric was run with, at the largest budget every metric was attacked at, most robust first, the
 mean beside it). Records of a partial sweep are drawn as they are, with a warning naming the missing
 (metric, attack) cells: a ranking over attacks only some metrics met would compare unlike things.
+Records with judges add the transfer matrix (`advbench.quality.iqa.transfer`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from rich.table import Table
 
 from advbench.core.terminal import print_table
 from advbench.quality.iqa.scores import gain_by_iteration, msu_scores
+from advbench.quality.iqa.transfer import render_transfer
 
 ATTACK_ORDER = ("fgsm", "ifgsm", "mifgsm", "amifgsm", "korhonen", "madc", "uap", "cumulative_uap", "square")
 
@@ -138,6 +140,7 @@ def render_iqa(frame: pd.DataFrame, out_dir: Path) -> list[Path]:
     for stem, fig in _figures(frame, scores, eps).items():
         fig.savefig(out_dir / f"{stem}.png", dpi=150)
         written.append(out_dir / f"{stem}.png")
+    written += render_transfer(frame, out_dir)
     if top.empty:
         _warn("no ranking: no attack was run on every metric")
     else:

@@ -4,8 +4,8 @@ A cell's rows are (image, budget) pairs, row id `image × len(eps) + budget inde
 attack call carries one image at several budgets and a cell resumes, chunk by chunk, like a
 robustness cell (`advbench.core.cells`). Its key covers every input that changes a number:
 the metric's content digest (weights, options), the attack and its hyperparameters, the
-budgets, the images' content digest and their crop size, the seed, and the universal
-perturbation's digest for `uap` and `cumulative_uap`.
+budgets, the images' content digest and their crop size, the seed, the universal
+perturbation's digest for `uap` and `cumulative_uap`, and the judges' (`advbench.quality.iqa.judges`).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from advbench.core.version import __version__
 from advbench.quality.attacks.base import MetricAttack, PrepareContext, check_attackable, check_budgets
 from advbench.quality.images import as_batch, uap_images
 from advbench.quality.iqa.fidelity import check_measurable, fidelity
+from advbench.quality.iqa.judges import checked_judges, judge_columns, judge_identity
 from advbench.quality.iqa.progress import CellProgress
 from advbench.quality.iqa.scores import msu_scores
 from advbench.quality.metrics.base import QualityMetric
@@ -72,11 +73,12 @@ def load_images(spec: IqaSpec) -> tuple[torch.Tensor, str]:
 
 
 def iqa_cell(spec: IqaSpec, metric: QualityMetric, attack: MetricAttack,
-             given: tuple[torch.Tensor, str] | None = None) -> Path:
+             given: tuple[torch.Tensor, str] | None = None, judges: Mapping[str, QualityMetric] | None = None) -> Path:
     """Run one cell: `metric` under `attack` at every budget (skipped when its records exist); the part's path.
 
     `given`: the images and what the records call their source (the Python API's tensors),
-    instead of `spec.data`'s folder or the sample photos."""
+    instead of `spec.data`'s folder or the sample photos. `judges`: metrics by name that score
+    every clean and attacked image beside `metric` (`advbench.quality.iqa.judges`)."""
     budgets = list(spec.eps)
     name = safe_name(spec.metric, "metric")
     device = device_of(spec.device)
@@ -84,12 +86,13 @@ def iqa_cell(spec: IqaSpec, metric: QualityMetric, attack: MetricAttack,
     images, source = given if given is not None else load_images(spec)
     check_measurable(images)
     check_attackable(metric, name, images[:2].to(device), needs_gradient=attack.needs_gradient)
+    judges = checked_judges(judges or {}, name, metric, images[:2].to(device))
     records_dir = Path(str(spec.records_dir)).expanduser()
     extra = attack.prepare(metric, PrepareContext(cache=records_dir.parent / "uaps" / name, seed=int(spec.seed),
                                                   device=device, progress=bool(spec.progress)))
     identity = {"metric": name, "metric_digest": module_digest(metric), "attack": attack.name,
                 "attack_params": dict(spec.attack_params), "eps": budgets, "images": tensor_digest(images),
-                "size": int(spec.size), "seed": int(spec.seed), **metric.code_identity(), **extra}
+                "size": int(spec.size), "seed": int(spec.seed), **metric.code_identity(), **extra, **judge_identity(judges)}
     key = content_key(identity)
     part = records_dir / f"{name}_{attack.name}_s{int(spec.seed)}_{key}.parquet"
     ids = list(range(len(images) * len(budgets)))
@@ -103,7 +106,7 @@ def iqa_cell(spec: IqaSpec, metric: QualityMetric, attack: MetricAttack,
 
             def compute(positions: list[int]) -> pd.DataFrame:
                 frame = attack_rows(metric, attack, images, budgets, positions, int(spec.batch_size), device,
-                                    progress.advance)
+                                    progress.advance, judges)
                 return frame.assign(**static)
 
             frame = fill_cell(files, key, __version__, ids, int(spec.chunk_size), compute)
@@ -112,8 +115,10 @@ def iqa_cell(spec: IqaSpec, metric: QualityMetric, attack: MetricAttack,
 
 
 def attack_rows(metric: QualityMetric, attack: MetricAttack, images: torch.Tensor, budgets: list[float],
-                positions: list[int], batch_size: int, device: torch.device, advance: Any = None) -> pd.DataFrame:
-    """Records of the rows at `positions` (row = image × len(budgets) + budget index), `batch_size` rows a call."""
+                positions: list[int], batch_size: int, device: torch.device, advance: Any = None,
+                judges: Mapping[str, QualityMetric] | None = None) -> pd.DataFrame:
+    """Records of the rows at `positions` (row = image × len(budgets) + budget index), `batch_size` rows a call,
+    with the `judges`' scores of each clean and attacked image."""
     rows = torch.tensor(positions)
     frames = []
     for batch in rows.split(batch_size):
@@ -134,7 +139,7 @@ def attack_rows(metric: QualityMetric, attack: MetricAttack, images: torch.Tenso
             "queries": pd.array([None] * len(batch) if result.queries is None else result.queries.cpu().numpy(),
                                 dtype="Int64"),
             "seconds": seconds,
-            "score_trace": list(trace.numpy()),
+            "score_trace": list(trace.numpy()), **judge_columns(judges or {}, x, result.x_adv),
         }))
         if advance is not None:
             advance(len(batch))
