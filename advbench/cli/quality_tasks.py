@@ -75,8 +75,18 @@ def iqa_job(cfg: DictConfig, metric: Any, name: str, given: Any = None) -> Any:
 
     set_threads(cfg.get("threads"))
     params = resolved(cfg.attack.params)
-    spec = job_spec(IqaSpec, cfg, metric=name, attack_params={k: v for k, v in params.items() if k != "_target_"})
+    spec = job_spec(IqaSpec, cfg, metric=name, attack_params={k: v for k, v in params.items() if k != "_target_"},
+                    defense=defense_spec(cfg))
     return iqa_cell(spec, metric, construct(params), given)
+
+
+def defense_spec(cfg: DictConfig) -> Any:
+    """The job's `defense=` option as a checked `DefenseSpec` (`none` where the config has no defense)."""
+    from advbench.quality.metrics.defended import DefenseSpec
+
+    defense = resolved(cfg.get("defense")) or {}
+    return DefenseSpec(name=str(defense.get("name", "none")), params=defense.get("params") or {},
+                       bpda=defense.get("bpda", True), eot=defense.get("eot", 1), seed=int(cfg.get("seed", 0)))
 
 
 def check_iqa(cfg: DictConfig) -> None:
@@ -86,3 +96,4 @@ def check_iqa(cfg: DictConfig) -> None:
     check_iqa_settings(resolved(cfg.get("eps")), cfg.get("batch_size"), cfg.get("chunk_size"),
                        str(OmegaConf.select(cfg, "attack.name")),
                        str(OmegaConf.select(cfg, "attack.params._target_", default="")))
+    defense_spec(cfg)
