@@ -86,7 +86,8 @@ def defense_spec(cfg: DictConfig) -> Any:
 
     defense = resolved(cfg.get("defense")) or {}
     return DefenseSpec(name=str(defense.get("name", "none")), params=defense.get("params") or {},
-                       bpda=defense.get("bpda", True), eot=defense.get("eot", 1), seed=int(cfg.get("seed", 0)))
+                       bpda=defense.get("bpda", True), eot=defense.get("eot", 1), seed=int(cfg.get("seed", 0)),
+                       score_draws=defense.get("score_draws", 16))
 
 
 def check_iqa(cfg: DictConfig) -> None:

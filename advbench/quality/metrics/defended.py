@@ -5,14 +5,18 @@ blur, a median filter, bit-depth reduction, a random crop and flip), on the tran
 share (`advbench.core.transforms`). Attacks see a `DefendedMetric` as any other metric; how it is
 differentiated is decided here, so attacks stay adaptive with no per-defense code:
 
-- a transform without a useful gradient (`jpeg`, `bit_depth`, `median`) is BPDA by default: the
+- a transform without a useful gradient (`jpeg`, `bit_depth`) is BPDA by default: the
   identity backward pass. `bpda=False` is the naive attack: the gradient is the undefended
   metric's, as if the attacker did not know the defense, while the score stays the defended one.
-- a differentiable transform (`resize`, `blur`) is differentiated exactly.
-- the random `crop_flip` is EOT: the score is the mean over `eot` draws, and so is its gradient.
-  Draw k of an image is keyed by the image's own bits (`core.draws.row_keys`) and k, so a score is
-  a function of the image alone (reproducible, whatever its batch), and every attack iterate, a
-  new image, meets fresh draws. `eot=1` is the naive attack: one draw per step.
+- a transform differentiable almost everywhere (`resize`, `blur`, `median`, whose gradient reaches
+  each window's median pixel) is differentiated exactly: for the median that gradient raised a
+  metric several times more than BPDA's identity did (tests/test_iqa_defense.py).
+- the random `crop_flip` is EOT: a gradient (a forward with autograd on) is the mean over `eot`
+  draws; a score without autograd (the records' clean and attacked scores, a score-based attack's
+  queries) is the mean over `score_draws` draws, whatever `eot` is, so an adaptive and a naive run
+  (`eot=1`: one draw per step) are judged by the same expectation. Draw k of an image is keyed by
+  the image's own bits (`core.draws.row_keys`) and k, so a score is a function of the image alone
+  (reproducible, whatever its batch), and every attack iterate, a new image, meets fresh draws.
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ KINDS: dict[str, Kind] = {
     "jpeg": Kind(lambda x, p, *_: transforms.jpeg_roundtrip(x, p["quality"]), {"quality": _whole(1, 100)}, "bpda"),
     "bit_depth": Kind(lambda x, p, *_: transforms.bit_depth(x, p["bits"]), {"bits": _whole(1, 16)}, "bpda"),
     "median": Kind(lambda x, p, *_: transforms.median_filter(x, p["k"]),
-                   {"k": (int, lambda v: v >= 1 and v % 2 == 1 and v <= 15, "an odd whole number in 1..15")}, "bpda"),
+                   {"k": (int, lambda v: v >= 1 and v % 2 == 1 and v <= 15, "an odd whole number in 1..15")}, "exact"),
     "blur": Kind(lambda x, p, *_: transforms.gaussian_blur(x, p["sigma"]),
                  {"sigma": (float, lambda v: 0 < v <= 10, "a number in (0, 10]")}, "exact"),
     "resize": Kind(lambda x, p, *_: transforms.resize_down_up(x, p["factor"]),
@@ -67,6 +71,7 @@ class DefenseSpec:
     bpda: bool = True
     eot: int = 1
     seed: int = 0
+    score_draws: int = 16
 
     def __post_init__(self) -> None:
         if self.name not in KINDS:
@@ -85,8 +90,10 @@ class DefenseSpec:
             raise AdvbenchError(f"defense '{self.name}' needs defense.params.{missing[0]}")
         if not isinstance(self.bpda, bool):
             raise AdvbenchError(f"defense.bpda must be true or false, got {self.bpda!r}")
-        if isinstance(self.eot, bool) or not isinstance(self.eot, int) or self.eot < 1:
-            raise AdvbenchError(f"defense.eot must be a whole number >= 1, got {self.eot!r}")
+        for key in ("eot", "score_draws"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise AdvbenchError(f"defense.{key} must be a whole number >= 1, got {value!r}")
 
     @property
     def active(self) -> bool:
@@ -98,7 +105,7 @@ class DefenseSpec:
         grad = KINDS[self.name].grad
         return {"name": self.name, "params": dict(sorted(self.params.items())),
                 **({"bpda": self.bpda} if grad == "bpda" else {}),
-                **({"eot": self.eot, "seed": self.seed} if grad == "eot" else {})}
+                **({"eot": self.eot, "score_draws": self.score_draws, "seed": self.seed} if grad == "eot" else {})}
 
 
 class DefendedMetric(QualityMetric):
@@ -123,7 +130,8 @@ class DefendedMetric(QualityMetric):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         grad = self.kind.grad
         if grad == "eot":
-            return transforms.eot_mean(lambda k: self.metric(self.transform(x, k)), self.defense.eot)
+            draws = self.defense.eot if torch.is_grad_enabled() else self.defense.score_draws
+            return transforms.eot_mean(lambda k: self.metric(self.transform(x, k)), draws)
         if grad == "exact":
             return self.metric(self.transform(x))
         if self.defense.bpda:
