@@ -205,7 +205,8 @@ def test_identity_defense_costs_nothing_and_the_defense_is_in_the_cell_key(tmp_p
     same = cell(tmp_path, DefenseSpec("resize", {"factor": 1.0}))
     np.testing.assert_allclose(same["score_clean"], same["clean_score_undefended"], rtol=1e-5)
     assert clean_cost(same) == pytest.approx((1.0, 0.0), abs=1e-6)
-    assert set(same["defense"]) == {"resize"} and json.loads(same["defense_params"][0])["params"] == {"factor": 1.0}
+    assert set(same["metric"]) == {"tiny+resize"} and set(same["defense"]) == {"resize"}
+    assert json.loads(same["defense_params"][0])["params"] == {"factor": 1.0}
     jpeg50 = cell(tmp_path, DefenseSpec("jpeg", {"quality": 50}))
     jpeg90 = cell(tmp_path, DefenseSpec("jpeg", {"quality": 90}))
     naive = cell(tmp_path, DefenseSpec("jpeg", {"quality": 50}, bpda=False))
@@ -214,6 +215,7 @@ def test_identity_defense_costs_nothing_and_the_defense_is_in_the_cell_key(tmp_p
     assert len(keys) == 5 and "_jpeg_" in jpeg50["part"][0] and "jpeg" not in plain["part"][0]
     assert (jpeg50["score_clean"] != jpeg50["clean_score_undefended"]).any()
     np.testing.assert_allclose(plain["score_clean"], plain["clean_score_undefended"])
+    assert set(plain["metric"]) == {"tiny"} and set(plain["defense"]) == {"none"}
     np.testing.assert_allclose(jpeg50["clean_score_undefended"], plain["score_clean"], rtol=1e-5)
 
 

@@ -21,13 +21,18 @@ from advbench.quality.metrics.defended import DefendedMetric, DefenseSpec
 from advbench.quality.metrics.scoring import score
 
 
-def defense_columns(defended: DefendedMetric | None, defense: DefenseSpec, images: torch.Tensor, batch_size: int,
-                    device: torch.device) -> tuple[dict[str, str], np.ndarray | None]:
+def defense_columns(name: str, defended: DefendedMetric | None, defense: DefenseSpec, images: torch.Tensor,
+                    batch_size: int, device: torch.device) -> tuple[dict[str, str], np.ndarray | None]:
     """The cell's defense columns and each image's undefended clean score (None without a defense:
-    the undefended score is then the clean score itself)."""
+    the undefended score is then the clean score itself).
+
+    A defended cell's `metric` is `<metric>+<defense>`: the defended metric is another metric, and
+    the scores, tables and figures, which group rows by metric and attack, must not pool it with
+    the undefended one."""
     columns = {"defense": defense.name, "defense_params": json.dumps(defense.identity(), sort_keys=True)}
     if defended is None:
         return columns, None
+    columns["metric"] = f"{name}+{defense.name}"
     with torch.no_grad():
         return columns, score(defended.metric, images, batch_size, device).double().numpy()
 

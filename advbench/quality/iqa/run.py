@@ -105,7 +105,7 @@ def iqa_cell(spec: IqaSpec, metric: QualityMetric, attack: MetricAttack,
         if files is None:
             console.print(f"[dim]skip {label}: records exist at {part} (force=true to redo)[/dim]", soft_wrap=True)
             return part
-        defense, undefended = defense_columns(defended, spec.defense, images, int(spec.batch_size), device)
+        defense, undefended = defense_columns(name, defended, spec.defense, images, int(spec.batch_size), device)
         static = {**_static_columns(spec, identity, key, metric, source, device, len(ids)), **defense}
         with CellProgress(label, len(ids), console, enabled=bool(spec.progress)) as progress:
 
