@@ -16,14 +16,17 @@ import torch
 from test_cli import assert_one_line_error, run_cli
 from torch import nn
 
+from advbench.cli.config import compose_config
+from advbench.cli.quality_tasks import defense_spec
 from advbench.core import transforms
+from advbench.core.catalog import config_root, group_options
 from advbench.core.draws import row_keys
 from advbench.core.errors import AdvbenchError
 from advbench.quality.attacks.iterative import IFGSM
 from advbench.quality.iqa.defense_cost import clean_cost
 from advbench.quality.iqa.run import IqaSpec, iqa_cell
 from advbench.quality.metrics.base import QualityMetric
-from advbench.quality.metrics.defended import DefendedMetric, DefenseSpec
+from advbench.quality.metrics.defended import KINDS, DefendedMetric, DefenseSpec
 
 
 class Tiny(QualityMetric):
@@ -240,3 +243,9 @@ def test_a_bad_defense_parameter_is_one_line_on_the_command_line(tmp_path: Path)
     assert_one_line_error(proc, "defense.params.quality must be a whole number in 1..100, got 500")
     proc = run_cli("iqa", "run", "defense=pgd_at", cwd=tmp_path)
     assert_one_line_error(proc, "unknown defense 'pgd_at'", "crop_flip", "jpeg", "median")
+
+
+@pytest.mark.parametrize("option", group_options("defense", config_root("iqa")))
+def test_every_defense_option_composes_to_a_checked_spec(option: str) -> None:
+    spec = defense_spec(compose_config("iqa", [f"defense={option}"]))
+    assert spec.name == option and set(spec.params) == set(KINDS[option].checks)
