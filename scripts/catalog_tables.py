@@ -40,6 +40,7 @@ PAGES: dict[str, str] = {
     "dataset": "docs/getting-started.md",
     "iqa/attack": "docs/iqa.md",
     "iqa/experiment": "docs/iqa.md",
+    "iqa/defense": "docs/iqa.md",
 }
 
 BLOCK = re.compile(r"(<!-- catalog:([\w/-]+) -->\n)(.*?)(<!-- /catalog:\2 -->)", re.DOTALL)

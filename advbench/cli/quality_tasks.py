@@ -76,7 +76,8 @@ def iqa_job(cfg: DictConfig, metric: Any, name: str, given: Any = None) -> Any:
 
     set_threads(cfg.get("threads"))
     params = resolved(cfg.attack.params)
-    spec = job_spec(IqaSpec, cfg, metric=name, attack_params={k: v for k, v in params.items() if k != "_target_"})
+    spec = job_spec(IqaSpec, cfg, metric=name, attack_params={k: v for k, v in params.items() if k != "_target_"},
+                    defense=defense_spec(cfg))
     judges = {judge: build_metric(judge) for judge in judge_names(cfg)}
     return iqa_cell(spec, metric, construct(params), given, judges)
 
@@ -88,6 +89,16 @@ def judge_names(cfg: DictConfig) -> list[str]:
     return check_judge_names(resolved(cfg.get("judges")), group_options("metric"))
 
 
+def defense_spec(cfg: DictConfig) -> Any:
+    """The job's `defense=` option as a checked `DefenseSpec` (`none` where the config has no defense)."""
+    from advbench.quality.metrics.defended import DefenseSpec
+
+    defense = resolved(cfg.get("defense")) or {}
+    return DefenseSpec(name=str(defense.get("name", "none")), params=defense.get("params") or {},
+                       bpda=defense.get("bpda", True), eot=defense.get("eot", 1), seed=int(cfg.get("seed", 0)),
+                       score_draws=defense.get("score_draws", 16))
+
+
 def check_iqa(cfg: DictConfig) -> None:
     """The values an `iqa run` job needs before any work (`advbench.quality.iqa.run.check_iqa_settings`)."""
     from advbench.quality.iqa.run import check_iqa_settings
@@ -96,3 +107,4 @@ def check_iqa(cfg: DictConfig) -> None:
                        str(OmegaConf.select(cfg, "attack.name")),
                        str(OmegaConf.select(cfg, "attack.params._target_", default="")))
     judge_names(cfg)
+    defense_spec(cfg)

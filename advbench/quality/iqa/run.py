@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -31,11 +31,13 @@ from advbench.core.names import safe_name
 from advbench.core.version import __version__
 from advbench.quality.attacks.base import MetricAttack, PrepareContext, check_attackable, check_budgets
 from advbench.quality.images import as_batch, uap_images
+from advbench.quality.iqa.defense_cost import cost_line, defense_columns, with_undefended
 from advbench.quality.iqa.fidelity import check_measurable, fidelity
 from advbench.quality.iqa.judges import checked_judges, judge_columns, judge_identity
 from advbench.quality.iqa.progress import CellProgress
 from advbench.quality.iqa.scores import msu_scores
 from advbench.quality.metrics.base import QualityMetric
+from advbench.quality.metrics.defended import DefendedMetric, DefenseSpec
 from advbench.quality.metrics.scoring import device_of
 
 console = Console(stderr=True)
@@ -59,6 +61,7 @@ class IqaSpec:
     run_id: str | None
     progress: bool
     records_dir: str
+    defense: DefenseSpec = field(default_factory=DefenseSpec)   # `none`: the metric as it is
 
     def __post_init__(self) -> None:
         """The budgets checked, and normalised, before any metric is built."""
@@ -83,6 +86,8 @@ def iqa_cell(spec: IqaSpec, metric: QualityMetric, attack: MetricAttack,
     name = safe_name(spec.metric, "metric")
     device = device_of(spec.device)
     metric = metric.to(device).eval()
+    defended = DefendedMetric(metric, spec.defense) if spec.defense.active else None
+    metric = defended or metric
     images, source = given if given is not None else load_images(spec)
     check_measurable(images)
     check_attackable(metric, name, images[:2].to(device), needs_gradient=attack.needs_gradient)
@@ -92,22 +97,25 @@ def iqa_cell(spec: IqaSpec, metric: QualityMetric, attack: MetricAttack,
                                                   device=device, progress=bool(spec.progress)))
     identity = {"metric": name, "metric_digest": module_digest(metric), "attack": attack.name,
                 "attack_params": dict(spec.attack_params), "eps": budgets, "images": tensor_digest(images),
-                "size": int(spec.size), "seed": int(spec.seed), **metric.code_identity(), **extra, **judge_identity(judges)}
+                "size": int(spec.size), "seed": int(spec.seed), **metric.code_identity(), **extra, **judge_identity(judges),
+                **({"defense": spec.defense.identity()} if defended else {})}
     key = content_key(identity)
-    part = records_dir / f"{name}_{attack.name}_s{int(spec.seed)}_{key}.parquet"
+    cell_name = f"{name}_{spec.defense.name}" if defended else name
+    part = records_dir / f"{cell_name}_{attack.name}_s{int(spec.seed)}_{key}.parquet"
     ids = list(range(len(images) * len(budgets)))
-    label = f"{name}/{attack.name} ({len(images)} images × {len(budgets)} budgets)"
+    label = f"{name}{'+' + spec.defense.name if defended else ''}/{attack.name} ({len(images)} images × {len(budgets)} budgets)"
     with claim_cell(part, key, ids, force=bool(spec.force)) as files:
         if files is None:
             console.print(f"[dim]skip {label}: records exist at {part} (force=true to redo)[/dim]", soft_wrap=True)
             return part
-        static = _static_columns(spec, identity, key, metric, source, device, len(ids))
+        defense, undefended = defense_columns(name, defended, spec.defense, images, int(spec.batch_size), device)
+        static = {**_static_columns(spec, identity, key, metric, source, device, len(ids)), **defense}
         with CellProgress(label, len(ids), console, enabled=bool(spec.progress)) as progress:
 
             def compute(positions: list[int]) -> pd.DataFrame:
                 frame = attack_rows(metric, attack, images, budgets, positions, int(spec.batch_size), device,
                                     progress.advance, judges)
-                return frame.assign(**static)
+                return with_undefended(frame, undefended).assign(**static)
 
             frame = fill_cell(files, key, __version__, ids, int(spec.chunk_size), compute)
     summarize(frame, label, part)
@@ -172,7 +180,7 @@ def summarize(frame: pd.DataFrame, label: str, part: Path) -> None:
     scores = msu_scores(frame)
     shown = ", ".join(f"ε={budget_label(eps)}: {g:+.3g} ({p:.1f} dB)"
                       for eps, g, p in zip(scores["eps"], scores["abs_gain"], scores["psnr"]))
-    Console().print(f"{label}: mean scaled gain {shown}; wrote {part}", soft_wrap=True)
+    Console().print(f"{label}: mean scaled gain {shown}{cost_line(frame)}; wrote {part}", soft_wrap=True)
 
 
 def check_iqa_settings(eps: Any, batch_size: Any, chunk_size: Any, attack: str, target: str) -> None:

@@ -35,21 +35,10 @@ from advbench.core import draws as rng
 from advbench.core.draws import _GOLDEN, _mix, row_keys
 from advbench.core.errors import AdvbenchError
 from advbench.core.registry import Registry
+from advbench.core.transforms import bit_depth, bpda, jpeg_roundtrip
 from advbench.robustness.attacks import draws
 from advbench.robustness.attacks.transfer import diverse_inputs
 from advbench.robustness.defenses.rse import conv_noise, inner_convolutions
-
-
-class _StraightThrough(torch.autograd.Function):
-    """Forward: the transformed input `t`; backward: the gradient passed to `x` unchanged."""
-
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:  # noqa: ARG004
-        return t.clone()
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # noqa: ARG004
-        return grad, None
 
 
 class InputTransform(nn.Module):
@@ -101,9 +90,7 @@ class _BPDA(InputTransform):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.straight_through:
             return self.model(self.transform(x))
-        with torch.no_grad():
-            t = self.transform(x.detach())
-        return self.model(_StraightThrough.apply(x, t))
+        return self.model(bpda(self.transform, x))
 
 
 @WRAPPERS.register("jpeg")
@@ -125,18 +112,6 @@ class JPEG(_BPDA):
         return jpeg_roundtrip(x, self.quality)
 
 
-def jpeg_roundtrip(x: torch.Tensor, quality: int) -> torch.Tensor:
-    """x in [0, 1] (N, C, H, W), C ∈ {1, 3}, encoded and decoded as JPEG at `quality`."""
-    from torchvision.io import ImageReadMode, decode_jpeg, encode_jpeg
-
-    if x.shape[1] not in (1, 3):
-        raise AdvbenchError(f"JPEG needs 1 or 3 channels, got {x.shape[1]}")
-    images = (x.detach().clamp(0, 1) * 255).round().to(torch.uint8).cpu()
-    data = encode_jpeg(list(images), quality=quality)
-    decoded = decode_jpeg(data, mode=ImageReadMode.GRAY if x.shape[1] == 1 else ImageReadMode.RGB)
-    return (torch.stack(decoded).to(device=x.device, dtype=x.dtype) / 255)
-
-
 @WRAPPERS.register("bit_depth")
 class BitDepth(_BPDA):
     """Bit-depth reduction (Xu et al. 2018, feature squeezing): each value rounded to the
@@ -149,8 +124,7 @@ class BitDepth(_BPDA):
         self.bits = int(bits)
 
     def transform(self, x: torch.Tensor) -> torch.Tensor:
-        levels = 2 ** self.bits - 1
-        return torch.round(x.clamp(0, 1) * levels) / levels
+        return bit_depth(x, self.bits)
 
 
 @WRAPPERS.register("random_resize_pad")
@@ -289,9 +263,7 @@ class RandomDiscretization(_Ensemble):
     def noisy_logits(self, x: torch.Tensor, keys: torch.Tensor, stream: int) -> torch.Tensor:
         if not self.straight_through:
             return self.model(self.discretize(x, keys, stream))
-        with torch.no_grad():
-            t = self.discretize(x.detach(), keys, stream)
-        return self.model(_StraightThrough.apply(x, t))
+        return self.model(bpda(lambda v: self.discretize(v, keys, stream), x))
 
 
 def check_wrapper(spec: dict[str, Any]) -> type[InputTransform]:

@@ -1,0 +1,142 @@
+"""A quality metric behind an input-transformation defense: `metric(defense(x))`.
+
+The defenses MSU's defense benchmark puts in front of a metric (JPEG, down-up resizing, Gaussian
+blur, a median filter, bit-depth reduction, a random crop and flip), on the transforms both halves
+share (`advbench.core.transforms`). Attacks see a `DefendedMetric` as any other metric; how it is
+differentiated is decided here, so attacks stay adaptive with no per-defense code:
+
+- a transform without a useful gradient (`jpeg`, `bit_depth`) is BPDA by default: the
+  identity backward pass. `bpda=False` is the naive attack: the gradient is the undefended
+  metric's, as if the attacker did not know the defense, while the score stays the defended one.
+- a transform differentiable almost everywhere (`resize`, `blur`, `median`, whose gradient reaches
+  each window's median pixel) is differentiated exactly: for the median that gradient raised a
+  metric several times more than BPDA's identity did (tests/test_iqa_defense.py).
+- the random `crop_flip` is EOT: a gradient (a forward with autograd on) is the mean over `eot`
+  draws; a score without autograd (the records' clean and attacked scores, a score-based attack's
+  queries) is the mean over `score_draws` draws, whatever `eot` is, so an adaptive and a naive run
+  (`eot=1`: one draw per step) are judged by the same expectation. Draw k of an image is keyed by
+  the image's own bits (`core.draws.row_keys`) and k, so a score is a function of the image alone
+  (reproducible, whatever its batch), and every attack iterate, a new image, meets fresh draws.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import torch
+
+from advbench.core import transforms
+from advbench.core.draws import row_keys
+from advbench.core.errors import AdvbenchError
+from advbench.quality.metrics.base import QualityMetric
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One defense: its transform of (x, params, seed, keys, draw), its parameters' checks, its gradient."""
+
+    transform: Callable[..., torch.Tensor]
+    checks: Mapping[str, tuple[type, Callable[[Any], bool], str]]
+    grad: str   # "exact" | "bpda" | "eot"
+
+
+def _whole(lo: int, hi: int) -> tuple[type, Callable[[Any], bool], str]:
+    return int, lambda v: lo <= v <= hi, f"a whole number in {lo}..{hi}"
+
+
+KINDS: dict[str, Kind] = {
+    "none": Kind(lambda x, p, *_: x, {}, "exact"),
+    "jpeg": Kind(lambda x, p, *_: transforms.jpeg_roundtrip(x, p["quality"]), {"quality": _whole(1, 100)}, "bpda"),
+    "bit_depth": Kind(lambda x, p, *_: transforms.bit_depth(x, p["bits"]), {"bits": _whole(1, 16)}, "bpda"),
+    "median": Kind(lambda x, p, *_: transforms.median_filter(x, p["k"]),
+                   {"k": (int, lambda v: v >= 1 and v % 2 == 1 and v <= 15, "an odd whole number in 1..15")}, "exact"),
+    "blur": Kind(lambda x, p, *_: transforms.gaussian_blur(x, p["sigma"]),
+                 {"sigma": (float, lambda v: 0 < v <= 10, "a number in (0, 10]")}, "exact"),
+    "resize": Kind(lambda x, p, *_: transforms.resize_down_up(x, p["factor"]),
+                   {"factor": (float, lambda v: 1 <= v <= 16, "a number in [1, 16]")}, "exact"),
+    "crop_flip": Kind(lambda x, p, seed, keys, k: transforms.crop_flip(x, p["crop"], seed, keys, k),
+                      {"crop": (float, lambda v: 0 < v <= 1, "a number in (0, 1]")}, "eot"),
+}
+"""`defense.name` -> its kind; `advbench list iqa/defense` lists the options (conf/iqa/defense)."""
+
+
+@dataclass(frozen=True)
+class DefenseSpec:
+    """A `defense=` option of `advbench iqa run` as plain values; checked on construction."""
+
+    name: str = "none"
+    params: Mapping[str, Any] = field(default_factory=dict)
+    bpda: bool = True
+    eot: int = 1
+    seed: int = 0
+    score_draws: int = 16
+
+    def __post_init__(self) -> None:
+        if self.name not in KINDS:
+            raise AdvbenchError(f"defense.name is '{self.name}'; valid: {', '.join(KINDS)}")
+        checks = KINDS[self.name].checks
+        for key, value in self.params.items():
+            if key not in checks:
+                raise AdvbenchError(f"defense.params.{key} is not a parameter of defense '{self.name}'; "
+                                    f"valid: {', '.join(checks) or 'none'}")
+            kind, ok, wanted = checks[key]
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not number or (kind is int and not isinstance(value, int)) or math.isnan(value) or not ok(value):
+                raise AdvbenchError(f"defense.params.{key} must be {wanted}, got {value!r}")
+        missing = sorted(set(checks) - set(self.params))
+        if missing:
+            raise AdvbenchError(f"defense '{self.name}' needs defense.params.{missing[0]}")
+        if not isinstance(self.bpda, bool):
+            raise AdvbenchError(f"defense.bpda must be true or false, got {self.bpda!r}")
+        for key in ("eot", "score_draws"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise AdvbenchError(f"defense.{key} must be a whole number >= 1, got {value!r}")
+
+    @property
+    def active(self) -> bool:
+        """Whether there is a defense at all (`none` keeps cell keys and records as they were)."""
+        return self.name != "none"
+
+    def identity(self) -> dict[str, Any]:
+        """What of the defense changes numbers: the cell key's entry (only the settings its kind uses)."""
+        grad = KINDS[self.name].grad
+        return {"name": self.name, "params": dict(sorted(self.params.items())),
+                **({"bpda": self.bpda} if grad == "bpda" else {}),
+                **({"eot": self.eot, "score_draws": self.score_draws, "seed": self.seed} if grad == "eot" else {})}
+
+
+class DefendedMetric(QualityMetric):
+    """`metric(defense(x))`, with the wrapped metric's direction, range and code identity."""
+
+    def __init__(self, metric: QualityMetric, defense: DefenseSpec) -> None:
+        super().__init__()
+        self.metric = metric
+        self.defense = defense
+        self.kind = KINDS[defense.name]
+        for attr in ("higher_better", "score_range", "differentiable", "range_known"):
+            setattr(self, attr, getattr(metric, attr))
+
+    def code_identity(self) -> dict[str, str]:
+        return self.metric.code_identity()
+
+    def transform(self, x: torch.Tensor, draw: int = 0) -> torch.Tensor:
+        """One draw of the defense's transform of `x` (draw matters only to a random one)."""
+        keys = row_keys(x) if self.kind.grad == "eot" else None
+        return self.kind.transform(x, self.defense.params, self.defense.seed, keys, draw)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        grad = self.kind.grad
+        if grad == "eot":
+            draws = self.defense.eot if torch.is_grad_enabled() else self.defense.score_draws
+            return transforms.eot_mean(lambda k: self.metric(self.transform(x, k)), draws)
+        if grad == "exact":
+            return self.metric(self.transform(x))
+        if self.defense.bpda:
+            return self.metric(transforms.bpda(self.transform, x))
+        undefended = self.metric(x)
+        with torch.no_grad():
+            defended = self.metric(self.transform(x))
+        return undefended + (defended - undefended).detach()

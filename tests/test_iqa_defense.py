@@ -1,0 +1,251 @@
+"""Metrics behind defenses (`iqa run defense=`): the shared transforms against reference implementations,
+adaptive (BPDA / EOT) attacks at least as strong as the naive ones, the clean-cost columns, the cell
+key, and bad parameters as one line."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from test_cli import assert_one_line_error, run_cli
+from torch import nn
+
+from advbench.cli.config import compose_config
+from advbench.cli.quality_tasks import defense_spec
+from advbench.core import transforms
+from advbench.core.catalog import config_root, group_options
+from advbench.core.draws import row_keys
+from advbench.core.errors import AdvbenchError
+from advbench.quality.attacks.iterative import IFGSM
+from advbench.quality.iqa.defense_cost import clean_cost
+from advbench.quality.iqa.run import IqaSpec, iqa_cell
+from advbench.quality.metrics.base import QualityMetric
+from advbench.quality.metrics.defended import KINDS, DefendedMetric, DefenseSpec
+
+
+class Tiny(QualityMetric):
+    """A fixed random two-layer convolutional score: differentiable, sensitive to texture and colour."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = nn.Sequential(nn.Conv2d(3, 8, 3), nn.Tanh(), nn.Conv2d(8, 1, 3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(self.net(x).mean(dim=(1, 2, 3)))
+
+
+class Texture(QualityMetric):
+    """Laplacian energy plus a small random network: rewards high-frequency detail, as sharpness metrics do."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = nn.Sequential(nn.Conv2d(3, 8, 3), nn.Tanh(), nn.Conv2d(8, 4, 3))
+        self.register_buffer("laplacian", torch.tensor([[0.0, 1, 0], [1, -4, 1], [0, 1, 0]]).expand(3, 1, 3, 3).clone())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        edges = nn.functional.conv2d(x, self.laplacian, groups=3)
+        return edges.pow(2).mean(dim=(1, 2, 3)) + 0.1 * self.net(x).pow(2).mean(dim=(1, 2, 3))
+
+
+class Bpda(QualityMetric):
+    """`metric(transform(x))` with BPDA's identity backward, for comparison with an exact gradient."""
+
+    def __init__(self, metric: QualityMetric, transform) -> None:
+        super().__init__()
+        self.metric, self.fn = metric, transform
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.metric(transforms.bpda(self.fn, x))
+
+
+def images(n: int = 2, size: int = 32) -> torch.Tensor:
+    g = torch.Generator().manual_seed(1)
+    smooth = torch.nn.functional.interpolate(torch.rand(n, 3, 8, 8, generator=g), size=size, mode="bilinear")
+    return (smooth + 0.1 * torch.rand(n, 3, size, size, generator=g)).clamp(0, 1)
+
+
+DEFAULTS = {"jpeg": {"quality": 50}, "bit_depth": {"bits": 4}, "median": {"k": 3}, "blur": {"sigma": 1.0},
+            "resize": {"factor": 2.0}, "crop_flip": {"crop": 0.75}}
+
+
+def test_jpeg_matches_a_pil_round_trip() -> None:
+    from PIL import Image
+
+    x = images(2, 32)
+    ours = transforms.jpeg_roundtrip(x, 60)
+    for i in range(len(x)):
+        buf = io.BytesIO()
+        Image.fromarray((x[i] * 255).round().byte().permute(1, 2, 0).numpy()).save(buf, "JPEG", quality=60)
+        ref = torch.from_numpy(np.array(Image.open(buf))).permute(2, 0, 1).float() / 255
+        assert (ours[i] - ref).abs().mean() < 1 / 255
+
+
+def test_median_matches_scipy() -> None:
+    from scipy.ndimage import median_filter
+
+    x = images(2, 17)
+    for k in (3, 5):
+        ref = median_filter(x.numpy(), size=(1, 1, k, k), mode="mirror")
+        torch.testing.assert_close(transforms.median_filter(x, k), torch.from_numpy(ref))
+
+
+def test_blur_matches_torchvision() -> None:
+    from torchvision.transforms.functional import gaussian_blur
+
+    x = images(2, 24)
+    for sigma in (0.5, 1.5):
+        size = 2 * math.ceil(3 * sigma) + 1
+        torch.testing.assert_close(transforms.gaussian_blur(x, sigma), gaussian_blur(x, [size, size], [sigma, sigma]),
+                                   rtol=1e-4, atol=1e-5)
+
+
+def test_bit_depth_keeps_levels_and_resize_by_one_is_the_identity() -> None:
+    x = images(2, 16)
+    assert torch.unique(transforms.bit_depth(x, 2)).numel() <= 4
+    torch.testing.assert_close(transforms.resize_down_up(x, 1.0), x)
+
+
+def test_crop_flip_is_a_crop_or_its_mirror_and_independent_of_the_batch() -> None:
+    x = images(16, 12)
+    keys = row_keys(x)
+    whole = transforms.crop_flip(x, 1.0, 0, keys, 0)
+    flipped = [bool(torch.equal(whole[i], x[i].flip(-1))) for i in range(16)]
+    assert all(torch.equal(whole[i], x[i]) or flipped[i] for i in range(16)) and 0 < sum(flipped) < 16
+    part = transforms.crop_flip(x, 0.5, 0, keys, 3)
+    assert part.shape == (16, 3, 6, 6)
+    torch.testing.assert_close(transforms.crop_flip(x[5:7], 0.5, 0, keys[5:7], 3), part[5:7])
+
+
+def test_bpda_is_the_transform_forward_and_the_identity_backward() -> None:
+    x = images(2, 16).requires_grad_(True)
+    out = transforms.bpda(lambda v: transforms.jpeg_roundtrip(v, 30), x)
+    torch.testing.assert_close(out, transforms.jpeg_roundtrip(x, 30))
+    (grad,) = torch.autograd.grad((out * 3).sum(), x)
+    torch.testing.assert_close(grad, torch.full_like(grad, 3.0))
+
+
+def gain(attacked: QualityMetric, judge: QualityMetric, x: torch.Tensor) -> float:
+    """Mean score gain, on `judge`, of 10 I-FGSM steps at ε = 4/255 taken on `attacked`."""
+    x_adv = IFGSM(steps=10, alpha=1 / 255).run(attacked, x, torch.full((len(x),), 4 / 255)).x_adv
+    with torch.no_grad():
+        return float((judge(x_adv) - judge(x)).mean())
+
+
+@pytest.mark.parametrize("name", ["median", "blur", "resize"])
+def test_the_adaptive_attack_gains_at_least_as_much_as_the_naive_one(name: str) -> None:
+    """Adaptive: the defended metric's exact gradient; naive: the undefended metric's. A high-frequency
+    metric, whose naive perturbation the filters remove."""
+    metric, x = Texture(), images(2, 32)
+    defended = DefendedMetric(metric, DefenseSpec(name, DEFAULTS[name]))
+    adaptive, naive = gain(defended, defended, x), gain(metric, defended, x)
+    assert adaptive > 0 and adaptive >= naive - 0.02 * abs(naive), (adaptive, naive)
+
+
+def test_median_exact_gradient_beats_bpda() -> None:
+    """Why `median` is differentiated exactly, not by BPDA's identity."""
+    metric, x = Texture(), images(2, 32)
+    exact = DefendedMetric(metric, DefenseSpec("median", {"k": 5}))
+    via_bpda = Bpda(metric, lambda v: transforms.median_filter(v, 5))
+    assert gain(exact, exact, x) > 2 * gain(via_bpda, exact, x)
+
+
+@pytest.mark.parametrize("name", ["jpeg", "bit_depth"])
+def test_bpda_false_is_the_undefended_gradient_with_the_defended_score(name: str) -> None:
+    metric, x = Tiny(), images(2, 32)
+    naive = DefendedMetric(metric, DefenseSpec(name, DEFAULTS[name], bpda=False))
+    defended = DefendedMetric(metric, DefenseSpec(name, DEFAULTS[name]))
+    with torch.no_grad():
+        torch.testing.assert_close(naive(x), defended(x))
+    eps = torch.full((2,), 4 / 255)
+    torch.testing.assert_close(IFGSM(steps=3).run(naive, x, eps).x_adv, IFGSM(steps=3).run(metric, x, eps).x_adv)
+
+
+def test_eot_over_crop_flip_gains_at_least_as_much_as_one_draw() -> None:
+    metric, x = Texture(), images(2, 32)
+    spec = DEFAULTS["crop_flip"]
+    judge = DefendedMetric(metric, DefenseSpec("crop_flip", spec, eot=32, seed=7))
+    adaptive = gain(DefendedMetric(metric, DefenseSpec("crop_flip", spec, eot=8)), judge, x)
+    naive = gain(DefendedMetric(metric, DefenseSpec("crop_flip", spec, eot=1)), judge, x)
+    assert adaptive > 0 and adaptive >= naive - 0.02 * abs(naive), (adaptive, naive)
+
+
+def test_a_random_defense_scores_an_image_the_same_in_any_batch_and_for_any_eot() -> None:
+    x, spec = images(3, 32), DEFAULTS["crop_flip"]
+    one, eight = (DefendedMetric(Tiny(), DefenseSpec("crop_flip", spec, eot=e, score_draws=4)) for e in (1, 8))
+    with torch.no_grad():
+        torch.testing.assert_close(one(x)[1:], one(x[1:]))
+        torch.testing.assert_close(one(x), eight(x))
+    assert not torch.equal(one(x), eight(x)), "with autograd on, the gradient's draws (eot) score the image"
+
+
+def test_clean_cost_on_constructed_scores() -> None:
+    undefended = np.array([0.1, 0.5, 0.3, 0.9])
+    frame = lambda defended: pd.DataFrame({"image_id": [0, 1, 2, 3], "score_clean": defended,  # noqa: E731
+                                           "clean_score_undefended": undefended})
+    assert clean_cost(frame(undefended)) == (1.0, 0.0)
+    rho, shift = clean_cost(frame(2 * undefended + 1))
+    assert rho == pytest.approx(1.0) and shift == pytest.approx(float(np.mean(undefended + 1)))
+    assert clean_cost(frame(1 - undefended))[0] == pytest.approx(-1.0)
+
+
+def cell(tmp_path: Path, defense: DefenseSpec) -> pd.DataFrame:
+    spec = IqaSpec(metric="tiny", attack_params={"steps": 2}, eps=[2 / 255, 4 / 255], data=None, n_images=2, size=32,
+                   seed=0, device="cpu", batch_size=4, chunk_size=64, force=False, run_id="t", progress=False,
+                   records_dir=str(tmp_path / "records"), defense=defense)
+    part = iqa_cell(spec, Tiny(), IFGSM(steps=2), given=(images(2, 32), "test"))
+    return pd.read_parquet(part).assign(part=part.name)
+
+
+def test_identity_defense_costs_nothing_and_the_defense_is_in_the_cell_key(tmp_path: Path) -> None:
+    same = cell(tmp_path, DefenseSpec("resize", {"factor": 1.0}))
+    np.testing.assert_allclose(same["score_clean"], same["clean_score_undefended"], rtol=1e-5)
+    assert clean_cost(same) == pytest.approx((1.0, 0.0), abs=1e-6)
+    assert set(same["metric"]) == {"tiny+resize"} and set(same["defense"]) == {"resize"}
+    assert json.loads(same["defense_params"][0])["params"] == {"factor": 1.0}
+    jpeg50 = cell(tmp_path, DefenseSpec("jpeg", {"quality": 50}))
+    jpeg90 = cell(tmp_path, DefenseSpec("jpeg", {"quality": 90}))
+    naive = cell(tmp_path, DefenseSpec("jpeg", {"quality": 50}, bpda=False))
+    plain = cell(tmp_path, DefenseSpec())
+    keys = {f["cell_key"][0] for f in (same, jpeg50, jpeg90, naive, plain)}
+    assert len(keys) == 5 and "_jpeg_" in jpeg50["part"][0] and "jpeg" not in plain["part"][0]
+    assert (jpeg50["score_clean"] != jpeg50["clean_score_undefended"]).any()
+    np.testing.assert_allclose(plain["score_clean"], plain["clean_score_undefended"])
+    assert set(plain["metric"]) == {"tiny"} and set(plain["defense"]) == {"none"}
+    np.testing.assert_allclose(jpeg50["clean_score_undefended"], plain["score_clean"], rtol=1e-5)
+
+
+@pytest.mark.parametrize(("bad", "needle"), [
+    ({"name": "jpeg", "params": {"quality": 500}}, "defense.params.quality must be a whole number in 1..100"),
+    ({"name": "jpeg", "params": {"quality": 5.5}}, "defense.params.quality"),
+    ({"name": "median", "params": {"k": 4}}, "defense.params.k must be an odd whole number"),
+    ({"name": "blur", "params": {"sigma": float("nan")}}, "defense.params.sigma"),
+    ({"name": "blur", "params": {"radius": 2}}, "defense.params.radius is not a parameter"),
+    ({"name": "crop_flip", "params": {"crop": 0.5}, "eot": 0}, "defense.eot must be a whole number >= 1"),
+    ({"name": "crop_flip", "params": {"crop": 0.5}, "score_draws": 1.5}, "defense.score_draws must be a whole"),
+    ({"name": "jpeg", "params": {"quality": 50}, "bpda": "yes"}, "defense.bpda must be true or false"),
+    ({"name": "fog", "params": {}}, "defense.name is 'fog'"),
+])
+def test_bad_defense_settings_are_one_line(bad: dict, needle: str) -> None:
+    with pytest.raises(AdvbenchError, match=needle.replace(".", r"\.")):
+        DefenseSpec(**bad)
+
+
+def test_a_bad_defense_parameter_is_one_line_on_the_command_line(tmp_path: Path) -> None:
+    proc = run_cli("iqa", "run", "defense=jpeg", "defense.params.quality=500", cwd=tmp_path)
+    assert_one_line_error(proc, "defense.params.quality must be a whole number in 1..100, got 500")
+    proc = run_cli("iqa", "run", "defense=pgd_at", cwd=tmp_path)
+    assert_one_line_error(proc, "unknown defense 'pgd_at'", "crop_flip", "jpeg", "median")
+
+
+@pytest.mark.parametrize("option", group_options("defense", config_root("iqa")))
+def test_every_defense_option_composes_to_a_checked_spec(option: str) -> None:
+    spec = defense_spec(compose_config("iqa", [f"defense={option}"]))
+    assert spec.name == option and set(spec.params) == set(KINDS[option].checks)
