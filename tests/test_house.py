@@ -95,7 +95,7 @@ def test_no_deferred_imports_below_the_command_line() -> None:
     """The command line (and the package root's lazy API) imports lazily so that `advbench --help`
     starts at once, and the API's `plot` loads the figures (matplotlib) only when it draws, so
     that `advbench.evaluate` does not pay for them; nothing else may."""
-    lazy = {PACKAGE / "__init__.py", PACKAGE / "api.py"}
+    lazy = {PACKAGE / "__init__.py", *(PACKAGE / "api").glob("*.py")}
     below = [p for p in SOURCES if "cli" not in p.relative_to(PACKAGE).parts and p not in lazy]
     assert [d for p in below for d in _deferred_imports(p)] == []
 
@@ -111,3 +111,13 @@ def test_modules_and_functions_stay_small(path: Path) -> None:
             if node.end_lineno - start + 1 > MAX_FUNCTION_LINES:
                 long.append(f"{node.name} ({node.end_lineno - start + 1} lines)")
     assert long == []
+
+
+def test_every_package_is_installed() -> None:
+    """pyproject.toml lists the packages a wheel holds: a folder left out works in an editable
+    install and is missing from every other one."""
+    import tomllib
+
+    listed = set(tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    folders = {".".join(p.parent.relative_to(PACKAGE.parent).parts) for p in PACKAGE.rglob("__init__.py")}
+    assert folders - listed == set()

@@ -23,6 +23,7 @@ import torch
 from omegaconf import open_dict
 from torch import nn
 
+from advbench.api.metrics import evaluate_metric as evaluate_metric  # the quality half's, re-exported
 from advbench.cli.choices import api_config
 from advbench.cli.specs import cell_spec
 from advbench.core.caller_state import caller_state_kept
@@ -30,13 +31,9 @@ from advbench.core.catalog import describe, group_options, groups
 from advbench.core.construct import construct
 from advbench.core.digests import code_digest, module_digest
 from advbench.core.errors import AdvbenchError
-from advbench.core.names import safe_name
 from advbench.core.paths import writable_folder
 from advbench.core.records import read_kind, record_kind
 from advbench.core.resume import python_warnings
-from advbench.quality.attacks.base import check_budgets
-from advbench.quality.images import given_images
-from advbench.quality.metrics.user import UserMetric
 from advbench.robustness.attacks.base import Attack
 from advbench.robustness.data.tensors import TensorData
 from advbench.robustness.defenses.wrappers import wrap
@@ -221,70 +218,6 @@ def _evaluate_config(cfg: Any, subject: _Subject, held: TensorData | None, attac
     if part is None:  # only a sweep skips a cell, and these run one at a time
         raise AdvbenchError("the cell was skipped")
     return read_kind([part], kinds=("benchmark",))[1]
-
-
-def evaluate_metric(metric: nn.Module, images: torch.Tensor | str | Path, *, attack: str = "ifgsm",
-                    eps: Sequence[float] = (1 / 255, 4 / 255, 8 / 255), higher_better: bool = True,
-                    score_range: Sequence[float] | None = None, attack_params: Mapping[str, Any] | None = None,
-                    out_dir: str | Path | None = None, device: str = "cpu", seed: int = 0, label: str | None = None,
-                    n_images: int | None = None, size: int = 256, judges: Sequence[str] = (),
-                    overrides: Sequence[str] = ()) -> pd.DataFrame:
-    """Attack a quality metric of your own on `images`, as `advbench iqa run` does; its iqa records.
-
-    `metric`: any `nn.Module` from NCHW images in [0, 1] to one score per image, (N,);
-    `higher_better`: whether a higher score means a better image (the attacks push scores
-    that way); `score_range`: its scores' [low, high], recorded beside them (None: unknown).
-    `images`: a float tensor (N, 3, H, W) in [0, 1], or a folder of image files (the first
-    `n_images`, centre-cropped to `size`). `attack`: an `advbench list iqa/attack` option, with
-    `attack_params`; `eps`: the ℓ∞ budgets. `out_dir`: where parts are written and resumed
-    (None: a temporary folder); `label`: the records' metric name (default: the class name).
-    `judges`: shipped metric options (`advbench list metric`) that score every clean and
-    attacked image beside `metric`, for the transfer matrix of `plot`.
-    `overrides`: further `advbench iqa run` overrides (`"batch_size=4"`, ...).
-
-    One forward and backward on the first images comes first: one finite score per image and
-    an input gradient, else an AdvbenchError. The code and weights of `metric` key the cell;
-    it is handed back as it came (training flags, parameters' `requires_grad`, device).
-    """
-    if not isinstance(metric, nn.Module):
-        raise AdvbenchError(f"metric must be a torch.nn.Module from NCHW images in [0, 1] to one score per image, "
-                            f"got {type(metric).__name__}")
-    name = safe_name(label or type(metric).__name__, "label")
-    if not isinstance(images, (torch.Tensor, str, Path)):
-        raise AdvbenchError(f"images must be a float tensor (N, 3, H, W) in [0, 1] or a folder of image files, "
-                            f"got {type(images).__name__}")
-    if not isinstance(attack, str):
-        raise AdvbenchError(f"attack must be an option name of `advbench list iqa/attack`, got {type(attack).__name__}")
-    if not isinstance(judges, (list, tuple, str)):
-        raise AdvbenchError(f"judges must be a list of metric names, e.g. ['niqe', 'cnnqa'], got {type(judges).__name__}")
-    given = given_images(images) if isinstance(images, torch.Tensor) else None
-    _refuse_fixed(overrides, tensor_images=given is not None)
-    from advbench.cli.config import compose_config  # Hydra: evaluate alone never loads it
-    from advbench.cli.quality_tasks import iqa_job
-
-    with tempfile.TemporaryDirectory(prefix="advbench-") as scratch, caller_state_kept(metric, device), \
-            python_warnings():
-        values = {"eps": check_budgets(eps), "seed": seed, "device": device,
-                  "out_dir": str(out_dir if out_dir is not None else scratch), "progress": False,
-                  "n_images": n_images, "size": size if given is None else min(given[0].shape[-2:]),
-                  "data": None if given is not None else str(images), "judges": judges,
-                  **{f"attack.params.{k}": v for k, v in (attack_params or {}).items()}}
-        cfg = compose_config("iqa", ["metric=python", f"attack={attack}", *(f"{k}={json.dumps(v)}" for k, v in values.items()),
-                                     *overrides])
-        scored = UserMetric(metric, name, higher_better, score_range)
-        part = iqa_job(cfg, scored, name, given)
-        return read_kind([part], kinds=("iqa",))[1]
-
-
-def _refuse_fixed(overrides: Sequence[str], *, tensor_images: bool) -> None:
-    """An AdvbenchError for an override the objects leave nothing to apply to: `metric.*` (the module
-    fixes the metric) and, with a tensor of images, `data`, `n_images` and `size`."""
-    fixed = ("metric", *(("data", "n_images", "size") if tensor_images else ()))
-    for override in [overrides] if isinstance(overrides, str) else overrides:
-        key = str(override).lstrip("+~").split("=", 1)[0].strip()
-        if key.split(".")[0] in fixed:
-            what = "a metric object: it fixes the metric" if key.startswith("metric") else "a tensor of images: pass the images you want"
-            raise AdvbenchError(f"override '{override}' cannot apply to {what}")
 
 
 def _choices(data: Any, attack: str | Attack, threat: str, defense: str | None) -> dict[str, str]:
