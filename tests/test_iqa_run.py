@@ -84,7 +84,7 @@ def test_killed_run_resumes_to_the_records_of_an_uninterrupted_run(tmp_path: Pat
     (["attack=pgd"], "unknown attack 'pgd'"),
     (["attack.params.steps=0"], "steps must be a whole number >= 1"),
     (["batch_size=auto"], "batch_size must be a whole number >= 1"),
-    (["experiment=benchmark"], "unknown experiment 'benchmark'; valid: iqa_msu, iqa_offline"),
+    (["experiment=benchmark"], "unknown experiment 'benchmark'; valid: iqa_defenses, iqa_msu, iqa_offline"),
 ])
 def test_bad_values_are_one_line_before_any_work(args: list[str], needle: str) -> None:
     with pytest.raises(AdvbenchError) as caught:
