@@ -95,7 +95,8 @@ def defense_spec(cfg: DictConfig) -> Any:
 
     defense = resolved(cfg.get("defense")) or {}
     return DefenseSpec(name=str(defense.get("name", "none")), params=defense.get("params") or {},
-                       bpda=defense.get("bpda", True), eot=defense.get("eot", 1), seed=int(cfg.get("seed", 0)),
+                       bpda=defense.get("bpda", True), backward=defense.get("backward"),
+                       eot=defense.get("eot", 1), seed=int(cfg.get("seed", 0)),
                        score_draws=defense.get("score_draws", 16))
 
 

@@ -8,7 +8,8 @@ Every transform maps a batch (N, C, H, W) in [0, 1] to a batch, with no loop ove
 `straight_through` is BPDA with the identity as the approximation (Athalye et al. 2018): the
 forward value is the transformed input, the backward pass hands the gradient to the input unchanged,
 which is how an adaptive attack differentiates a transform that has no useful gradient
-(JPEG's quantisation, rounding, a median). `eot_mean` is EOT (expectation over transformation):
+(rounding, a median); `bpda` also takes a differentiable approximation of the transform as its
+backward pass (`jpeg_approx.differentiable_jpeg` for JPEG). `eot_mean` is EOT (expectation over transformation):
 the mean of a function over several random draws, whose gradient is the mean of the draws' gradients.
 """
 
@@ -41,11 +42,16 @@ def straight_through(x: torch.Tensor, transformed: torch.Tensor) -> torch.Tensor
     return _StraightThrough.apply(x, transformed.detach())
 
 
-def bpda(transform: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-    """`transform(x)` forward, the identity backward (the transform itself runs without autograd)."""
+def bpda(transform: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor,
+         approx: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
+    """`transform(x)` forward (run without autograd); backward through `approx(x)`, a differentiable
+    function close to `transform`, or the identity when there is none (BPDA, Athalye et al. 2018)."""
     with torch.no_grad():
         t = transform(x.detach())
-    return straight_through(x, t)
+    if approx is None:
+        return straight_through(x, t)
+    surrogate = approx(x)
+    return surrogate + (t - surrogate).detach()
 
 
 def eot_mean(fn: Callable[[int], torch.Tensor], samples: int) -> torch.Tensor:
