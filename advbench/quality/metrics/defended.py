@@ -13,7 +13,7 @@ differentiated is decided here, so attacks stay adaptive with no per-defense cod
   quantised image) and the metric's gradient at the input, at two gradients a step: the first is
   blind where the quantised image is flat (a metric of local contrast has no gradient there), the
   second to the defense. On CNNQA the mean gained more than either in every setting tried; on NIQE
-  87-100 % of the identity's and 2-4x the input's; on a pure Laplacian-energy metric the input's
+  84-111 % of the identity's and 1.5-3.8x the input's; on a pure Laplacian-energy metric the input's
   gradient alone did better (docs/iqa.md). Neither default wins everywhere, so `backward=identity`
   runs the plain BPDA for comparison. `bpda=False` is the naive attack: the gradient is the
   undefended metric's, as if the attacker did not know the defense, while the score stays the
