@@ -5,7 +5,7 @@ is built. The network is created without its pretrained weights (pyiqa would dow
 and the local file from the config is loaded weights-only, in pyiqa's layout (state dict,
 usually under `params`). Scores come from the network itself, one per image, differentiable.
 pyiqa's licence (PolyForm Noncommercial 1.0.0 since April 2026; its weights CC BY-NC-SA 4.0)
-binds whoever installs it; no test here installs it, so this backend is untested.
+binds whoever installs it. tests/test_pyiqa_backend.py checks MUSIQ against the real package.
 """
 
 from __future__ import annotations
@@ -42,6 +42,9 @@ class PyiqaMetric(PretrainedMetric):
     ) -> None:
         super().__init__(name)
         pyiqa = import_pyiqa()
+        known = sorted(pyiqa.list_models(metric_mode="NR"))
+        if name not in known:
+            raise AdvbenchError(f"pyiqa has no no-reference metric '{name}'; it has {len(known)}: {', '.join(known)}")
         try:
             wrapper = pyiqa.create_metric(name, as_loss=False, device="cpu", pretrained=False, **options)
         except (KeyError, ValueError, TypeError) as exc:
