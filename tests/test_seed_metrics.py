@@ -453,7 +453,8 @@ def test_pyiqa_wrapper_uses_local_weights_and_metadata(monkeypatch: pytest.Monke
         calls.append({"name": name, **kwargs})
         return types.SimpleNamespace(net=_FakeArch(), lower_better=True)
 
-    monkeypatch.setitem(sys.modules, "pyiqa", types.SimpleNamespace(create_metric=create_metric))
+    monkeypatch.setitem(sys.modules, "pyiqa", types.SimpleNamespace(create_metric=create_metric,
+                                                                     list_models=lambda metric_mode: ["musiq"]))
     state = _random_state(_FakeArch())
     path = tmp_path / "musiq.pth"
     torch.save({"params": state}, path)
