@@ -151,8 +151,10 @@ def iqa_run(args: tuple[str, ...]) -> None:
     korhonen|madc|uap|cumulative_uap|square, eps=[...] (ℓ∞ on [0, 1] images), attack.params.<key>=V (the
     attack's hyperparameters, e.g. attack.params.steps=20 or attack.params.n_queries=500), data=FOLDER
     (default: the sample photos' test crops), n_images=N, size=256, device=cpu|cuda, out_dir=DIR,
-    judges=[niqe,cnnqa] (metrics that score every clean and attacked image: transfer between metrics). A preset
-    is a sweep and needs -m: `advbench iqa run -m experiment=iqa_offline` (or iqa_msu). Cells resume after
+    judges=[niqe,cnnqa] (metrics that score every clean and attacked image: transfer between metrics),
+    defense=jpeg|bit_depth|median|blur|resize|crop_flip (the metric behind a defense, attacked adaptively;
+    defense.bpda=false or defense.eot=1 for the naive attack, defense.backward=identity for plain BPDA).
+    A preset is a sweep and needs -m: `advbench iqa run -m experiment=iqa_offline` (or iqa_msu, iqa_defenses). Cells resume after
     a kill and are skipped when their records exist (force=true to redo). Then `advbench plot <out_dir>/records`.
     """
     hydra_command("iqa", "advbench.cli.quality_tasks.iqa_main", "advbench iqa run")(args)
