@@ -106,10 +106,10 @@ def test_projection_is_the_smallest_step_onto_the_hyperplane_in_the_box(norm: st
             infeasible += 1
             ahead = torch.sign(b[i] - w[i] @ t[i]) * w[i]
             corner = torch.where(ahead > 0, hi - t[i], torch.where(ahead < 0, lo - t[i], torch.zeros_like(t[i])))
-            assert torch.allclose(step[i], corner * (ahead != 0), atol=1e-12)
+            assert torch.allclose(step[i], corner * (ahead != 0), atol=1e-7)
             continue
-        assert float(w[i] @ (t[i] + step[i])) == pytest.approx(float(b[i]), abs=1e-9)
-        assert float(lp_norm(step[i:i + 1], norm)) == pytest.approx(want, abs=1e-8)
+        assert float(w[i] @ (t[i] + step[i])) == pytest.approx(float(b[i]), abs=1e-7)
+        assert float(lp_norm(step[i:i + 1], norm)) == pytest.approx(want, abs=1e-7)
     assert 0 < infeasible < t.shape[0] // 2, "the problems include some the box cannot reach, not most"
 
 
@@ -117,7 +117,7 @@ def test_projection_is_the_smallest_step_onto_the_hyperplane_in_the_box(norm: st
 def test_projection_onto_a_hyperplane_through_the_point_is_no_step(norm: str) -> None:
     t, w, _ = problems(8, 30)
     step = (project_linf if norm == "linf" else project_l2)(t, w, (w * t).sum(1), BOUNDS)
-    assert torch.allclose(step, torch.zeros_like(step), atol=1e-12)
+    assert torch.allclose(step, torch.zeros_like(step), atol=1e-7)
 
 
 @pytest.mark.parametrize("norm,targeted", [("linf", False), ("l2", False), ("l2", True)])
