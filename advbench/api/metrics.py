@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from advbench.core.caller_state import caller_state_kept
+from advbench.core.catalog import override_key
 from advbench.core.errors import AdvbenchError
 from advbench.core.names import safe_name
 from advbench.core.records import read_kind
@@ -85,7 +86,7 @@ def _refuse_fixed(overrides: Sequence[str], *, tensor_images: bool) -> None:
     fixes the metric) and, with a tensor of images, `data`, `n_images` and `size`."""
     fixed = ("metric", *(("data", "n_images", "size") if tensor_images else ()))
     for override in [overrides] if isinstance(overrides, str) else overrides:
-        key = str(override).lstrip("+~").split("=", 1)[0].strip()
-        if key.split(".")[0] in fixed:
-            what = "a metric object: it fixes the metric" if key.startswith("metric") else "a tensor of images: pass the images you want"
+        group = override_key(override).split(".")[0]
+        if group in fixed:
+            what = "a metric object: it fixes the metric" if group == "metric" else "a tensor of images: pass the images you want"
             raise AdvbenchError(f"override '{override}' cannot apply to {what}")

@@ -94,10 +94,9 @@ def defense_spec(cfg: DictConfig) -> Any:
     from advbench.quality.metrics.defended import DefenseSpec
 
     defense = resolved(cfg.get("defense")) or {}
+    given = {key: defense[key] for key in ("bpda", "backward", "eot", "score_draws") if key in defense}
     return DefenseSpec(name=str(defense.get("name", "none")), params=defense.get("params") or {},
-                       bpda=defense.get("bpda", True), backward=defense.get("backward"),
-                       eot=defense.get("eot", 1), seed=int(cfg.get("seed", 0)),
-                       score_draws=defense.get("score_draws", 16))
+                       seed=int(cfg.get("seed", 0)), **given)
 
 
 def check_iqa(cfg: DictConfig) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -126,3 +127,12 @@ def _defense_metadata(data: dict[str, Any]) -> str:
     category = data["category"]
     category = ", ".join(category) if isinstance(category, list) else str(category)
     return f" ({category}; intended threat: {data.get('threat_model', 'unstated')})"
+
+
+_OVERRIDE_KEY = re.compile(r"^(?:\+\+|\+|~)?([^=@]+)")
+
+
+def override_key(override: str) -> str:
+    """The dotted key an override string sets, adds or deletes (`+a.b=1`, `~a.b`, `a@pkg=x` -> `a.b`, `a`)."""
+    match = _OVERRIDE_KEY.match(str(override).strip())
+    return match.group(1).strip() if match else ""

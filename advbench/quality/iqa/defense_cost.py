@@ -32,7 +32,7 @@ def defense_columns(name: str, defended: DefendedMetric | None, defense: Defense
     columns = {"defense": defense.name, "defense_params": json.dumps(defense.identity(), sort_keys=True)}
     if defended is None:
         return columns, None
-    columns["metric"] = f"{name}+{defense.name}"
+    columns["metric"] = defense.metric_label(name)
     with torch.no_grad():
         return columns, score(defended.metric, images, batch_size, device).double().numpy()
 

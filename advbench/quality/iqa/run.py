@@ -103,7 +103,7 @@ def iqa_cell(spec: IqaSpec, metric: QualityMetric, attack: MetricAttack,
     cell_name = f"{name}_{spec.defense.name}" if defended else name
     part = records_dir / f"{cell_name}_{attack.name}_s{int(spec.seed)}_{key}.parquet"
     ids = list(range(len(images) * len(budgets)))
-    label = f"{name}{'+' + spec.defense.name if defended else ''}/{attack.name} ({len(images)} images × {len(budgets)} budgets)"
+    label = f"{spec.defense.metric_label(name)}/{attack.name} ({len(images)} images × {len(budgets)} budgets)"
     with claim_cell(part, key, ids, force=bool(spec.force)) as files:
         if files is None:
             console.print(f"[dim]skip {label}: records exist at {part} (force=true to redo)[/dim]", soft_wrap=True)

@@ -152,6 +152,10 @@ class DefenseSpec:
         """Whether there is a defense at all (`none` keeps cell keys and records as they were)."""
         return self.name != "none"
 
+    def metric_label(self, metric: str) -> str:
+        """The defended metric's name in records and on the console: `<metric>+<defense>` (the metric without one)."""
+        return f"{metric}+{self.name}" if self.active else metric
+
     def identity(self) -> dict[str, Any]:
         """What of the defense changes numbers: the cell key's entry (only the settings its kind uses)."""
         grad = KINDS[self.name].grad

@@ -12,16 +12,14 @@ The caller's object is used in place and given back as it came
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from advbench.core.catalog import group_options, option_data
+from advbench.core.catalog import group_options, option_data, override_key
 from advbench.core.errors import AdvbenchError
 from advbench.core.keys import plain
 
-_OVERRIDE_KEY = re.compile(r"^(?:\+\+|\+|~)?([^=@]+)")
 _FIXED_BY_MODEL = ("model", "checkpoint")
 _FIXED_BY_DATA = ("dataset",)
 
@@ -46,9 +44,7 @@ def refuse_inapplicable(overrides: Sequence[str], *, data_object: bool) -> None:
     for override in overrides:
         if not isinstance(override, str):
             raise AdvbenchError(f"overrides must be strings like 'search.enabled=false', got {override!r}")
-        match = _OVERRIDE_KEY.match(override.strip())
-        key = match.group(1).strip() if match else ""
-        group = key.split(".")[0]
+        group = override_key(override).split(".")[0]
         if group in fixed:
             raise AdvbenchError(f"override '{override}' cannot apply to a {_object_of(group)} object: "
                                 f"{_instead(group)}")
