@@ -1,10 +1,14 @@
 """Transfer between metrics: judges score the very images a cell attacked, and the A × B matrix of
-`advbench plot` holds each judge's gain in the MSU gain's scale, the attacked metric's own on its diagonal."""
+`advbench plot` holds each judge's gain in the MSU gain's scale, the attacked metric's own on its diagonal.
+
+NIQE's pristine parameters here are a model fitted on four sample photos, written where `advbench weights
+fetch niqe` puts the authors' file and in its format: these tests need neither basicsr nor a download."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -20,13 +24,14 @@ from advbench.cli.config import compose_config
 from advbench.core.errors import AdvbenchError
 from advbench.core.records import read_kind
 from advbench.quality.attacks.iterative import IFGSM
-from advbench.quality.images import as_batch, uap_images
+from advbench.quality.images import as_batch, sample_photos, uap_images
 from advbench.quality.iqa.run import IqaSpec, iqa_cell
 from advbench.quality.iqa.scores import msu_scores
 from advbench.quality.iqa.transfer import render_transfer, transfer_gains, transfer_matrix
 from advbench.quality.metrics.base import QualityMetric
 from advbench.quality.metrics.learned import CNNQA, save_weights, train_cnnqa
 from advbench.quality.metrics.niqe import NIQE
+from advbench.quality.metrics.niqe_pristine import FETCHED_FILE, fit_pristine_model
 from advbench.quality.metrics.user import UserMetric
 
 BUDGETS = [2 / 255, 8 / 255]
@@ -69,6 +74,18 @@ def run(records: Path, name: str, metric: QualityMetric, judges: dict, images: t
         attack: IFGSM | None = None) -> pd.DataFrame:
     part = iqa_cell(spec(records, name), metric, attack or Recording(), (images, "test"), judges)
     return read_kind([part], kinds=("iqa",))[1]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def niqe_parameters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """NIQE's parameter file, basicsr's keys and shapes, in a weights folder that this module's runs (and their
+    subprocesses) use."""
+    model = fit_pristine_model(sample_photos("train")[4:8])
+    folder = tmp_path_factory.mktemp("weights")
+    np.savez(folder / FETCHED_FILE, mu_pris_param=model["mu"].numpy()[None], cov_pris_param=model["cov"].numpy())
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ADVBENCH_WEIGHTS", str(folder))
+        yield folder / FETCHED_FILE
 
 
 @pytest.fixture(scope="module")

@@ -107,11 +107,24 @@ def test_bad_pristine_files_are_one_line_errors(tmp_path: Path) -> None:
         assert "\n" not in str(info.value)
 
 
-def test_without_basicsr_the_reference_names_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_the_parameters_the_error_names_the_fetch_command(monkeypatch: pytest.MonkeyPatch,
+                                                                  tmp_path: Path) -> None:
     monkeypatch.setattr(niqe_pristine.importlib.util, "find_spec", lambda name: None)
-    with pytest.raises(AdvbenchError, match="pip install basicsr") as info:
+    monkeypatch.setenv("ADVBENCH_WEIGHTS", str(tmp_path))
+    with pytest.raises(AdvbenchError, match="fetch them \\(online\\) with advbench weights fetch niqe;") as info:
         NIQE()
     assert "metric.pristine=PATH" in str(info.value) and "\n" not in str(info.value)
+    assert str(tmp_path / niqe_pristine.FETCHED_FILE) in str(info.value)
+
+
+def test_the_fetched_parameters_serve_without_basicsr(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                      small_model: Path) -> None:
+    """`advbench weights fetch niqe` installs the file in the weights folder: `metric=niqe` reads it there."""
+    monkeypatch.setattr(niqe_pristine.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setenv("ADVBENCH_WEIGHTS", str(tmp_path))
+    (tmp_path / niqe_pristine.FETCHED_FILE).write_bytes(small_model.read_bytes())
+    metric, fitted = NIQE(), read_pristine_file(small_model)
+    assert torch.equal(metric.mu, fitted["mu"]) and torch.equal(metric.cov, fitted["cov"])
 
 
 @needs_basicsr

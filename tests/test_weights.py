@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import http.server
+import importlib.metadata
+import importlib.util
 import io
 import json
 import threading
@@ -12,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
@@ -307,3 +310,62 @@ def test_torchvision_entries_match_torchvision_s_own_table() -> None:
     for arch, (url, size_mb) in TORCHVISION.items():
         published = models.get_model_weights(arch).IMAGENET1K_V1
         assert (url, size_mb) == (published.url, published.meta["_file_size"]), arch
+
+
+def _niqe_parameters() -> bytes:
+    """NIQE's pristine parameters in basicsr's format (keys and shapes of its niqe_pris_params.npz), seeded."""
+    g = torch.Generator().manual_seed(0)
+    factor = torch.randn(36, 36, generator=g, dtype=torch.float64)
+    buffer = io.BytesIO()
+    np.savez(buffer, mu_pris_param=torch.randn(1, 36, generator=g, dtype=torch.float64).numpy(),
+             cov_pris_param=(factor @ factor.T + torch.eye(36, dtype=torch.float64)).numpy())
+    return buffer.getvalue()
+
+
+def test_fetch_niqe_installs_the_pinned_parameters_where_metric_niqe_reads_them(server, weights_dir, monkeypatch):
+    """The file must have the pinned SHA-256 (another is refused and deleted) and read as a pristine model;
+    then `metric=niqe` takes its parameters from it."""
+    from advbench.cli import weights
+    from advbench.quality.metrics.niqe import NIQE
+
+    url, state = server
+    body = _niqe_parameters()
+    state.files["niqe_pris_params.npz"] = body
+    refused = _fetch("niqe", "--mirror", url)
+    assert refused.exit_code == 1 and f"SHA-256 is not the pinned {weights.NIQE_SHA256}" in refused.output
+    assert not any(weights_dir.iterdir())
+
+    monkeypatch.setattr(weights, "NIQE_SHA256", hashlib.sha256(body).hexdigest())
+    result = _fetch("niqe", "--mirror", url)
+    assert result.exit_code == 0, result.output
+    target = weights_dir / "niqe_pris_params.npz"
+    assert result.output.strip() == f"niqe: {target}" and target.read_bytes() == body
+    assert json.loads((weights_dir / weights.LOCK_FILE).read_text())["niqe"]["checked"] == "sha256 (pinned)"
+    with np.load(io.BytesIO(body)) as served:
+        assert np.array_equal(NIQE().mu.numpy(), served["mu_pris_param"].flatten())
+
+
+def test_fetch_niqe_refuses_a_file_that_is_no_pristine_model(server, weights_dir, monkeypatch):
+    from advbench.cli import weights
+
+    url, state = server
+    buffer = io.BytesIO()
+    np.savez(buffer, mu_pris_param=np.zeros(5))
+    state.files["niqe_pris_params.npz"] = buffer.getvalue()
+    monkeypatch.setattr(weights, "NIQE_SHA256", hashlib.sha256(buffer.getvalue()).hexdigest())
+    result = _fetch("niqe", "--mirror", url)
+    _one_line(result, "niqe: the downloaded file does not fit the architecture (niqe:")
+    assert "is not a pristine model" in result.output and not any(weights_dir.iterdir())
+
+
+def test_the_niqe_entry_is_basicsr_1_4_2_s_file() -> None:
+    """The pin is the sha256 of the file basicsr 1.4.2 installs, where it is installed here."""
+    from advbench.cli.weights import NIQE_SHA256, NIQE_URL, sha256_of
+    from advbench.quality.metrics.niqe_pristine import BASICSR_FILE
+
+    spec = importlib.util.find_spec("basicsr")
+    if spec is None:
+        pytest.skip("basicsr is not installed (scripts/setup.sh installs it)")
+    installed = Path(next(iter(spec.submodule_search_locations))) / BASICSR_FILE
+    assert importlib.metadata.version("basicsr") == "1.4.2" and "/v1.4.2/basicsr/" + BASICSR_FILE in NIQE_URL
+    assert sha256_of(installed) == NIQE_SHA256

@@ -60,7 +60,11 @@ class Published:
     hosts: tuple[str, ...] = ()
     """Hosts the publisher's server may redirect to (its own host is always allowed)."""
     sha256: str | None = None
-    """The full SHA-256 where the publisher gives one."""
+    """The full SHA-256 where the publisher gives one, or the one advbench pins (`pinned`)."""
+    pinned: bool = False
+    """`sha256` is advbench's pin of a known copy of the file rather than one the publisher gives."""
+    reader: Callable[[Path], object] | None = None
+    """What checks a file that is no network's weights (NIQE's parameters): it must read it without error."""
 
     @property
     def published_name(self) -> str:
@@ -89,6 +93,9 @@ class Published:
 
     def verify(self, path: Path) -> None:
         """Load `path` into the architecture with strict keys; AdvbenchError on any mismatch."""
+        if self.reader is not None:
+            self.reader(path)
+            return
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the other weight options stay random on purpose
             if self.model is not None:
@@ -119,6 +126,23 @@ def _torchvision(arch: str) -> Published:
 
 _GITHUB = {"hosts": GITHUB_HOSTS}
 
+NIQE_URL = "https://github.com/XPixelGroup/BasicSR/raw/v1.4.2/basicsr/metrics/niqe_pris_params.npz"
+NIQE_SHA256 = "2a7c182a68c9e7f1b2e2e5ec723279d6f65d912b6fcaf37eb2bf03d7367c4296"
+"""basicsr 1.4.2's copy of NIQE's pristine parameters (the file its PyPI release installs), read by `metric=niqe`."""
+
+
+def _read_pristine(path: Path) -> object:
+    """NIQE's parameters must read as a pristine model (finite mu (36,), cov (36, 36))."""
+    from advbench.quality.metrics.niqe_pristine import read_pristine_file
+
+    return read_pristine_file(path, suffix=Path(NIQE_URL).suffix)
+
+
+def _niqe() -> Published:
+    return Published("niqe", NIQE_URL, "basicsr/metrics/niqe_pris_params.npz of XPixelGroup/BasicSR v1.4.2 "
+                     "(the authors' NIQE parameters)", 0.012, sha256=NIQE_SHA256, pinned=True, reader=_read_pristine,
+                     **_GITHUB)
+
 
 def catalogue() -> dict[str, Published]:
     """Every published file advbench knows, by the name `advbench weights fetch` takes."""
@@ -139,7 +163,7 @@ def catalogue() -> dict[str, Published]:
         Published("spaq", "https://drive.google.com/file/d/1pXjXAIItViTFs7qUBY-b11WY50mzoVM2/view",
                   "BL_release.pt of h4nwei/SPAQ", direct=False, filename="BL_release.pt", metric="spaq"),
     ]
-    entries += [_torchvision(arch) for arch in TORCHVISION]
+    entries += [_niqe(), *(_torchvision(arch) for arch in TORCHVISION)]
     return {e.name: e for e in entries}
 
 
@@ -172,8 +196,8 @@ def check_and_install(entry: Published, part: Path, target: Path) -> None:
     digest = sha256_of(part)
     if prefix is not None and not digest.startswith(prefix):
         part.unlink()
-        raise AdvbenchError(f"{entry.name}: the downloaded file's SHA-256 does not start with {prefix} "
-                            f"as its published name says; it was deleted, run the command again")
+        expected = f"is not the pinned {prefix}" if entry.pinned else f"does not start with {prefix} as its published name says"
+        raise AdvbenchError(f"{entry.name}: the downloaded file's SHA-256 {expected}; it was deleted, run the command again")
     try:
         entry.verify(part)
     except AdvbenchError as exc:
@@ -182,7 +206,7 @@ def check_and_install(entry: Published, part: Path, target: Path) -> None:
     if target.is_symlink():
         raise AdvbenchError(f"'{target}' is a symbolic link; advbench installs only regular files there: remove it")
     os.replace(part, target)
-    checked = "sha256 (published)" if prefix is not None and len(prefix) == 64 else \
+    checked = "sha256 (pinned)" if entry.pinned else "sha256 (published)" if prefix is not None and len(prefix) == 64 else \
         "sha256 prefix (published) + keys and shapes" if prefix is not None else "keys and shapes only"
     _lock(entry.name, {"file": str(target), "sha256": digest, "checked": checked})
 

