@@ -1,0 +1,99 @@
+"""scripts/bench_gpu.py, the GPU throughput bench, run on the CPU at its tiny size so that it cannot rot
+before a device runs it: one JSON holding the limit and every attack beside its peer in each dtype
+asked for, every figure finite and positive, both sides of a pair at the same iteration count, and
+a failing side recorded with its error instead of stopping the run. No timing is asserted."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+PEERS = {"pgd": "torchattacks PGD", "apgd": "torchattacks APGD", "fab": "torchattacks FAB",
+         "square": "torchattacks Square", "autoattack": "original AutoAttack"}
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture
+def bench(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """The script as a module (scripts/ is not a package; it imports its neighbour bench_attacks)."""
+    monkeypatch.syspath_prepend(str(SCRIPTS))
+    return importlib.import_module("bench_gpu")
+
+
+def run(bench: ModuleType, tmp_path: Path, *flags: str) -> dict[str, Any]:
+    out = tmp_path / "bench_gpu.json"
+    assert bench.main(["--device", "cpu", "--tiny", *flags, "--out", str(out)]) == 0
+    return json.loads(out.read_text())
+
+
+def assert_figures(row: dict[str, Any], batch: int) -> None:
+    """Every figure of a timed row is a finite positive number, and they agree with each other."""
+    assert "error" not in row, row.get("error")
+    numbers = [row["seconds"], row["samples_per_s"], row["per_iter_s"], row["x_forward_backward"], *row["times"]]
+    assert all(isinstance(v, float) and math.isfinite(v) and v > 0 for v in numbers), row
+    assert row["iterations"] >= 1
+    assert row["samples_per_s"] == pytest.approx(batch / row["seconds"], rel=1e-6)
+    assert row["per_iter_s"] == pytest.approx(row["seconds"] / row["iterations"], rel=1e-6)
+
+
+def test_tiny_run_times_every_attack_beside_its_peer(bench: ModuleType, tmp_path: Path) -> None:
+    result = run(bench, tmp_path)
+    batch = result["size"]["batch"]
+    assert batch == 8 and result["model"]["weights"] == "random"
+    assert result["environment"]["batch"] == batch and result["environment"]["torch"]
+    assert "random weights" in result["what"] and math.isfinite(result["wall_s"]) and result["wall_s"] > 0
+    assert list(result["dtypes"]) == ["fp32"]
+    fp32 = result["dtypes"]["fp32"]
+    assert set(fp32["limit"]) == {"forward+backward", "forward"}
+    for row in fp32["limit"].values():
+        assert_figures(row, batch)
+    assert fp32["limit"]["forward+backward"]["x_forward_backward"] == pytest.approx(1.0)
+    assert list(fp32["attacks"]) == list(PEERS)
+    for name, pair in fp32["attacks"].items():
+        assert set(pair["sides"]) == {"advbench", PEERS[name]}
+        for row in pair["sides"].values():
+            assert_figures(row, batch)
+            assert len(row["times"]) == result["size"]["rounds"]
+        ours, theirs = pair["sides"]["advbench"], pair["sides"][PEERS[name]]
+        assert ours["iterations"] == theirs["iterations"], f"{name}: both sides at the same iteration count"
+        assert pair["advbench_over_peer"] == pytest.approx(ours["seconds"] / theirs["seconds"], rel=1e-6)
+        assert pair["settings"]
+
+
+def test_bf16_on_the_cpu_runs_through_autocast(bench: ModuleType, tmp_path: Path) -> None:
+    result = run(bench, tmp_path, "--dtypes", "bf16", "--attacks", "pgd,square", "--rounds", "1", "--warmup", "0")
+    bf16 = result["dtypes"]["bf16"]
+    assert list(result["dtypes"]) == ["bf16"] and list(bf16["attacks"]) == ["pgd", "square"]
+    for pair in bf16["attacks"].values():
+        for row in pair["sides"].values():
+            assert_figures(row, 8)
+
+
+def test_a_failing_peer_is_recorded_not_fatal(bench: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("no bf16 kernels here\nsecond line")
+
+    monkeypatch.setattr(bench.torchattacks, "PGD", refuse)
+    result = run(bench, tmp_path, "--attacks", "pgd", "--rounds", "1")
+    pair = result["dtypes"]["fp32"]["attacks"]["pgd"]
+    assert pair["sides"]["torchattacks PGD"] == {"error": "RuntimeError: no bf16 kernels here"}
+    assert_figures(pair["sides"]["advbench"], 8)
+    assert "advbench_over_peer" not in pair
+
+
+@pytest.mark.parametrize("flags", [["--attacks", "pgd,cw"], ["--dtypes", "fp16"], ["--batch", "0"], ["--attacks", ","]])
+def test_bad_options_are_refused_before_anything_runs(bench: ModuleType, tmp_path: Path, flags: list[str],
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        bench.main(["--device", "cpu", "--tiny", *flags, "--out", str(tmp_path / "x.json")])
+    assert exc.value.code == 2
+    assert "error:" in capsys.readouterr().err
+    assert not (tmp_path / "x.json").exists()
