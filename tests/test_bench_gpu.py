@@ -13,6 +13,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+import torch
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 PEERS = {"pgd": "torchattacks PGD", "apgd": "torchattacks APGD", "fab": "torchattacks FAB",
@@ -96,4 +97,15 @@ def test_bad_options_are_refused_before_anything_runs(bench: ModuleType, tmp_pat
         bench.main(["--device", "cpu", "--tiny", *flags, "--out", str(tmp_path / "x.json")])
     assert exc.value.code == 2
     assert "error:" in capsys.readouterr().err
+    assert not (tmp_path / "x.json").exists()
+
+
+@pytest.mark.parametrize("flags", [["--arch", "no_such_net"], ["--device", "cuda"]])
+def test_what_the_run_cannot_use_is_a_one_line_error(bench: ModuleType, tmp_path: Path, flags: list[str],
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    if flags[0] == "--device" and torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    assert bench.main(["--device", "cpu", "--tiny", *flags, "--out", str(tmp_path / "x.json")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("Error: ") and err.count("\n") == 1, err
     assert not (tmp_path / "x.json").exists()
