@@ -217,6 +217,8 @@ def apgd_iterations(apgd: Any, n: int) -> None:
 
 
 def error(exc: BaseException) -> dict[str, str]:
+    """A side's failure as the JSON keeps it (its first line); on CUDA the cached memory is freed,
+    so a side that ran out of memory does not starve the next one."""
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     return {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:500]}
