@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
+from advbench.cli.options import warn_hidden
 from advbench.cli.validate import check_composed
 from advbench.core.catalog import conf_dir, option_file
 
@@ -32,6 +33,7 @@ PRIMARY = "config"
 def api_config(choices: Mapping[str, str], values: Mapping[str, Any], overrides: Sequence[str] = ()) -> DictConfig:
     """The run config of group `choices` (`{"attack": "pgd", ...}`) with `values` (`{"seed": 0,
     "attack.params.steps": 10, ...}`) set, checked as the command line checks its own."""
+    warn_hidden()  # the user's options the shipped ones hide, as a command line run says them
     parsed = _plain_overrides(overrides, choices)
     cfg = None if parsed is None else _assembled({**choices, **parsed[0]}, {**values, **parsed[1]})
     if cfg is None:

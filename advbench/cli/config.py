@@ -24,6 +24,7 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
+from yaml import YAMLError
 
 from advbench.cli.compositions import OWN_COMPOSITION_FLAGS, composed_once
 from advbench.cli.options import with_user_conf  # and registers the ${advbench:...} resolver the YAML uses
@@ -35,8 +36,7 @@ from advbench.core.errors import AdvbenchError, user_error
 Task = Callable[[DictConfig], Any]
 
 
-# Flags that take a value in Hydra's own command line; everything else that does not start
-# with "-" is an override.
+# Flags that take a value in Hydra's command line; any other argument not starting with "-" is an override.
 _HYDRA_VALUE_FLAGS = {"--cfg", "-c", "--package", "-p", "--config-name", "-cn", "--config-dir", "-cd",
                       "--experimental-rerun", "--info", "-i"}
 
@@ -163,7 +163,7 @@ def compose_config(config_name: str, overrides: Sequence[str]) -> DictConfig:
     check_overrides(overrides := with_user_conf(overrides), config_name)  # ADVBENCH_CONF's folders too
     try:
         cfg = _compose(config_name, overrides)
-    except (HydraException, OmegaConfBaseException, ValueError) as exc:
+    except (HydraException, OmegaConfBaseException, ValueError, YAMLError) as exc:  # YAML: an option file of the user's
         raise (_unknown_key(config_name, overrides, exc) or AdvbenchError(_one_line(exc))) from None
     check_composed(cfg)
     return cfg

@@ -22,9 +22,10 @@ from typing import Any, Callable
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
+from yaml import YAMLError
 
 import advbench.cli.options  # noqa: F401  (registers the ${advbench:cache|data|weights} resolver the YAML uses)
-from advbench.core.catalog import CONFIG_ROOTS, option_data
+from advbench.core.catalog import CONFIG_ROOTS, invalid_yaml, option_data
 from advbench.core.construct import construct, target_of
 from advbench.core.errors import AdvbenchError, user_error
 from advbench.core.keys import plain_value
@@ -32,6 +33,8 @@ from advbench.core.names import safe_name
 
 
 def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, YAMLError):  # the parser's message names the file and line in a block of its own
+        return str(invalid_yaml(exc))
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
     return "; ".join(lines) if lines else type(exc).__name__
 
@@ -223,8 +226,8 @@ def _check_arguments(key: str, node: Any) -> None:
     try:
         target = target_of(node._target_)
         hints = typing.get_type_hints(target.__init__ if isinstance(target, type) else target)
-    except Exception:  # an unknown target or unresolvable annotation: Hydra and the constructor report it
-        return
+    except (Exception, SystemExit):  # an unknown target, an unresolvable annotation, a module of one's own
+        return  # that exits on import: Hydra and the constructor report it (`_check_attack` for an attack)
     for name, value in node.items():
         if isinstance(value, float) and math.isnan(value):  # passes every `<` check, fails after the work ran
             raise AdvbenchError(f"{key}.{name} must be a number, got nan")
@@ -331,13 +334,19 @@ def validate(cfg: DictConfig) -> None:
         _check_arguments(key, OmegaConf.select(cfg, key))
     params = OmegaConf.select(cfg, "attack.params")
     if params is not None:
-        _check_attack(cfg.attack.get("name", "attack"), params)
+        _check_attack(cfg.attack.get("name", "attack"), params, on_metrics=cfg.get("task") == "iqa")
 
 
-def _check_attack(name: str, params: DictConfig) -> None:
-    """Build the attack once (cheap, no model) so its own argument checks run up front."""
+def _check_attack(name: str, params: DictConfig, *, on_metrics: bool) -> None:
+    """Build the attack once (cheap, no model): its own argument checks, and a `_target_` building no attack, up front."""
+    from advbench.core.user_code import user_code_failed  # the user's module may exit: said as for a model
+    from advbench.quality.attacks.base import MetricAttack
+    from advbench.robustness.attacks.base import Attack
+
     try:
-        construct(OmegaConf.to_container(params, resolve=True))
+        built = construct(OmegaConf.to_container(params, resolve=True))
+    except SystemExit as exc:
+        raise user_code_failed(f"attack '{name}'", f"building {params.get('_target_')}", exc) from None
     except Exception as exc:  # the constructor's own check, or an error it did not expect
         cause = user_error(exc)
         if cause is not None:  # the attack's own check: named by the keys the user typed
@@ -346,6 +355,9 @@ def _check_attack(name: str, params: DictConfig) -> None:
         while root.__cause__ is not None:
             root = root.__cause__
         raise AdvbenchError(f"bad attack.params for '{name}': {_one_line(root)}") from None
+    if not isinstance(built, kind := MetricAttack if on_metrics else Attack):
+        raise AdvbenchError(f"attack '{name}': attack.params._target_ {params.get('_target_')} builds an "
+                            f"object of type {type(built).__name__}, not an attack ({kind.__module__}.{kind.__name__})")
 
 
 def check_composed(cfg: DictConfig) -> None:

@@ -4,7 +4,8 @@ Every reader of option files goes through here, so the halves and the command li
 what an option is and how it describes itself (`advbench list`, the generated doc tables).
 The user's option folders (`ADVBENCH_CONF`, laid out as conf/: `attack/mine.yaml`) are searched
 after conf/, here and by Hydra (`advbench.cli.config.with_user_conf`), so an option of one's own
-is one YAML file outside the package; a name conf/ already has stays the shipped option.
+is one YAML file outside the package; a name conf/ already has stays the shipped option, and
+the user's file it hides is said (`hidden_user_options`).
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from advbench.core.errors import AdvbenchError
+from advbench.core.errors import AdvbenchError, first_line
 
 _HYDRA_GROUPS = {"hydra"}
 CONFIG_ROOTS = {"iqa": "iqa"}
@@ -47,6 +49,18 @@ def user_conf_dirs() -> list[Path]:
         if not folder.is_dir():
             raise AdvbenchError(f"{USER_CONF} names '{folder}', which is not a folder of options (attack/NAME.yaml ...)")
     return list(dict.fromkeys(dirs))
+
+
+def hidden_user_options() -> list[tuple[str, Path]]:
+    """The user's option files (with their group) that a shipped option of the same name hides: conf/ is
+    searched first, by the catalogue and by Hydra alike, so such a file is never chosen."""
+    found = []
+    for folder in user_conf_dirs():
+        for path in sorted(folder.glob("*/*.yaml")) + sorted(folder.glob("iqa/*/*.yaml")):
+            group = path.parent.relative_to(folder).as_posix()
+            if (conf_dir() / group / path.name).is_file():
+                found.append((group, path))
+    return found
 
 
 def search_dirs() -> list[Path]:
@@ -90,15 +104,30 @@ def option_data(group: str, option: str) -> dict[str, Any] | None:
     that must be resolved is composed above, by the command line (`advbench.cli.options`).
     """
     path = option_file(group, option)
-    if path is None:
-        return None
+    return None if path is None else read_option(path)
+
+
+def read_option(path: Path) -> dict[str, Any]:
+    """An option file's keys, or one line naming the file and what is wrong with it."""
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
-        raise AdvbenchError(f"option file '{path}' is invalid: {str(exc).splitlines()[0]}") from None
+        raise invalid_yaml(exc, path) from None
     if not isinstance(data, dict):
         raise AdvbenchError(f"option file '{path}' is invalid: not a mapping of keys")
     return data
+
+
+def invalid_yaml(exc: yaml.YAMLError, path: Path | str | None = None) -> AdvbenchError:
+    """One line for a file the YAML parser refused (the parser's own message runs over several): the file,
+    the line and what the parser expected there. `path` defaults to the file the parser names."""
+    mark, context = getattr(exc, "problem_mark", None), getattr(exc, "context_mark", None)
+    path = path or (mark.name if mark is not None else "?")
+    at = f", line {mark.line + 1}" if mark is not None else ""
+    problem = getattr(exc, "problem", None) or first_line(exc)
+    opened = f" ({exc.context} from line {context.line + 1})" \
+        if context is not None and getattr(exc, "context", None) else ""
+    return AdvbenchError(f"option file '{path}' is not valid YAML{at}: {problem}{opened}")
 
 
 def describe(group: str, option: str) -> str:
@@ -110,8 +139,7 @@ def describe(group: str, option: str) -> str:
     path = option_file(group, option)
     if path is None:
         raise AdvbenchError(f"unknown {group} '{option}'; valid: {', '.join(group_options(group))}")
-    text = path.read_text()
-    data = yaml.safe_load(text) or {}
+    text, data = path.read_text(), read_option(path)
     if data.get("description"):
         return str(data["description"]).strip() + _defense_metadata(data)
     for line in text.splitlines():
@@ -136,3 +164,33 @@ def override_key(override: str) -> str:
     """The dotted key an override string sets, adds or deletes (`+a.b=1`, `~a.b`, `a@pkg=x` -> `a.b`, `a`)."""
     match = _OVERRIDE_KEY.match(str(override).strip())
     return match.group(1).strip() if match else ""
+
+
+def keywords_said(keys: dict[str, str], given: dict[str, Any], attack_params: Any = None) -> dict[str, str]:
+    """For `refuse_twice_set`: the config key each keyword given (not None) sets (`keys`: keyword -> key)
+    and how the caller said it; an `attack_params` dict sets one key per entry (`attack.params.<name>`)."""
+    said = {keys[name]: f"{name}={value!r}" for name, value in given.items() if value is not None}
+    if isinstance(attack_params, dict):
+        said.update({f"attack.params.{k}": f"attack_params[{k!r}]={v!r}" for k, v in attack_params.items()})
+    return said
+
+
+def refuse_twice_set(said: dict[str, str], overrides: Sequence[str]) -> None:
+    """An error where an override sets what a keyword argument already set: the caller asked for two things,
+    and the override would win without a word.
+
+    `said`: each config key a keyword set (`"attack"` for a group's option, `"threat.eps"`, ...) and how
+    the caller said it (`"attack='fgsm'"`). A key clashes with itself and with the keys under it
+    (`attack.params={...}` and `attack_params={'steps': 10}`), except that choosing a group's option
+    (`attack=pgd`) leaves its values (`attack.params.steps=`), which apply to whichever option is chosen.
+    """
+    options = {group.rpartition("/")[2] for group in groups()}
+
+    def under(key: str, parent: str) -> bool:
+        return key.startswith(f"{parent}.") and parent not in options
+
+    for override in [overrides] if isinstance(overrides, str) else overrides:
+        key = override_key(override)
+        for given, how in said.items():
+            if key == given or under(key, given) or under(given, key):
+                raise AdvbenchError(f"{how} and override '{override}' both set {given}: give it once")
