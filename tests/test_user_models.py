@@ -221,7 +221,7 @@ def test_python_cells_end_to_end(user_folder: Path) -> None:
         assert code == 0, lines
     frame = _records(user_folder / "out")
     _check_records(frame, 3)
-    assert any(ln.startswith("digits/mine+natural/hsj l2 untargeted ε=0.8 (decision): clean") for ln in lines), lines
+    assert any(ln.startswith("digits/mine/hsj l2 untargeted ε=0.8 (decision): clean") for ln in lines), lines
     labels = frame.groupby("knowledge")["model_label"].first().to_dict()
     assert labels == {"white": "my_net:Net", "score": "my_net.py:make", "decision": "mine"}
     assert set(frame["model"]) == {"python"} and set(frame["judge_draws"]) == {1}

@@ -9,7 +9,9 @@ import click
 
 from advbench.core.errors import user_error
 
-HYDRA_ARGS = {"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": ["--help"]}
+HYDRA_ARGS = {"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": ["-h", "--help"]}
+"""Context settings of the commands that hand their arguments to Hydra. `-h` is click's help, as
+everywhere in advbench: passed on, it would print Hydra's whole app help (seconds of composing)."""
 
 
 def one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -16,7 +16,7 @@ import click
 
 from advbench.cli.commands import HYDRA_ARGS, hydra_command, one_line_errors
 from advbench.cli.quality import iqa, uap
-from advbench.core.errors import AdvbenchError
+from advbench.core.errors import AdvbenchError, plain_warnings
 from advbench.core.version import __version__
 
 PLOTS = "advbench-out/plots"
@@ -53,6 +53,7 @@ def main() -> None:
     advbench weights fetch nima                       a metric's published weights
     advbench iqa run -m experiment=iqa_offline        attacks on quality metrics
     """
+    plain_warnings()
 
 
 @main.command(context_settings=HYDRA_ARGS)

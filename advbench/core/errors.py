@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import errno
 import os
+import warnings
+from typing import Any
 
 
 class AdvbenchError(Exception):
@@ -18,6 +20,29 @@ class AdvbenchError(Exception):
 class AdvbenchWarning(UserWarning):
     """A sign a Python caller should read (masked gradients, a model near chance): a category of
     its own, so that scripts and tests can catch it, filter it or turn it into an error."""
+
+
+_previous_format: list[Any] = []
+"""`warnings.formatwarning` as `plain_warnings` found it: the format of every other category."""
+
+
+def _plain_format(message: Any, category: type[Warning], filename: str, lineno: int, line: str | None = None) -> str:
+    if issubclass(category, AdvbenchWarning):
+        return f"Warning: {message}\n"
+    return _previous_format[0](message, category, filename, lineno, line)
+
+
+def plain_warnings() -> None:
+    """Show every `AdvbenchWarning` as one line, `Warning: <message>`, from now on in this process.
+
+    Python's default adds the file, the line number and the source of the call that warned: for
+    advbench's warnings that is its own `warn(...)` line, which tells the user nothing. Other
+    categories keep the format in place before. Installed where the command line starts and
+    where the Python API warns, once per process (a format installed after it stays in place).
+    """
+    if not _previous_format:
+        _previous_format.append(warnings.formatwarning)
+        warnings.formatwarning = _plain_format
 
 
 def first_line(exc: BaseException) -> str:

@@ -37,7 +37,7 @@ from rich.console import Console
 from torch.utils.data import Dataset
 
 from advbench.core.download import open_no_follow
-from advbench.core.errors import AdvbenchError, AdvbenchWarning
+from advbench.core.errors import AdvbenchError, AdvbenchWarning, plain_warnings
 from advbench.core.paths import no_links, refuse_link
 from advbench.core.records import write_table
 
@@ -53,6 +53,7 @@ _PYTHON_CALLER: ContextVar[bool] = ContextVar("python_caller", default=False)
 def warn(message: str) -> None:
     """A line on stderr for the command line; an `AdvbenchWarning` inside `python_warnings`."""
     if _PYTHON_CALLER.get():
+        plain_warnings()
         warnings.warn(message, AdvbenchWarning, stacklevel=2)
         return
     console.print(f"[yellow]warning:[/yellow] {message}", soft_wrap=True, markup=True, highlight=False)

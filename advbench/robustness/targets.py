@@ -24,14 +24,21 @@ from advbench.robustness.models.user_models import check_forward, check_randomiz
 from advbench.robustness.specs import TargetSpec
 
 
+def check_checkpoint(target: TargetSpec) -> None:
+    """An explicit `checkpoint=` must be a file. A run checks it before it loads the data set: a
+    user missing both the data and the weights would else learn of the weights only once the data
+    are there."""
+    if target.checkpoint and not Path(target.checkpoint).is_file():
+        raise AdvbenchError(f"checkpoint '{target.checkpoint}' not found: checkpoint= takes a file holding the "
+                            "network's state dict (torch.save(net.state_dict(), PATH))")
+
+
 def weights_identity(target: TargetSpec) -> dict[str, str]:
     """The bytes of an explicit `checkpoint=`, else the content key of the cache entry (with a
     Python model's source file, whose code may hold its weights)."""
     if target.checkpoint:
-        path = Path(target.checkpoint)
-        if not path.is_file():
-            raise AdvbenchError(f"checkpoint '{path}' not found")
-        return {"checkpoint_sha256": file_digest(path)}
+        check_checkpoint(target)
+        return {"checkpoint_sha256": file_digest(Path(target.checkpoint))}
     return {"cache_key": checkpoint_key(target), **source_identity(target.model)}
 
 

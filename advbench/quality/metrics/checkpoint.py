@@ -46,14 +46,20 @@ def expand(path: str | os.PathLike[str]) -> Path:
     return Path(os.path.expandvars(os.path.expanduser(os.fspath(path))))
 
 
+FETCHED = ("paq2piq", "linearity", "vsfa", "mdtvsfa", "koncept", "nima", "spaq")
+"""Metrics whose `weights` file `advbench weights fetch <metric>` installs, or says where to download
+(the command line's catalogue, `cli.weights.catalogue`, which a test keeps equal to this list)."""
+
+
 def read_checkpoint(path: str | os.PathLike[str], metric: str, option: str, source: str) -> Any:
-    """The unpickled file, or an AdvbenchError naming the file, the metric and what belongs there."""
+    """The unpickled file, or an AdvbenchError naming the file, the metric, what belongs there and the
+    command that puts it there (a user sent to a listing still has to find the command in it)."""
     file = expand(path)
     if not file.is_file():
-        raise AdvbenchError(
-            f"{metric}: weights file '{file}' not found; expected {source} there "
-            f"(set metric.{option}=PATH or ADVBENCH_WEIGHTS=DIR; `advbench weights list` says where to get it)"
-        )
+        get = f"run `advbench weights fetch {metric}`, or " if option == "weights" and metric in FETCHED else ""
+        listing = "" if get else "; `advbench weights list` says where to get it"
+        raise AdvbenchError(f"{metric}: weights file '{file}' not found; expected {source} there "
+                            f"({get}set metric.{option}=PATH or ADVBENCH_WEIGHTS=DIR{listing})")
     try:
         return torch.load(file, map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, ValueError, AttributeError) as exc:

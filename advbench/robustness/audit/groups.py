@@ -21,7 +21,7 @@ import pandas as pd
 
 from advbench.core.errors import AdvbenchError
 from advbench.robustness.report.curves import GOALS
-from advbench.robustness.report.shards import attack_label
+from advbench.robustness.report.shards import attack_label, row_name
 
 MODEL_KEY = ["dataset", "model", "defense", "weights", "model_label"]
 """What identifies a model row: the same network, weights and name (missing columns are left out)."""
@@ -100,9 +100,8 @@ def _params(text: object) -> dict:
 
 
 def _row_name(model: dict) -> str:
-    """The model row's name as the figures write it: the label, with the defense where they differ."""
-    label, defense = str(model.get("model_label", model["defense"])), str(model["defense"])
-    return label if label == defense else f"{label}+{defense}"
+    """The model row's name as the figures write it (`shards.row_name`)."""
+    return row_name(str(model.get("model_label", model["defense"])), str(model["defense"]))
 
 
 def prepare(df: pd.DataFrame) -> pd.DataFrame:

@@ -8,6 +8,7 @@ a killed run loses at most the chunk in flight, and a rerun picks up where it st
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -52,13 +53,13 @@ from advbench.robustness.evaluation.substitute import (
     load_substitute,
     substitute_identity,
 )
-from advbench.robustness.models.given import AS_GIVEN
 from advbench.robustness.models.user_models import default_label
 from advbench.robustness.report.curves import category_label
 from advbench.robustness.report.gate import gate_cell
-from advbench.robustness.report.shards import attack_label
+from advbench.robustness.report.shards import attack_label, row_name
+from advbench.robustness.report.table3 import RATE, summary_table
 from advbench.robustness.specs import CellSpec
-from advbench.robustness.targets import load_target, weights_identity
+from advbench.robustness.targets import check_checkpoint, load_target, weights_identity
 from advbench.robustness.threat import ThreatModel
 
 console = Console(stderr=True)
@@ -160,12 +161,12 @@ def run_cell(spec: CellSpec, given: Given | None = None) -> Path | None:
     settings = spec.settings
     set_threads(settings.threads)
     device = resolve_device(settings.device)
+    check_checkpoint(spec.target)  # before the data set loads, which may be missing too: the cheap check first
     dataset = given.dataset if given is not None and given.dataset is not None else construct(spec.dataset.config)
     threat = build_threat(spec, dataset.budgets)
     attack: Attack = given.attack if given is not None and given.attack is not None else construct(spec.attack.params)
     named = model_label(spec)  # a user's model or a `label=` shows in the lines, before its defense
-    defense = spec.target.defense.name
-    row = named if defense in (named, AS_GIVEN) else f"{named}+{defense}"
+    row = row_name(named, spec.target.defense.name)
     label = f"{dataset.name}/{row}/{attack_label(spec.attack.name, attack.params())} {threat.norm} {threat.goal} ε={threat.eps:g}"
     if threat.knowledge != "white":
         label += f" ({threat.knowledge})"
@@ -310,14 +311,19 @@ def _batch_frame(measured: dict[str, torch.Tensor | str], y: torch.Tensor, sampl
 
 
 def summarize(frame: pd.DataFrame, label: str, out: Path | None, *, searched: bool = True) -> None:
-    """One line per cell: clean accuracy, accuracy/ASR at the budget, certified accuracy where IBP applies, and
-    the median min-ε where the search measured it (without it a broken sample's min_eps is only the budget)."""
-    clean = frame["clean_correct"].mean()
-    robust = (frame["adv_pred"] == frame["label"]).mean()
-    verified = frame["certified"].dropna() if "certified" in frame else pd.Series(dtype=float)
-    proven = f", certified {verified.mean():.1%}" if len(verified) else ""
+    """One line per cell: clean accuracy; at the budget the rate its Table 3 row and figures give
+    (`RATE`: adversarial accuracy untargeted, the attack success rate targeted), read from the
+    same summary so the three agree; IBP's certified accuracy where the bound proves a sample
+    safe (a model not trained for it certifies none, and a 0% would read as a failure of the
+    model rather than of the bound); and the median min-ε where the search measured it (without it a
+    broken sample's min_eps is only the budget)."""
+    row = summary_table(frame).iloc[0]
+    column, words = RATE[row["goal"]]
+    rate = f"{'targeted ' if row['goal'] == 'targeted' else 'adversarial '}{words} {row[column]:.1%}"
+    proven = row.get("certified_accuracy", math.nan)
+    proven = f", certified (IBP bound) {proven:.1%}" if proven > 0 else ""
     median = f"median min-ε {frame['min_eps'].median():.4g}, " if searched else ""
-    console.print(f"{label}: clean {clean:.1%}, adversarial accuracy {robust:.1%}{proven}, "
+    console.print(f"{label}: clean {frame['clean_correct'].mean():.1%}, {rate}{proven}, "
                   f"{median}{len(frame)} samples" + (f" -> {out}" if out is not None else ""), soft_wrap=True)
 
 

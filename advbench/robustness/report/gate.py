@@ -102,7 +102,7 @@ class Verdict:
 
 def cell_label(row: pd.Series) -> str:
     """The label `advbench run` prints for a cell: 'digits/natural/bim linf untargeted ε=0.2' (the
-    model row: 'resnet18+natural' for a labelled model, 'natural (seed=1)' beside a cell of that name)."""
+    model row: 'resnet18' or 'resnet18+pgd_at' for a labelled model, 'natural (seed=1)' beside a cell of that name)."""
     label = f"{row['dataset']}/{row[ROW]}/{row['attack']} {row['norm']} {row['goal']} ε={row['eps_budget']:g}"
     return label if row["knowledge"] == "white" else f"{label} ({row['knowledge']})"
 

@@ -23,9 +23,11 @@ import pandas as pd
 CELL: list[str] = ["dataset", "defense", "attack", "norm", "goal", "knowledge"]
 """Record columns that name a cell; cells of other runs may share them (see `ROW`)."""
 ROW = "row"
-"""Column the readers add: the name of a cell's model row. The records' `model_label`, written
-`<label>+<defense>` where it is not the defense's name (as `advbench run` prints the cell), and,
-where cells of other runs share that name, the setting that tells them apart ('natural (seed=1)')."""
+"""Column the readers add: the name of a cell's model row. The records' `model_label` (`row_name`),
+and, where cells of other runs share that name, the setting that tells them apart ('natural (seed=1)')."""
+PLAIN = ("natural", "none")
+"""Defenses a row does not name: natural training and a model object as given (`models.given.AS_GIVEN`)
+add nothing to the network, so one network is one row name from `advbench run` and the Python API."""
 NAMED: list[str] = [*CELL, ROW]
 """What the readers group records by: one group is one cell, its shards pooled."""
 NAME: list[str] = ["dataset", ROW, "attack", "norm", "goal", "knowledge"]
@@ -52,7 +54,13 @@ def _tagged(frame: pd.DataFrame) -> pd.DataFrame:
         out["attack"] = [attack_label(str(a), _params(str(p))) for a, p in zip(out["attack"], out["attack_params"])]
     defense = out["defense"].astype(str)
     label = out["model_label"].where(out["model_label"].notna(), defense).astype(str) if "model_label" in out else defense
-    return out.assign(**{ROW: label.where(label == defense, label + "+" + defense), _ID: ids})
+    return out.assign(**{ROW: [row_name(a, b) for a, b in zip(label, defense)], _ID: ids})
+
+
+def row_name(label: str, defense: str) -> str:
+    """A cell's model row, in tables, figures and on the console: the label, with `+<defense>` where
+    the defense is not the label and adds something to the network ('mine+pgd_at', 'resnet18+jpeg')."""
+    return label if defense == label or defense in PLAIN else f"{label}+{defense}"
 
 
 def attack_label(name: str, params: Mapping[str, Any]) -> str:
