@@ -119,6 +119,20 @@ def robustbench_missing() -> str | None:
     return None
 
 
+PIP_NAMES = {"bs4": "beautifulsoup4", "autoattack": "pyautoattack==0.2.0", "pkg_resources": "'setuptools<81'"}
+"""Modules robustbench's package imports whose distribution has another name (its own requirements)."""
+
+
+def _import_failure(exc: ImportError) -> str:
+    """Why `import robustbench.utils` failed and the command that fixes it: a module it imports that is not
+    installed (robustbench installed without its dependencies) is installed by name."""
+    if isinstance(exc, ModuleNotFoundError) and exc.name:
+        top = exc.name.split(".")[0]
+        return (f"robustbench {VERSION} imports '{exc.name}', which is not installed: "
+                f"pip install {PIP_NAMES.get(top, top)}")
+    return f"the robustbench package does not import ({type(exc).__name__}: {first_line(exc)}); {INSTALL}"
+
+
 def import_robustbench() -> ModuleType:
     """`robustbench.utils` (the loader and the zoo), or a one-line error saying how to install it."""
     missing = robustbench_missing()
@@ -134,8 +148,7 @@ def import_robustbench() -> ModuleType:
         try:
             return importlib.import_module("robustbench.utils")
         except ImportError as exc:
-            raise AdvbenchError(f"the robustbench package does not import ({type(exc).__name__}: {exc}); "
-                                f"reinstall it: {INSTALL}") from None
+            raise AdvbenchError(_import_failure(exc)) from None
         finally:
             for name, module in added.items():
                 if sys.modules.get(name) is module:
