@@ -27,12 +27,12 @@ from advbench.api.metrics import evaluate_metric as evaluate_metric  # the quali
 from advbench.cli.choices import api_config
 from advbench.cli.specs import cell_spec
 from advbench.core.caller_state import caller_state_kept
-from advbench.core.catalog import describe, group_options, groups
+from advbench.core.catalog import describe, group_options, groups, keywords_said, refuse_twice_set
 from advbench.core.construct import construct
 from advbench.core.digests import code_digest, module_digest
 from advbench.core.errors import AdvbenchError
 from advbench.core.paths import writable_folder
-from advbench.core.records import read_kind, record_kind
+from advbench.core.records import KINDS_BY_NAME, RecordKind, check_frame, read_kind, record_kind
 from advbench.core.resume import python_warnings
 from advbench.robustness.attacks.base import Attack
 from advbench.robustness.data.tensors import TensorData
@@ -50,7 +50,7 @@ from advbench.robustness.report.table3 import summary_table, with_categories
 from advbench.robustness.specs import AttackSpec, CellSpec
 
 
-def evaluate(model: nn.Module, data: Any = "digits", *, attack: str | Attack = "bim", threat: str = "linf",
+def evaluate(model: nn.Module, data: Any = "digits", *, attack: str | Attack | None = None, threat: str | None = None,
              eps: float | None = None, attack_params: Mapping[str, Any] | None = None, out_dir: str | Path | None = None,
              device: str = "cpu", seed: int = 0, mean: Sequence[float] | None = None, std: Sequence[float] | None = None,
              randomized: bool = False, eot_samples: int | None = None, defense: str | None = None,
@@ -64,12 +64,13 @@ def evaluate(model: nn.Module, data: Any = "digits", *, attack: str | Attack = "
     defense that trains a model is refused, since the object comes with its weights.
     `data`: a data set option name (`"digits"`, `"cifar10"` with `overrides=["dataset.root=..."]`),
     a torch `Dataset` of (x, y), or a pair of tensors (x, y); sample ids are positions.
-    `attack`: an option name (with `attack_params`) or an attack object; `threat`: a threat
-    option (`"linf"`, `"l2_score"`, ...); `eps`: the budget (default: the data set's).
-    `out_dir`: where parts are written and resumed (None: a temporary folder). `overrides`:
-    any further `advbench run` overrides (`"search.enabled=false"`, `"batch_size=64"`, ...);
-    those that name what a model or data object already fixes (`model.*`, `checkpoint=`, and
-    `dataset.*` with data objects) are refused: nothing would apply them.
+    `attack`: an option name (with `attack_params`; default `"bim"`) or an attack object;
+    `threat`: a threat option (`"linf"`, the default, `"l2_score"`, ...); `eps`: the budget
+    (default: the data set's). `out_dir`: where parts are written and resumed (None: a temporary
+    folder). `overrides`: any further `advbench run` overrides (`"search.enabled=false"`,
+    `"batch_size=64"`, ...); those that name what a model or data object already fixes
+    (`model.*`, `checkpoint=`, and `dataset.*` with data objects) are refused: nothing would
+    apply them; so are those that set what a keyword set (`attack="fgsm"` with `"attack=pgd"`).
 
     The model is handed back as it came: every module's `training` flag and torch's global
     random state are restored, whether the call succeeds or not.
@@ -77,6 +78,9 @@ def evaluate(model: nn.Module, data: Any = "digits", *, attack: str | Attack = "
     if eps is not None and (isinstance(eps, bool) or not isinstance(eps, (int, float))):
         raise AdvbenchError(f"eps must be one number, the budget, got {eps!r}: records give each sample's minimum ε, "
                             "so one call draws the whole accuracy-vs-ε curve (advbench.plot)")
+    refuse_twice_set(_said(attack=attack, threat=threat, eps=eps, attack_params=attack_params, label=label,
+                           defense=defense), overrides)
+    attack, threat = "bim" if attack is None else attack, threat or "linf"
     subject = _subject(model, data, label, Normalisation(mean, std), (randomized, eot_samples), num_classes, defense,
                        overrides, out_dir)
     with tempfile.TemporaryDirectory(prefix="advbench-") as scratch, caller_state_kept(model, device), \
@@ -106,6 +110,7 @@ def evaluate_preset(model: nn.Module, data: Any = "digits", preset: str = "full_
     """
     from advbench.cli.presets import preset_configs, sweep_cost  # Hydra composes the preset's cells
 
+    refuse_twice_set(_said(label=label, defense=defense), overrides)
     subject = _subject(model, data, label, Normalisation(mean, std), (randomized, eot_samples), num_classes, defense,
                        overrides, out_dir)
     with tempfile.TemporaryDirectory(prefix="advbench-") as scratch, caller_state_kept(model, device), \
@@ -166,6 +171,19 @@ def _subject(model: Any, data: Any, label: str | None, normalisation: Normalisat
     as_given = defense is None and not any(str(o).lstrip("+").startswith("defense") for o in overrides)
     return _Subject(model, label or type(model).__name__, normalisation, randomness, num_classes, as_given,
                     kept=out_dir is not None)
+
+
+_KEYWORD_KEYS = {"attack": "attack", "threat": "threat", "eps": "threat.eps", "label": "label", "defense": "defense"}
+"""The config key each keyword of `evaluate` sets (`attack_params` sets one per parameter)."""
+
+
+def _said(attack_params: Any = None, **keywords: Any) -> dict[str, str]:
+    """The config keys the keywords given set, and how the caller said each (for `refuse_twice_set`)."""
+    plain = {name: value for name, value in keywords.items() if not isinstance(value, Attack)}
+    said = keywords_said(_KEYWORD_KEYS, plain, dict(attack_params) if isinstance(attack_params, Mapping) else None)
+    if isinstance(keywords.get("attack"), Attack):  # an object holds its parameters too
+        said.update({"attack": "an Attack object", "attack.params": "an Attack object"})
+    return said
 
 
 def _refuse_cached_substitutes(cfgs: Sequence[Any]) -> None:
@@ -293,13 +311,7 @@ def plot(records: pd.DataFrame | str | Path, out: str | Path = "plots", group_by
     `group_by` colours benchmark curves per defense or category; iqa records (of
     `evaluate_metric`) give the MSU score table, the ranking and the gain curves, and with judges the
     transfer matrix between metrics."""
-    if isinstance(records, pd.DataFrame):
-        kind, frame = record_kind(records.columns), records
-        if kind is None or kind.name not in ("benchmark", "iqa"):
-            raise AdvbenchError("records must be the DataFrame evaluate or evaluate_metric returns (benchmark or "
-                                f"iqa records), got columns {', '.join(map(str, records.columns[:6]))}")
-    else:
-        kind, frame = read_kind([Path(records)], kinds=("benchmark", "iqa"))
+    kind, frame, _ = _records(records, ("benchmark", "iqa"))
     if group_by not in ("defense", "category"):
         raise AdvbenchError(f"group_by must be defense or category, got {group_by!r}")
     folder = writable_folder(out, "out")
@@ -315,14 +327,29 @@ def plot(records: pd.DataFrame | str | Path, out: str | Path = "plots", group_by
 def report(records: pd.DataFrame | str | Path | Sequence[str | Path], out_dir: str | Path = "report") -> list[Path]:
     """`advbench report`: audit benchmark records (a DataFrame, or files or folders of parts) and write
     report.json and report.html into `out_dir`; returns their paths."""
-    if isinstance(records, pd.DataFrame):
-        frame, sources = records, ["a DataFrame"]
-    else:
-        sources = [Path(records)] if isinstance(records, (str, Path)) else [Path(r) for r in records]
-        frame = read_kind(sources, kinds=("benchmark",))[1]
+    _, frame, sources = _records(records, ("benchmark",))
+    folder = writable_folder(out_dir, "out_dir")
     from advbench.robustness.audit import write_report  # matplotlib: only when drawing
 
-    return write_report(frame, writable_folder(out_dir, "out_dir"), sources)
+    return write_report(frame, folder, sources)
+
+
+def _records(records: Any, kinds: tuple[str, ...]) -> tuple[RecordKind, pd.DataFrame, list[Any]]:
+    """Records of one of `kinds` handed in as a DataFrame (checked as a part file is) or as files or
+    folders of parts; with the sources a report names."""
+    if isinstance(records, pd.DataFrame):
+        kind = record_kind(records.columns)
+        if kind is None or kind.name not in kinds:
+            raise AdvbenchError(f"records must be a DataFrame of {' or '.join(KINDS_BY_NAME[k].label for k in kinds)} "
+                                f"(as the API returns them), got columns {', '.join(map(str, records.columns[:6]))}")
+        check_frame(records, kind)
+        return kind, records, ["a DataFrame"]
+    paths = [records] if isinstance(records, (str, Path)) else records if isinstance(records, (list, tuple)) else [None]
+    if not all(isinstance(p, (str, Path)) for p in paths):
+        raise AdvbenchError(f"records must be a DataFrame of records, or a file or folder of parts (or a list of "
+                            f"them), got {type(records).__name__}")
+    sources = [Path(p) for p in paths]
+    return (*read_kind(sources, kinds=kinds), sources)
 
 
 def summary(records: pd.DataFrame) -> pd.DataFrame:

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from advbench.core.caller_state import caller_state_kept
-from advbench.core.catalog import override_key
+from advbench.core.catalog import keywords_said, override_key, refuse_twice_set
 from advbench.core.errors import AdvbenchError
 from advbench.core.names import safe_name
 from advbench.core.records import read_kind
@@ -28,8 +28,8 @@ from advbench.quality.images import given_images
 from advbench.quality.metrics.user import UserMetric
 
 
-def evaluate_metric(metric: nn.Module, images: torch.Tensor | str | Path, *, attack: str = "ifgsm",
-                    eps: Sequence[float] = (1 / 255, 4 / 255, 8 / 255), higher_better: bool = True,
+def evaluate_metric(metric: nn.Module, images: torch.Tensor | str | Path, *, attack: str | None = None,
+                    eps: Sequence[float] | None = None, higher_better: bool = True,
                     score_range: Sequence[float] | None = None, attack_params: Mapping[str, Any] | None = None,
                     out_dir: str | Path | None = None, device: str = "cpu", seed: int = 0, label: str | None = None,
                     n_images: int | None = None, size: int = 256, judges: Sequence[str] = (),
@@ -40,8 +40,9 @@ def evaluate_metric(metric: nn.Module, images: torch.Tensor | str | Path, *, att
     `higher_better`: whether a higher score means a better image (the attacks push scores
     that way); `score_range`: its scores' [low, high], recorded beside them (None: unknown).
     `images`: a float tensor (N, 3, H, W) in [0, 1], or a folder of image files (the first
-    `n_images`, centre-cropped to `size`). `attack`: an `advbench list iqa/attack` option, with
-    `attack_params`; `eps`: the ℓ∞ budgets. `out_dir`: where parts are written and resumed
+    `n_images`, centre-cropped to `size`). `attack`: an `advbench list iqa/attack` option (default
+    `"ifgsm"`), with `attack_params`; `eps`: the ℓ∞ budgets (default 1, 4 and 8 / 255); an override
+    that sets what one of these set is refused. `out_dir`: where parts are written and resumed
     (None: a temporary folder); `label`: the records' metric name (default: the class name).
     `judges`: shipped metric options (`advbench list metric`) that score every clean and
     attacked image beside `metric`, for the transfer matrix of `plot`.
@@ -54,6 +55,9 @@ def evaluate_metric(metric: nn.Module, images: torch.Tensor | str | Path, *, att
     if not isinstance(metric, nn.Module):
         raise AdvbenchError(f"metric must be a torch.nn.Module from NCHW images in [0, 1] to one score per image, "
                             f"got {type(metric).__name__}")
+    refuse_twice_set(keywords_said({"attack": "attack", "eps": "eps"}, {"attack": attack, "eps": eps},
+                                   dict(attack_params) if isinstance(attack_params, Mapping) else None), overrides)
+    attack, eps = "ifgsm" if attack is None else attack, (1 / 255, 4 / 255, 8 / 255) if eps is None else eps
     name = safe_name(label or type(metric).__name__, "label")
     if not isinstance(images, (torch.Tensor, str, Path)):
         raise AdvbenchError(f"images must be a float tensor (N, 3, H, W) in [0, 1] or a folder of image files, "

@@ -253,15 +253,20 @@ def list_options(group: str | None, full: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from advbench.core.catalog import describe, group_options, groups
+    from advbench.core.catalog import describe, group_options, groups, hidden_user_options
     from advbench.core.terminal import print_table
+
+    hidden = {(g, path.stem): path for g, path in hidden_user_options()}
+
+    def described(g: str, option: str) -> str:  # led by the user's file of that name the shipped option hides
+        return (f"(shipped; ignores {hidden[g, option]}) " if (g, option) in hidden else "") + describe(g, option)
 
     names = groups()
     if group is not None and group not in names:
         raise AdvbenchError(f"unknown group '{group}'; valid: {', '.join(names)}")
     width = None if full else _pipe_width()
     table = Table(show_header=True, header_style="bold")
-    rows = [(g, option, describe(g, option)) for g in ([group] if group else names) for option in group_options(g)]
+    rows = [(g, option, described(g, option)) for g in ([group] if group else names) for option in group_options(g)]
     table.add_column("group")
     table.add_column("option")
     table.add_column("description", no_wrap=width is not None, overflow="ellipsis")

@@ -46,6 +46,8 @@ def writable_folder(path: Path | str, what: str) -> Path:
     A file in its place, a place no folder can be made (under /proc) or one the user may not
     write are said in one line naming `what` (the option that gave the path).
     """
+    if not isinstance(path, (str, os.PathLike)):
+        raise AdvbenchError(f"{what} must be a folder path, got {path!r}")
     folder = Path(path).expanduser()
     if folder.exists() and not folder.is_dir():
         raise AdvbenchError(f"{what} '{folder}' is a file, not a folder")

@@ -106,6 +106,18 @@ def record_kind(columns: Collection[str]) -> RecordKind | None:
     return next((k for k in RECORD_KINDS if k.marker <= set(columns)), None)
 
 
+def check_frame(frame: pd.DataFrame, kind: RecordKind) -> None:
+    """Records handed in as a DataFrame, checked as a part file is (`_read_part`): every column the
+    kind's readers need, and numbers where numbers belong (a text `min_eps` would fail deep in a reader)."""
+    missing = [c for c in kind.columns if c not in frame.columns]
+    if missing:
+        raise AdvbenchError(f"the records lack column(s) {', '.join(missing)} of {kind.label}")
+    for column in kind.numeric:
+        values = frame[column]
+        if not (pd.api.types.is_numeric_dtype(values) or values.isna().all()):
+            raise AdvbenchError(f"column '{column}' of the records holds {values.dtype} values, expected numbers")
+
+
 def read_records(paths: Iterable[Path | str], kinds: Collection[str] | None = None,
                  skip: Collection[str] = ()) -> pd.DataFrame:
     """Concatenate the parts under `paths` (see `read_kind`)."""

@@ -22,6 +22,7 @@ import torch
 from advbench.core.errors import AdvbenchError
 from advbench.core.runtime import call_slices
 from advbench.core.steps import lp_norm
+from advbench.core.user_code import user_code_failed
 from advbench.robustness.attacks.base import Attack, AttackResult
 from advbench.robustness.attacks.draws import RowCalls
 from advbench.robustness.attacks.minimum_norm import goal_margin
@@ -79,8 +80,11 @@ class _Batch:
     def _attack_call(self, idx: torch.Tensor, eps: torch.Tensor) -> AttackResult:
         budgeted = self.attack.kind == "budgeted"
         t = None if self.target is None else self.target[idx]
-        res = self.attack(self.oracle.subset(idx), self.x[idx], self.y[idx], eps=self.raw(eps), norm=self.threat.norm,
-                          target=t, sample_id=self.sample_id[idx])
+        try:
+            res = self.attack(self.oracle.subset(idx), self.x[idx], self.y[idx], eps=self.raw(eps),
+                              norm=self.threat.norm, target=t, sample_id=self.sample_id[idx])
+        except SystemExit as exc:  # an attack of one's own calling sys.exit: said, not a silent end of the run
+            raise user_code_failed(f"attack {type(self.attack).__name__}", "attacking a batch", exc) from None
         check_contract(res.x_adv, self.x[idx], self.raw(eps) if budgeted else None, self.threat.norm,
                        self.oracle.bounds, type(self.attack).__name__)
         return res

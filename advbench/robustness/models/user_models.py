@@ -173,6 +173,9 @@ def check_forward(model: nn.Module, input_shape: Sequence[int], num_classes: int
     if got != (2, num_classes):
         raise AdvbenchError(f"model {what} must return logits (N, {num_classes}) for the data set's {num_classes} "
                             f"classes; on a batch of 2 {shape} images it returned {got}")
+    if num_classes < 2:  # every attack would be meaningless (no other class), and FAB or DeepFool divide by zero
+        raise AdvbenchError(f"model {what} returns one logit per image, a single class: no attack can change its "
+                            "prediction, so there is nothing to measure; a classifier needs at least two classes")
 
 
 def check_randomized(model: nn.Module, input_shape: Sequence[int], what: str) -> None:
