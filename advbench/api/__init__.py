@@ -31,6 +31,7 @@ from advbench.core.catalog import describe, group_options, groups, keywords_said
 from advbench.core.construct import construct
 from advbench.core.digests import code_digest, module_digest
 from advbench.core.errors import AdvbenchError
+from advbench.core.fingerprint import behaviour_digest
 from advbench.core.paths import writable_folder
 from advbench.core.records import KINDS_BY_NAME, RecordKind, check_frame, read_kind, record_kind
 from advbench.core.resume import python_warnings
@@ -265,7 +266,8 @@ def _values(name: str, attack: str | Attack, eps: float | None, attack_params: M
 
 def _given(spec: CellSpec, model: nn.Module, dataset: Any, attack: str | Attack, normalisation: Normalisation,
            randomness: tuple[bool, int | None], name: str, wrapper: dict[str, Any] | None) -> Given:
-    """The objects and what stands for them in the cell key: the model's code and weights, the data's content.
+    """The objects and what stands for them in the cell key: the model's code (its files and those of the
+    user's modules it imports) and behaviour (`core.fingerprint`), its weights, the data's content.
 
     The model is put behind the defense's `wrapper` (None: as given), as `advbench run` puts
     a zoo model behind it, so the records' defense is the one applied.
@@ -281,6 +283,7 @@ def _given(spec: CellSpec, model: nn.Module, dataset: Any, attack: str | Attack,
                                 "weights": {"module_sha256": module_digest(model)}}
     check_forward(net, dataset.input_shape, dataset.num_classes, f"'{name}'")
     check_randomized(net, dataset.input_shape, f"'{name}'")
+    identity["model_config"]["behaviour_sha256"] = behaviour_digest(net, dataset.input_shape, f"model '{name}'")
     if isinstance(dataset, TensorData):
         identity.update(dataset=dataset.name, dataset_config=dataset.identity())
     if isinstance(attack, Attack):

@@ -121,8 +121,11 @@ def build_user_module(target: str, kwargs: Mapping[str, Any], key: str = "model"
 
 def source_digest(target: Any) -> dict[str, str]:
     """sha256 of the file a target's code is in, where it can be found without running it, so
-    that editing the network keys its cells anew (a factory's other files are not seen); {}
-    when it cannot be found."""
+    that editing the factory keys its cells anew; {} when it cannot be found.
+
+    The built network is keyed besides (`core.digests.code_digest`, `core.fingerprint`): the files
+    of its classes and of the user's modules they import, and its outputs on a probe batch, which
+    see what this file cannot (a helper edited, a flag set at run time, a weights file read)."""
     if not isinstance(target, str):
         return {}
     where, _, _ = target.rpartition(":")

@@ -3,7 +3,8 @@
 A cell's rows are (image, budget) pairs, row id `image × len(eps) + budget index`, so one
 attack call carries one image at several budgets and a cell resumes, chunk by chunk, like a
 robustness cell (`advbench.core.cells`). Its key covers every input that changes a number:
-the metric's content digest (weights, options), the attack and its hyperparameters, the
+the metric's content digest (weights, options), a user's metric's code and behaviour
+(`advbench.quality.metrics.user.user_identity`), the attack and its hyperparameters, the
 budgets, the images' content digest and their crop size, the seed, the universal
 perturbation's digest for `uap` and `cumulative_uap`, and the judges' (`advbench.quality.iqa.judges`).
 """
@@ -39,6 +40,7 @@ from advbench.quality.iqa.scores import msu_scores
 from advbench.quality.metrics.base import QualityMetric
 from advbench.quality.metrics.defended import DefendedMetric, DefenseSpec
 from advbench.quality.metrics.scoring import device_of
+from advbench.quality.metrics.user import user_identity
 
 console = Console(stderr=True)
 
@@ -97,7 +99,8 @@ def iqa_cell(spec: IqaSpec, metric: QualityMetric, attack: MetricAttack,
                                                   device=device, progress=bool(spec.progress)))
     identity = {"metric": name, "metric_digest": module_digest(metric), "attack": attack.name,
                 "attack_params": dict(spec.attack_params), "eps": budgets, "images": tensor_digest(images),
-                "size": int(spec.size), "seed": int(spec.seed), **metric.code_identity(), **extra, **judge_identity(judges),
+                "size": int(spec.size), "seed": int(spec.seed), **extra, **judge_identity(judges),
+                **user_identity(defended.metric if defended else metric, images),
                 **({"defense": spec.defense.identity()} if defended else {})}
     key = content_key(identity)
     cell_name = f"{name}_{spec.defense.name}" if defended else name

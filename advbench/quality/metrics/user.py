@@ -5,8 +5,9 @@ From Python, `advbench.evaluate_metric(net, images, higher_better=...)` wraps th
 (`conf/metric/python.yaml`) builds a `PythonMetric`, importing the class or factory as
 `model=python` does (`advbench.core.user_code`) and loading `metric.weights`, a state dict,
 key by key (`advbench.core.torchfile.load_state_file`). Either way the network's parameters
-are frozen (only the input's gradient is wanted) and its code and weights key the cells: an
-edited `forward`, another state dict or the other direction is another cell.
+are frozen (only the input's gradient is wanted) and its code, weights and behaviour key the
+cells (`user_identity`): an edited `forward` or helper module, another state dict, a flag that
+changes its scores at run time or the other direction is another cell.
 
 A user's metric has no published range; without `score_range` the records say NaN for it,
 and the attacks read its raw scores (their step sizes do not depend on the scale: sign steps,
@@ -24,6 +25,7 @@ from torch import nn
 
 from advbench.core.digests import code_digest
 from advbench.core.errors import AdvbenchError
+from advbench.core.fingerprint import behaviour_digest
 from advbench.core.keys import plain_value
 from advbench.core.torchfile import load_state_file
 from advbench.core.user_code import build_user_module, source_digest
@@ -35,7 +37,8 @@ class UserMetric(QualityMetric):
     """A user's network in the metric contract: (N, 3, H, W) in [0, 1] -> (N,) scores.
 
     `source`: what else than the network's own classes decides its scores (the digest of the
-    file a command-line target is in), added to the cell key with `code_digest`.
+    file a command-line target is in), added to the cell key with `code_digest` (its classes'
+    files and the user's modules they import).
     """
 
     def __init__(self, net: nn.Module, name: str, higher_better: Any, score_range: Sequence[float] | None = None,
@@ -57,6 +60,18 @@ class UserMetric(QualityMetric):
 
     def code_identity(self) -> dict[str, Any]:
         return {"code_sha256": code_digest(self.net), **self._source}
+
+
+def user_identity(metric: QualityMetric, images: torch.Tensor) -> dict[str, str]:
+    """The cell key's entries for a metric's own code: its `code_identity` and, for a user's metric
+    (one that has any), its behaviour on two probe images of the cell's size (`core.fingerprint`),
+    since a flag set at run time or a value in a closure changes its scores and none of its files.
+    None for advbench's metrics, whose code is the release's."""
+    code = metric.code_identity()
+    if not code:
+        return {}
+    what = f"metric '{getattr(metric, 'name', type(metric).__name__)}'"
+    return {**code, "behaviour_sha256": behaviour_digest(metric, tuple(images.shape[1:]), what, samples=2)}
 
 
 def checked_range(score_range: Any, key: str) -> tuple[float, float]:

@@ -30,8 +30,9 @@ from torch.utils.data import DataLoader, Subset
 
 from advbench.core.cells import claim_cell, fill_cell
 from advbench.core.construct import construct
-from advbench.core.digests import module_digest
+from advbench.core.digests import code_digest, module_digest
 from advbench.core.errors import AdvbenchError
+from advbench.core.fingerprint import behaviour_digest
 from advbench.core.keys import content_key, plain
 from advbench.core.resume import CellFiles, sample_ids, warn
 from advbench.core.runtime import (
@@ -100,6 +101,22 @@ def cell_identity(spec: CellSpec, threat: ThreatModel, attack: Attack) -> dict[s
         **execution_identity(settings.precision, settings.channels_last),
         **substitute_identity(spec, threat),
     }
+
+
+def built_identity(spec: CellSpec, dataset: Any) -> tuple[torch.nn.Module | None, dict[str, Any]]:
+    """A command line's Python model, built before its cell is claimed, and what of it keys the cell: the
+    code of its classes and of the user's modules they import (`code_digest`), its weights and its
+    behaviour (`core.fingerprint`); (None, {}) for every other model, whose code is a package's.
+
+    The file `model.target` names (`source_identity`) sees neither a helper module edited nor a
+    flag set at run time, nor a weights file the factory reads; the built network shows them all.
+    """
+    if spec.target.model.kind != "python":
+        return None, {}
+    model = load_target(spec.target, dataset)
+    what = f"model.target '{spec.target.model.get('target')}'"
+    return model, {"model_code": {"code_sha256": code_digest(model), "module_sha256": module_digest(model),
+                                  "behaviour_sha256": behaviour_digest(model, dataset.input_shape, what)}}
 
 
 def judge_identity(spec: CellSpec) -> dict[str, int]:
@@ -176,7 +193,8 @@ def run_cell(spec: CellSpec, given: Given | None = None) -> Path | None:
             raise AdvbenchError(why)
         console.print(f"[dim]skip {label}: {why}[/dim]", soft_wrap=True)
         return None
-    identity = {**cell_identity(spec, threat, attack), **(given.identity if given is not None else {})}
+    built, code = (None, {}) if given is not None else built_identity(spec, dataset)
+    identity = {**cell_identity(spec, threat, attack), **code, **(given.identity if given is not None else {})}
     out = part_path(Path(settings.records_dir), identity)
     # Under the cell's lock a concurrent run of the same cell waits here, then skips.
     with claim_cell(out, cell_key(identity), expected_ids(spec, dataset), force=settings.force) as files:
@@ -185,7 +203,8 @@ def run_cell(spec: CellSpec, given: Given | None = None) -> Path | None:
             gate_cell(settings.gate, out, label, in_sweep=settings.in_sweep)
             return out
         execution = {"precision": settings.precision, "channels_last": settings.channels_last}
-        model = deploy((given.model if given is not None else load_target(spec.target, dataset)).to(device), **execution)
+        model = given.model if given is not None else built if built is not None else load_target(spec.target, dataset)
+        model = deploy(model.to(device), **execution)
         substitute = load_substitute(spec, dataset, threat)
         frame = evaluate_cell(spec, dataset, model, attack, threat, identity, files, label, device,
                               substitute=None if substitute is None else deploy(substitute.to(device), **execution))

@@ -152,9 +152,10 @@ def default_label(model: ModelSpec, defense: str) -> str:
 
 
 def source_identity(model: ModelSpec) -> dict[str, Any]:
-    """sha256 of the file a Python model's code is in (`core.user_code.source_digest`), so that
-    editing the network keys its cells anew; for a RobustBench model, its zoo entry and the
-    sha256 of its file (an error if it is absent)."""
+    """sha256 of the file a Python model's code is in (`core.user_code.source_digest`), known
+    from the config alone, so that editing the factory keys its cells anew (the built network's
+    code, weights and behaviour join the key in `evaluation.cell.built_identity`); for a
+    RobustBench model, its zoo entry and the sha256 of its file (an error if it is absent)."""
     if model.kind == "robustbench":
         return robustbench_zoo.identity(model.config)
     return source_digest(model.get("target")) if model.kind == "python" else {}
