@@ -302,7 +302,7 @@ def measure_dtype(precision: str, size: Size, attacks: tuple[str, ...], model: n
 
 
 def _print(precision: str, label: str, row: dict[str, Any]) -> None:
-    text = row.get("error") or (f"{row['seconds']:.4f} s, {row['samples_per_s']:,.0f} samples/s, "
+    text = row.get("error") or (f"{row['seconds']:.4f} s, {row['samples_per_s']:,.1f} samples/s, "
                                 f"{row['per_iter_s'] * 1e3:.2f} ms/iter, {row['x_forward_backward']:.2f}x fwd+bwd")
     print(f"[{precision}] {label}: {text}", flush=True)
 
