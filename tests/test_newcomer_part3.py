@@ -180,3 +180,13 @@ def test_the_readme_training_snippet_trains_the_same_weights_every_run() -> None
         weights.append(namespace["net"].state_dict())
     for key, value in weights[0].items():
         assert torch.equal(value, weights[1][key]), key
+
+
+def test_the_test_command_says_why_each_test_was_skipped(tmp_path: Path) -> None:
+    """Under `-q` the skips were a count without reasons; the project's pytest options add `-rs`."""
+    (tmp_path / "test_skips.py").write_text("import pytest\n\n\ndef test_x():\n    pytest.skip('needs the pyiqa package')\n")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-c", str(ROOT / "pyproject.toml"), "--rootdir",
+                           str(tmp_path), "-p", "no:cacheprovider", str(tmp_path / "test_skips.py")],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert "1 skipped" in done.stdout, done.stdout + done.stderr
+    assert re.search(r"SKIPPED \[1\] .*test_skips\.py:5: needs the pyiqa package", done.stdout), done.stdout
