@@ -27,6 +27,7 @@ _previous_format: list[Any] = []
 
 
 def _plain_format(message: Any, category: type[Warning], filename: str, lineno: int, line: str | None = None) -> str:
+    """`warnings.formatwarning`'s signature: advbench's warnings as their message alone, the rest as before."""
     if issubclass(category, AdvbenchWarning):
         return f"Warning: {message}\n"
     return _previous_format[0](message, category, filename, lineno, line)
