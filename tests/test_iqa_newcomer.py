@@ -76,7 +76,7 @@ def test_console_prints_the_documented_gain_and_budgets_in_levels(higher_better:
     out = capsys.readouterr().out
     # raw mean change 5; the documented gain scales by the clean scores' range (10): +0.5
     assert msu_scores(frame)["abs_gain"].iloc[0] == pytest.approx(0.5, rel=1e-9)
-    assert "mean scaled gain ε=8/255: +0.5 (40.0 dB)" in out
+    assert "mean gain ε=8/255: +5 (+0.5 scaled, 40.0 dB); scaled: ÷ 10, the range of the cell's 2 clean scores" in out
     assert budget_label(0.01) == "2.55/255" and budget_label(1 / 255) == "1/255"
 
 

@@ -72,11 +72,32 @@ class PrepareContext:
 
 
 def score_and_grad(metric: QualityMetric, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The metric's raw scores at x and the gradient of its goodness (the direction of "better")."""
+    """The metric's raw scores at x and the gradient of its goodness (the direction of "better"), both finite
+    (`check_finite_step`)."""
     x = x.detach().requires_grad_(True)
     scores = metric(x)
     (grad,) = torch.autograd.grad(goodness(metric, scores).sum(), x)
-    return scores.detach(), grad
+    return check_finite_step(scores.detach(), grad)
+
+
+class NonFinite(AdvbenchError):
+    """Scores or an input gradient that stopped being numbers during an attack; `rows`: which rows of the
+    batch, `value`: the first such number. The cell names the rows' images and budgets (`iqa.guard`)."""
+
+    def __init__(self, rows: list[int], value: float) -> None:
+        super().__init__(f"a score or input gradient of {value} during the attack, in rows {rows} of the batch")
+        self.rows, self.value = rows, value
+
+
+def check_finite_step(scores: torch.Tensor, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(scores, grad)` as they are when every row's are finite, else `NonFinite`: a NaN gradient would
+    otherwise step nowhere (or anywhere) and the attack's record would call the metric robust."""
+    finite = torch.isfinite(scores) & torch.isfinite(grad).flatten(1).all(dim=1)
+    if not bool(finite.all()):
+        rows = (~finite).nonzero()[:, 0].tolist()
+        both = torch.cat([scores[rows[0]].reshape(1), grad[rows[0]].flatten()])
+        raise NonFinite(rows, both[~torch.isfinite(both)][0].item())
+    return scores, grad
 
 
 @torch.no_grad()
@@ -85,7 +106,7 @@ def final_scores(metric: QualityMetric, x_adv: torch.Tensor) -> torch.Tensor:
     return metric(x_adv).unsqueeze(1)
 
 
-SCORES_ONLY = "attack=square needs only scores"
+SCORES_ONLY = 'the score-based attack=square (attack="square" in Python) needs only scores'
 """The way out a gradient-attack refusal names: the score-based attack."""
 
 
@@ -133,10 +154,11 @@ def check_gradient(metric: QualityMetric, name: str, grad: torch.Tensor) -> None
     """A metric whose input gradient is absent, non-finite or zero on a whole batch cannot be attacked
     by gradients: say so in one line instead of reporting a gain of zero as robustness."""
     if not torch.isfinite(grad).all():
-        raise AdvbenchError(f"metric '{name}' gives a non-finite input gradient; gradient attacks cannot use it")
+        raise AdvbenchError(f"metric '{name}' gives a non-finite input gradient; gradient attacks cannot use it "
+                            f"({SCORES_ONLY})")
     if not grad.abs().amax() > 0:
         raise AdvbenchError(f"metric '{name}' gives a zero input gradient on every image of a batch (no backward "
-                            "through its scoring); gradient attacks cannot use it")
+                            f"through its scoring); gradient attacks cannot use it ({SCORES_ONLY})")
 
 
 def check_budgets(eps: Any, key: str = "eps") -> list[float]:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-from advbench.quality.attacks.base import Attacked, MetricAttack, check_steps, final_scores
+from advbench.quality.attacks.base import Attacked, MetricAttack, check_finite_step, check_steps, final_scores
 from advbench.quality.metrics.base import QualityMetric
 from advbench.quality.metrics.scoring import goodness
 
@@ -34,7 +34,7 @@ def _goodness_and_grad(metric: QualityMetric, x: torch.Tensor, delta: torch.Tens
     delta = delta.detach().requires_grad_(True)
     good = goodness(metric, metric(x + delta))
     (grad,) = torch.autograd.grad(good.sum(), delta)
-    return good.detach(), grad
+    return check_finite_step(good.detach(), grad)
 
 
 class MADC(MetricAttack):

@@ -17,6 +17,7 @@ import pandas as pd
 import torch
 from scipy.stats import spearmanr
 
+from advbench.quality.iqa.guard import check_finite, user_failures
 from advbench.quality.metrics.defended import DefendedMetric, DefenseSpec
 from advbench.quality.metrics.scoring import score
 
@@ -33,8 +34,11 @@ def defense_columns(name: str, defended: DefendedMetric | None, defense: Defense
     if defended is None:
         return columns, None
     columns["metric"] = defense.metric_label(name)
-    with torch.no_grad():
-        return columns, score(defended.metric, images, batch_size, device).double().numpy()
+    every = torch.arange(len(images))
+    with torch.no_grad(), user_failures(defended.metric, name, "scoring the clean images without the defense", every):
+        undefended = score(defended.metric, images, batch_size, device)
+    check_finite(f"metric '{name}' gave the undefended clean score", undefended, every)
+    return columns, undefended.double().numpy()
 
 
 def with_undefended(frame: pd.DataFrame, undefended: np.ndarray | None) -> pd.DataFrame:

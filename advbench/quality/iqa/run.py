@@ -34,9 +34,10 @@ from advbench.quality.attacks.base import MetricAttack, PrepareContext, check_at
 from advbench.quality.images import as_batch, uap_images
 from advbench.quality.iqa.defense_cost import cost_line, defense_columns, with_undefended
 from advbench.quality.iqa.fidelity import check_measurable, fidelity
+from advbench.quality.iqa.guard import check_attacked, check_finite, check_judged, user_failures
 from advbench.quality.iqa.judges import checked_judges, judge_columns, judge_identity
 from advbench.quality.iqa.progress import CellProgress
-from advbench.quality.iqa.scores import msu_scores
+from advbench.quality.iqa.scores import clean_width, msu_scores, raw_gain
 from advbench.quality.metrics.base import QualityMetric
 from advbench.quality.metrics.defended import DefendedMetric, DefenseSpec
 from advbench.quality.metrics.scoring import device_of
@@ -117,7 +118,7 @@ def iqa_cell(spec: IqaSpec, metric: QualityMetric, attack: MetricAttack,
 
             def compute(positions: list[int]) -> pd.DataFrame:
                 frame = attack_rows(metric, attack, images, budgets, positions, int(spec.batch_size), device,
-                                    progress.advance, judges)
+                                    progress.advance, judges, name=spec.defense.metric_label(name))
                 return with_undefended(frame, undefended).assign(**static)
 
             frame = fill_cell(files, key, __version__, ids, int(spec.chunk_size), compute)
@@ -127,20 +128,27 @@ def iqa_cell(spec: IqaSpec, metric: QualityMetric, attack: MetricAttack,
 
 def attack_rows(metric: QualityMetric, attack: MetricAttack, images: torch.Tensor, budgets: list[float],
                 positions: list[int], batch_size: int, device: torch.device, advance: Any = None,
-                judges: Mapping[str, QualityMetric] | None = None) -> pd.DataFrame:
+                judges: Mapping[str, QualityMetric] | None = None, *, name: str) -> pd.DataFrame:
     """Records of the rows at `positions` (row = image × len(budgets) + budget index), `batch_size` rows a call,
-    with the `judges`' scores of each clean and attacked image."""
+    with the `judges`' scores of each clean and attacked image; a row that is no record (a user's metric
+    failing, a score that is no number) stops the cell with one line (`advbench.quality.iqa.guard`)."""
     rows = torch.tensor(positions)
     frames = []
     for batch in rows.split(batch_size):
         image_id, budget = batch // len(budgets), batch % len(budgets)
         x = images[image_id].to(device)
         eps = torch.tensor(budgets, dtype=x.dtype, device=device)[budget.to(device)]
-        with torch.no_grad():
-            clean = metric(x)
-        tic = time.perf_counter()
-        result = attack.run(metric, x, eps)
-        seconds = (time.perf_counter() - tic) / len(batch)
+        where = (image_id, eps.cpu())
+        with user_failures(metric, name, attack.name, *where):
+            with torch.no_grad():
+                clean = metric(x)
+            check_finite(f"metric '{name}' gave the clean score", clean, *where)
+            tic = time.perf_counter()
+            result = attack.run(metric, x, eps)
+            seconds = (time.perf_counter() - tic) / len(batch)
+        check_attacked(name, result.x_adv, result.trace, *where)
+        judged = judge_columns(judges or {}, x, result.x_adv)
+        check_judged(judged, *where)
         measured = {k: v.detach().cpu().double().numpy() for k, v in fidelity(result.x_adv, x).items()}
         trace = result.trace.detach().cpu().double()
         frames.append(pd.DataFrame({
@@ -150,7 +158,7 @@ def attack_rows(metric: QualityMetric, attack: MetricAttack, images: torch.Tenso
             "queries": pd.array([None] * len(batch) if result.queries is None else result.queries.cpu().numpy(),
                                 dtype="Int64"),
             "seconds": seconds,
-            "score_trace": list(trace.numpy()), **judge_columns(judges or {}, x, result.x_adv),
+            "score_trace": list(trace.numpy()), **judged,
         }))
         if advance is not None:
             advance(len(batch))
@@ -178,12 +186,16 @@ def budget_label(eps: float) -> str:
 
 
 def summarize(frame: pd.DataFrame, label: str, part: Path) -> None:
-    """One entry per budget: the mean absolute gain of docs/iqa.md (the score MinMax-scaled on the cell's
-    clean scores, higher better: what `advbench plot` draws), and the mean PSNR."""
+    """One entry per budget: the mean gain in the metric's own units towards its better end (independent of
+    the cell's size), the mean absolute gain of docs/iqa.md (scaled by the range of the cell's clean scores,
+    what `advbench plot` draws: it grows as a cell's images get fewer or more alike) and the mean PSNR; then
+    what the scaled figure was divided by."""
     scores = msu_scores(frame)
-    shown = ", ".join(f"ε={budget_label(eps)}: {g:+.3g} ({p:.1f} dB)"
-                      for eps, g, p in zip(scores["eps"], scores["abs_gain"], scores["psnr"]))
-    Console().print(f"{label}: mean scaled gain {shown}{cost_line(frame)}; wrote {part}", soft_wrap=True)
+    raw = frame.assign(raw=raw_gain(frame)).groupby("eps")["raw"].mean()
+    shown = ", ".join(f"ε={budget_label(eps)}: {r:+.3g} ({g:+.3g} scaled, {p:.1f} dB)"
+                      for eps, r, g, p in zip(scores["eps"], raw.to_numpy(), scores["abs_gain"], scores["psnr"]))
+    scale = f"scaled: ÷ {clean_width(frame):.3g}, the range of the cell's {frame['image_id'].nunique()} clean scores"
+    Console().print(f"{label}: mean gain {shown}; {scale}{cost_line(frame)}; wrote {part}", soft_wrap=True)
 
 
 def check_iqa_settings(eps: Any, batch_size: Any, chunk_size: Any, attack: str, target: str) -> None:

@@ -37,6 +37,18 @@ def _scale(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return sign, lo, np.where(hi > lo, hi - lo, 1.0)
 
 
+def raw_gain(frame: pd.DataFrame) -> np.ndarray:
+    """Per row: the attacked minus the clean raw score, towards the metric's better end, in its own units
+    (unlike the scaled gains, independent of which images share the cell)."""
+    return _direction(frame) * (frame["score_attacked"].to_numpy(float) - frame["score_clean"].to_numpy(float))
+
+
+def clean_width(frame: pd.DataFrame) -> float:
+    """The width the scaled scores of one cell's records divide by: the range of its clean scores (1 when they
+    are all equal)."""
+    return float(_scale(frame)[2][0])
+
+
 def scaled(frame: pd.DataFrame) -> pd.DataFrame:
     """`frame` plus s_c and s_a: scores MinMax-scaled on each cell's clean scores, higher = better."""
     sign, lo, width = _scale(frame)

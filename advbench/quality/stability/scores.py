@@ -195,6 +195,13 @@ def gain_vs_loss(areas: pd.DataFrame) -> pd.DataFrame:
 def shared_loss_interval(curves: pd.DataFrame) -> tuple[float, float]:
     """Loss range where every metric's curve is defined: max of first points, min of last."""
     ordered = curves.sort_values(["metric", "amplitude"])
+    unchanged = [str(m) for m, loss in ordered.groupby("metric")["loss"] if (loss == 0).all()]
+    if unchanged:
+        raise AdvbenchError(
+            f"the perturbation of {', '.join(unchanged)} cost no PSNR at any amplitude: it changed no 8-bit frame "
+            "(a UAP too weak for its amplitudes), so there is no gain-vs-loss curve; rerun `advbench uap stability` "
+            "with a UAP trained longer or larger amplitudes"
+        )
     ends = ordered.groupby("metric")["loss"].agg(["first", "last"])
     lo, hi = float(ends["first"].max()), float(ends["last"].min())
     if not hi > lo:

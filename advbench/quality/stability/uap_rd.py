@@ -6,6 +6,7 @@ videos (a folder, one file, or synthetic clips of the sample photos) and the per
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -16,12 +17,13 @@ from rich.console import Console
 from advbench.core.digests import tensor_digest
 from advbench.core.errors import AdvbenchError
 from advbench.core.paths import no_links
+from advbench.core.resume import warn
 from advbench.quality.metrics.base import QualityMetric
 from advbench.quality.metrics.scoring import device_of
 from advbench.quality.stability.clips import MOTIONS, make_synthetic_videos
 from advbench.quality.stability.rd import RDRun, run_rd
 from advbench.quality.stability.video import RawFormat
-from advbench.quality.uap.perturbation import apply_uap, check_amplitude, load_uap, uap_file
+from advbench.quality.uap.perturbation import CLAMP, apply_uap, check_amplitude, load_uap, uap_file
 
 VIDEO_SUFFIXES = {".y4m", ".yuv", ".mp4", ".mkv", ".avi", ".mov", ".webm"}
 
@@ -75,7 +77,9 @@ def stability_job(spec: StabilitySpec, metric: QualityMetric) -> RDRun:
     """Perturb, encode and score every video x amplitude x bitrate; RD records to parquet."""
     amplitudes = list(spec.amplitudes)
     name, device = spec.metric, device_of(spec.device)
-    delta = load_uap(uap_file(spec.perturbation, spec.uap_dir, name)).to(device)
+    path = uap_file(spec.perturbation, spec.uap_dir, name)
+    delta = load_uap(path).to(device)
+    check_visible(delta, amplitudes, path)
     raw = spec.raw
     fmt = RawFormat(raw["width"], raw["height"], raw["pix_fmt"], raw["fps"]) if raw["width"] else None
     videos = job_videos(spec)
@@ -93,3 +97,27 @@ def stability_job(spec: StabilitySpec, metric: QualityMetric) -> RDRun:
     Console().print(f"{name}: {len(result.written)} RD points written{stale}, {len(result.skipped)} already there "
                     f"(run {result.run_id}); next: advbench plot {spec.out_dir}")
     return result
+
+
+def check_visible(delta: torch.Tensor, amplitudes: Sequence[float], path: Path) -> None:
+    """Every amplitude able to change an 8-bit frame, else one line saying which cannot and what to do.
+
+    The videos are 8-bit and their perturbed frames are rounded back to 8 bits before encoding, so
+    an amplitude whose largest pixel change (`apply_uap`: the UAP times amplitude / CLAMP, a CSF mask
+    only lowering it) stays under half a level leaves every frame as it was: its RD points are the
+    clean curve's, with no gain and no loss. With none left there is no stability curve to draw.
+    """
+    per_amplitude = float(delta.abs().max()) / CLAMP * 255   # levels added at amplitude 1
+    dead = [a for a in amplitudes if per_amplitude * a < 0.5]
+    if not dead:
+        return
+    top = max(dead)
+    said = f"the UAP {path} adds at most {per_amplitude * top:.2f} of one 8-bit level at amplitude {top:g}"
+    if len(dead) < len(amplitudes):
+        warn(f"amplitudes {', '.join(f'{a:g}' for a in dead)} change no 8-bit frame ({said}, which rounds away): "
+             "their RD points equal the clean curve's, with zero gain and zero loss")
+        return
+    least = 0.5 / per_amplitude if per_amplitude > 0 else math.inf
+    need = f" or give amplitudes of at least {least:.3g}" if least <= 1 else ""
+    raise AdvbenchError(f"{said}, which rounds away: it changes no frame at any amplitude, so the stability curve "
+                        f"would be empty; train it longer (e.g. uap.epochs=5, not uap=quick){need}")
