@@ -1,6 +1,6 @@
-"""`advbench report`'s analysis on records built by hand: the worst case, AttackBench's optimality
-against a hand computation, and every sign raised on records built to show it and silent on
-clean ones."""
+"""`advbench report`'s analysis on records built by hand: the worst case, the area gap against a
+hand computation, and every sign raised on records built to show it and silent on clean ones
+(the verdicts and AttackBench's optimality: test_report_verdicts.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from advbench.core.errors import AdvbenchError
 from advbench.robustness.audit.audit import audit
 from advbench.robustness.audit.groups import groups
 from advbench.robustness.audit.optimality import area_gaps, scores
-from advbench.robustness.audit.signs import FAILURE, REMEDIED
+from advbench.robustness.audit.signs import FAILURE, REMEDIED, WEAK
 from advbench.robustness.audit.worst_case import CLEAN, NONE, robust_accuracy, worst_case
 
 CLEAN_RECORDS = [
@@ -35,7 +35,8 @@ def codes(frame: pd.DataFrame, level: str = FAILURE) -> set[str]:
 def test_clean_records_raise_no_sign() -> None:
     assert signs_of(records(*CLEAN_RECORDS)) == []
     model, = audit(records(*CLEAN_RECORDS))
-    assert model.verdict().endswith("No sign of a failed evaluation.")
+    assert model.verdicts() == ["natural · linf untargeted ε=0.2: 25.0% best-known robust accuracy. Verified: no sign "
+                                "that it is too high."]
 
 
 def test_worst_case_takes_the_smallest_break_and_names_who_set_it() -> None:
@@ -49,7 +50,7 @@ def test_worst_case_takes_the_smallest_break_and_names_who_set_it() -> None:
     assert robust_accuracy(case.breaks, np.array([0.0, 0.1, 0.5])).tolist() == [0.75, 0.25, 0.25]
 
 
-def test_optimality_matches_a_hand_computation_on_three_samples() -> None:
+def test_the_area_gap_matches_a_hand_computation_on_three_samples() -> None:
     # A breaks at 0.1, 0.3, never; B at 0.2, 0.1, 0.4; worst case 0.1, 0.1, 0.4; E = 0.4, clean area 0.4.
     frame = records(cell("a", [0.1, 0.3, INF]), cell("b", [0.2, 0.1, 0.4]))
     group, = groups(frame)
@@ -57,8 +58,8 @@ def test_optimality_matches_a_hand_computation_on_three_samples() -> None:
     by_name = {s.name: s for s in scores(group, case)}
     # areas under the curves: worst (0.1+0.1+0.4)/3, A (0.1+0.3+0.4)/3, B (0.2+0.1+0.4)/3
     assert by_name["a"].area_gap == pytest.approx((0.8 / 3 - 0.6 / 3) / 0.4, rel=1e-12)
-    assert by_name["a"].optimality == pytest.approx(5 / 6, rel=1e-12)
-    assert by_name["b"].optimality == pytest.approx(11 / 12, rel=1e-12)
+    assert 1 - by_name["a"].area_gap == pytest.approx(5 / 6, rel=1e-12)
+    assert 1 - by_name["b"].area_gap == pytest.approx(11 / 12, rel=1e-12)
     # the same areas by numerical integration of the step curves
     eps = np.linspace(0, 0.4, 400_001)
     worst = np.trapezoid(robust_accuracy(case.breaks, eps), eps)
@@ -70,7 +71,7 @@ def test_optimality_matches_a_hand_computation_on_three_samples() -> None:
 def test_single_step_beating_iterative_is_a_sign() -> None:
     frame = records(cell("bim", [0.3, 0.1, 0.1]), cell("fgsm", [0.15, 0.2, 0.3], strength=1))
     sign, = [s for s in signs_of(frame) if s.code == "single_step_beats_iterative"]
-    assert (sign.level, sign.count, sign.sample_ids) == (FAILURE, 1, (100,))
+    assert (sign.level, sign.count, sign.sample_ids, sign.attacks) == (WEAK, 1, (100,), ("bim",))
     assert any("fgsm" in c for c in sign.cells) and "Carlini" in sign.sources[0]
 
 
@@ -89,7 +90,7 @@ def test_samples_no_attack_breaks_at_any_eps_are_a_sign() -> None:
 
 def test_an_unbounded_attack_without_an_adversarial_is_a_sign() -> None:
     frame = records(cell("bim", [0.1, 0.2, 0.3]), cell("fmn", [0.1, INF, 0.3], source="norm"))
-    assert codes(frame) == {"unbounded_attack_fails"}
+    assert codes(frame) == set() and codes(frame, WEAK) == {"unbounded_attack_fails"}
     sign, = signs_of(frame)
     assert sign.sample_ids == (101,) and "fmn" in sign.detail
 
@@ -97,13 +98,13 @@ def test_an_unbounded_attack_without_an_adversarial_is_a_sign() -> None:
 def test_accuracy_rising_with_budget_is_a_sign() -> None:
     frame = records(cell("bim", [0.05, 0.08, 0.3], budget=0.1), cell("bim", [0.05, 0.3, 0.3], budget=0.2))
     sign, = [s for s in signs_of(frame) if s.code == "accuracy_rises"]
-    assert (sign.count, sign.sample_ids) == (1, (101,))
+    assert (sign.count, sign.sample_ids, sign.level, sign.threat) == (1, (101,), FAILURE, "linf untargeted ε=0.2")
     assert "ε=0.1" in sign.detail and "ε=0.2" in sign.detail
 
 
 def test_accuracy_rising_with_strength_is_a_sign() -> None:
     frame = records(cell("bim", [0.05, 0.1, 0.3], strength=10), cell("bim", [0.05, 0.3, 0.3], strength=40))
-    assert codes(frame) == {"accuracy_rises"}
+    assert codes(frame, WEAK) == {"accuracy_rises"}  # the weaker cell of the same threat broke it
     sign, = signs_of(frame)
     assert "strength 10" in sign.detail and "strength 40" in sign.detail
 
@@ -153,7 +154,7 @@ def test_model_rows_are_audited_apart() -> None:
     assert set(by_row) == {"natural", "jpeg"}
     assert by_row["natural"].signs == []
     assert {s.code for s in by_row["jpeg"].signs} == {"single_step_beats_iterative"}
-    assert "Not trustworthy" in by_row["jpeg"].verdict()
+    assert "Verified" in by_row["jpeg"].verdicts()[0] and "Attacks weak where others" in by_row["jpeg"].verdicts()[0]
 
 
 def test_records_the_report_cannot_read_are_one_line_errors() -> None:

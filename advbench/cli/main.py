@@ -180,17 +180,25 @@ def report(records: tuple[Path, ...], out_dir: Path) -> None:
     and its cost, and the signs that the evaluation failed (a single-step or black-box attack
     beating the iterative white-box ones, accuracy not falling to 0 or rising with the budget,
     masked or random gradients, probabilities instead of logits, ...), each with its evidence,
-    what to do and its source. Writes report.json and report.html; see docs/report.md.
+    what to do and its source. Prints one verdict line per model row and threat: the number, and
+    whether a sign says it may be too optimistic. Writes report.json and report.html; see docs/report.md.
 
     \b
     advbench report advbench-out/defenses/records --out advbench-out/report
     """
+    import json
+
     from advbench.core.paths import writable_folder
     from advbench.core.records import read_kind
-    from advbench.robustness.audit import write_report
+    from advbench.robustness.audit import REPORT_JSON, write_report
+    from advbench.robustness.audit.card import verdict_lines
 
     frame = read_kind(records, kinds=("benchmark",))[1]
-    for path in write_report(frame, writable_folder(out_dir, "--out"), records):
+    written = write_report(frame, writable_folder(out_dir, "--out"), records)
+    card = json.loads(next(p for p in written if p.name == REPORT_JSON).read_text(encoding="utf-8"))
+    for line in verdict_lines(card):
+        click.echo(line)
+    for path in written:
         click.echo(f"wrote {path}")
 
 

@@ -1,5 +1,10 @@
 """The whole audit of a set of records: per model row and threat, the worst case, each attack's
-optimality and every sign, computed once for the card (`card.py`) and the page (`html.py`)."""
+optimality and every sign, computed once for the card (`card.py`) and the page (`html.py`).
+
+The verdict is per model row and threat, and says one thing: whether the number the row reports
+there may be too optimistic (a `failure` sign), or stands (verified). Attacks weak where others
+covered them (`weak_attack`) and remedied causes of masking are listed after it, never against it.
+"""
 
 from __future__ import annotations
 
@@ -9,18 +14,55 @@ import pandas as pd
 
 from advbench.robustness.audit.groups import Group, groups, prepare
 from advbench.robustness.audit.optimality import AttackScore, scores
-from advbench.robustness.audit.signs import FAILURE, GROUP_CHECKS, Sign
+from advbench.robustness.audit.signs import FAILURE, GROUP_CHECKS, REMEDIED, WEAK, Sign, settle
 from advbench.robustness.audit.trends import rising_accuracy
-from advbench.robustness.audit.worst_case import WorstCase, worst_case
+from advbench.robustness.audit.worst_case import WorstCase, measure, shown, worst_case
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}{'s' if count != 1 else ''}"
+
+
+def _titles(signs: list[Sign]) -> str:
+    return ", ".join(dict.fromkeys(s.title[0].lower() + s.title[1:] for s in signs))
 
 
 @dataclass(frozen=True, eq=False)
 class ThreatAudit:
-    """One model row under one threat: its group, worst case and attack scores."""
+    """One model row under one threat: its group, worst case, attack scores and signs."""
 
     group: Group
     case: WorstCase
     scores: list[AttackScore]
+    signs: list[Sign]
+
+    def level(self, level: str) -> list[Sign]:
+        return [s for s in self.signs if s.level == level]
+
+    @property
+    def verified(self) -> bool:
+        """No sign that the worst case itself is too optimistic."""
+        return not self.level(FAILURE)
+
+    def value(self) -> float:
+        """The number the report shows at the budget: robust accuracy, or the targeted ASR."""
+        return float(shown(self.group.goal, self.case.robust_at_budget))
+
+    def verdict(self) -> str:
+        """One line a reader takes away: the threat's best-known number and whether it may be too optimistic."""
+        g = self.group
+        wrong = "too high" if g.untargeted else "too low"
+        line = f"{g.threat}: {self.value():.1%} best-known {measure(g.goal)}."
+        failed = self.level(FAILURE)
+        line += (f" Not trustworthy, it may be {wrong}: {_plural(len(failed), 'sign')} ({_titles(failed)})."
+                 if failed else f" Verified: no sign that it is {wrong}.")
+        weak = self.level(WEAK)
+        if weak:
+            line += f" Attacks weak where others covered them: {_plural(len(weak), 'sign')} ({_titles(weak)})."
+        remedied = self.level(REMEDIED)
+        if remedied:
+            line += f" {_plural(len(remedied), 'cause')} of masking seen and remedied."
+        return line
 
 
 @dataclass(frozen=True, eq=False)
@@ -30,25 +72,30 @@ class ModelAudit:
     row: str
     records: pd.DataFrame
     threats: list[ThreatAudit]
-    signs: list[Sign]
+
+    @property
+    def signs(self) -> list[Sign]:
+        return [s for t in self.threats for s in t.signs]
 
     @property
     def failures(self) -> list[Sign]:
         return [s for s in self.signs if s.level == FAILURE]
 
-    def verdict(self) -> str:
-        """One sentence a reader takes away: the best-known robust accuracy and whether to trust it."""
-        best = "; ".join(f"{t.group.threat}: {t.case.robust_at_budget:.1%} best-known robust "
-                         f"{'accuracy' if t.group.untargeted else 'share (1 − targeted ASR)'}" for t in self.threats)
-        failed = self.failures
-        if failed:
-            names = ", ".join(dict.fromkeys(s.title[0].lower() + s.title[1:] for s in failed))
-            return (f"{best}. Not trustworthy: {len(failed)} sign{'s' if len(failed) != 1 else ''} of a failed "
-                    f"evaluation ({names}).")
-        remedied = [s for s in self.signs if s.level != FAILURE]
-        note = f"; {len(remedied)} cause{'s' if len(remedied) != 1 else ''} of masking seen and remedied" \
-            if remedied else ""
-        return f"{best}. No sign of a failed evaluation{note}."
+    def verdicts(self) -> list[str]:
+        """One verdict line per threat, led by the row's name, as `advbench report` prints them."""
+        return [f"{self.row} · {t.verdict()}" for t in self.threats]
+
+
+def _threats(model_groups: list[Group]) -> list[ThreatAudit]:
+    """Each group audited; a sign across budgets (`rising_accuracy`) belongs to the threat it names."""
+    across = rising_accuracy(model_groups)
+    out = []
+    for group in model_groups:
+        case = worst_case(group)
+        signs = [s for check in GROUP_CHECKS for s in check(group, case)]
+        signs += [s for s in across if s.threat == group.threat]
+        out.append(ThreatAudit(group, case, scores(group, case), settle(signs, case)))
+    return out
 
 
 def audit(frame: pd.DataFrame) -> list[ModelAudit]:
@@ -59,16 +106,10 @@ def audit(frame: pd.DataFrame) -> list[ModelAudit]:
         by_row.setdefault(group.row, []).append(group)
     out = []
     for row, model_groups in by_row.items():
-        threats, signs = [], []
-        for group in model_groups:
-            case = worst_case(group)
-            threats.append(ThreatAudit(group, case, scores(group, case)))
-            signs += [s for check in GROUP_CHECKS for s in check(group, case)]
-        signs += rising_accuracy(model_groups)
         key = model_groups[0].model
         mask = pd.Series(True, index=prepared.index)
         for column, value in key.items():
             if value is not None and column in prepared:
                 mask &= prepared[column].astype(str) == value
-        out.append(ModelAudit(row, prepared[mask], threats, signs))
+        out.append(ModelAudit(row, prepared[mask], _threats(model_groups)))
     return out

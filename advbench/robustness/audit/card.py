@@ -21,9 +21,10 @@ from advbench.core.version import __version__
 from advbench.robustness.audit.audit import ModelAudit, ThreatAudit
 from advbench.robustness.audit.groups import AttackCell
 from advbench.robustness.audit.optimality import area_limit
-from advbench.robustness.audit.worst_case import robust_accuracy, setter_counts
+from advbench.robustness.audit.signs import FAILURE, REMEDIED, WEAK, Sign
+from advbench.robustness.audit.worst_case import measure, robust_accuracy, setter_counts
 
-FORMAT = 1
+FORMAT = 2
 """The version of report.json's layout."""
 
 
@@ -76,8 +77,9 @@ def environment(records: pd.DataFrame) -> dict[str, Any]:
             "cells": int(records["_cell"].nunique()), "cost": total}
 
 
-def attack_entry(attack: AttackCell, score: Any) -> dict[str, Any]:
-    """An attack as run (parameters, budget, seed, gradients, votes) and how it did against the worst case."""
+def attack_entry(attack: AttackCell, score: Any, signs: list[Sign]) -> dict[str, Any]:
+    """An attack as run (parameters, budget, seed, gradients, votes), how it did against the worst case and
+    the signs that show it weak where others covered it."""
     r = attack.records
     cost = {"grad_evals_per_sample": _number(score.grad_evals), "queries_per_sample": _number(score.queries),
             "search_grad_evals_per_sample": _number(r["search_grad_evals"].mean()) if "search_grad_evals" in r else None,
@@ -89,8 +91,10 @@ def attack_entry(attack: AttackCell, score: Any) -> dict[str, Any]:
             "grad_mode": _one(r, "grad_mode"), "judge_draws": _one(r, "judge_draws"),
             "flags": {f: bool(r[f].astype(bool).any()) for f in
                       ("flag_zero_grad", "flag_randomized", "flag_probabilities", "flag_dynamic") if f in r},
-            "robust_at_budget": _number(score.robust_at_budget), "optimality": _number(score.optimality),
-            "area_gap": _number(score.area_gap), "matches_worst_case": score.matches_worst, "cost": cost}
+            "robust_at_budget": _number(score.robust_at_budget),
+            "attackbench_optimality": _number(score.attackbench_optimality), "area_gap": _number(score.area_gap),
+            "matches_worst_case": score.matches_worst, "cost": cost,
+            "weak_signs": [s.code for s in signs if s.level == WEAK and attack.name in s.attacks]}
 
 
 def curve_points(breaks: np.ndarray) -> list[list[float | None]]:
@@ -102,6 +106,8 @@ def curve_points(breaks: np.ndarray) -> list[list[float | None]]:
 def threat_entry(threat: ThreatAudit) -> dict[str, Any]:
     g, case = threat.group, threat.case
     return {"threat": g.threat, "norm": g.norm, "goal": g.goal, "eps_budget": g.eps_budget,
+            "verdict": threat.verdict(), "verified": threat.verified, "measure": measure(g.goal),
+            "at_budget": threat.value(),
             "n_samples": int(g.sample_ids.size), "samples_left_out": g.dropped,
             "sample_ids": {"first": int(g.sample_ids.min()), "last": int(g.sample_ids.max())},
             "clean_accuracy": _number(float(g.clean.mean())),
@@ -111,7 +117,7 @@ def threat_entry(threat: ThreatAudit) -> dict[str, Any]:
                                           "break_eps": [_number(e) for e in case.breaks],
                                           "broken_at_budget": case.broken_at_budget.tolist(),
                                           "set_by": case.setters.astype(str).tolist()}},
-            "attacks": [attack_entry(a, s) for a, s in zip(g.attacks, threat.scores)]}
+            "attacks": [attack_entry(a, s, threat.signs) for a, s in zip(g.attacks, threat.scores)]}
 
 
 def sign_entry(sign: Any) -> dict[str, Any]:
@@ -122,28 +128,36 @@ def sign_entry(sign: Any) -> dict[str, Any]:
 
 def model_entry(model: ModelAudit) -> dict[str, Any]:
     r = model.records
-    return {"row": model.row, "verdict": model.verdict(), "failures": len(model.failures),
-            "remedied": len(model.signs) - len(model.failures), "identity": identity(model),
+    levels = [s.level for s in model.signs]
+    return {"row": model.row, "verdicts": model.verdicts(), "failures": levels.count(FAILURE),
+            "weak_attacks": levels.count(WEAK), "remedied": levels.count(REMEDIED), "identity": identity(model),
             "data": {"dataset": _one(r, "dataset"), "n_samples": int(r["sample_id"].nunique())},
             "environment": environment(r), "threats": [threat_entry(t) for t in model.threats],
             "signs": [sign_entry(s) for s in model.signs]}
 
 
 def leaderboard(models: list[ModelAudit]) -> dict[str, list[dict[str, Any]]]:
-    """Per threat (data set, norm, goal, budget), the model rows ranked by best-known robust accuracy."""
+    """Per threat (data set, norm, goal, budget), the verified model rows ranked by their best-known number
+    (most robust first), then the rows with a sign that it is too optimistic, unranked (`rank` null) and
+    never above a verified row: a board lists as ranked only numbers its evaluation stands behind."""
     boards: dict[str, list[dict[str, Any]]] = {}
     for model in models:
         for t in model.threats:
             key = f"{_one(model.records, 'dataset')} {t.group.threat}"
             boards.setdefault(key, []).append({
-                "row": model.row, "robust_at_budget": t.case.robust_at_budget,
-                "clean_accuracy": float(t.group.clean.mean()), "attacks": len(t.group.attacks),
-                "failures": len(model.failures)})
+                "row": model.row, "verified": t.verified, "measure": measure(t.group.goal), "at_budget": t.value(),
+                "robust_at_budget": t.case.robust_at_budget, "clean_accuracy": float(t.group.clean.mean()),
+                "attacks": len(t.group.attacks), "failures": len(t.level(FAILURE))})
     for rows in boards.values():
-        rows.sort(key=lambda r: (-r["robust_at_budget"], r["row"]))
+        rows.sort(key=lambda r: (not r["verified"], -r["robust_at_budget"], r["row"]))
         for rank, row in enumerate(rows, 1):
-            row["rank"] = rank
+            row["rank"] = rank if row["verified"] else None
     return dict(sorted(boards.items()))
+
+
+def verdict_lines(report: dict[str, Any]) -> list[str]:
+    """Every model row's verdict lines in the card's order, one per threat, as `advbench report` prints them."""
+    return [line for model in report["models"] for line in model["verdicts"]]
 
 
 def card(models: list[ModelAudit], sources: list[str]) -> dict[str, Any]:

@@ -21,10 +21,22 @@ h1{font-size:1.6em}h2{border-bottom:2px solid #ddd;padding-bottom:.2em;margin-to
 table{border-collapse:collapse;margin:.6em 0;font-size:.9em}th,td{border:1px solid #ccc;padding:.25em .55em;
 text-align:left;vertical-align:top}th{background:#f3f3f3}td.num{text-align:right;font-variant-numeric:tabular-nums}
 .verdict{padding:.5em .8em;border-radius:4px;margin:.4em 0}.fail{background:#fde8e8;border-left:5px solid #c62828}
-.ok{background:#e8f5e9;border-left:5px solid #2e7d32}.remedied{background:#fff8e1;border-left:5px solid #f9a825}
+.ok{background:#e8f5e9;border-left:5px solid #2e7d32}.weak{background:#e3f2fd;border-left:5px solid #1565c0}
+.remedied{background:#fff8e1;border-left:5px solid #f9a825}
 .sign{margin:.6em 0;padding:.5em .8em;border-radius:4px}pre{background:#f6f6f6;padding:.6em;overflow-x:auto;
 font-size:.8em}img{max-width:100%;height:auto}code{font-size:.9em}
 """
+
+
+OPTIMALITY_NOTE = (
+    "<h4>Optimality and cost</h4><p><b>AttackBench optimality</b> (Cinà et al. 2024) = 1 − (A<sub>attack</sub> − "
+    "A<sub>best</sub>) / (clean accuracy · max ε − A<sub>best</sub>), A the trapezoid area over the sorted distinct "
+    "break ε (the attack's clipped at the worst case's largest); 1 matches the worst case. <b>Area gap</b>: the "
+    "exact area between the attack's step curve and the worst case's, ε from 0 to {limit}, over clean accuracy "
+    "× {limit}; 0 matches it. A <b>gradient</b> is one forward and backward pass for one sample; a <b>forward-only "
+    "query</b> is one forward pass for one sample without a gradient: for a white-box attack the predictions it "
+    "checks (its verdicts, votes and the minimum-ε search), for a score- or decision-based attack every answer it "
+    "asks the model for.</p>")
 
 
 def _pct(value: Any) -> str:
@@ -47,28 +59,57 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], numeric: Sequen
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _verdict_class(model: dict[str, Any]) -> str:
-    return "fail" if model["failures"] else "remedied" if model["remedied"] else "ok"
+def _verdict_class(model: dict[str, Any], threat: dict[str, Any]) -> str:
+    """Red when the threat's number may be too optimistic, amber when it stands but signs name weak attacks or
+    remedied masking, green otherwise."""
+    if not threat["verified"]:
+        return "fail"
+    return "remedied" if any(s["threat"] == threat["threat"] for s in model["signs"]) else "ok"
+
+
+def _verdicts(model: dict[str, Any], linked: bool) -> str:
+    """One coloured line per threat (the row's name linking to its section in the summary)."""
+    name = (f'<a href="#{_slug(model["row"])}"><b>{escape(model["row"])}</b></a> · ' if linked else "")
+    return "".join(f'<div class="verdict {_verdict_class(model, t)}">{name}{escape(t["verdict"])}</div>'
+                   for t in model["threats"])
+
+
+def _measure(threat: dict[str, Any]) -> str:
+    return f"best-known {threat['measure']}"
+
+
+def _shown(goal: str, robust: Any) -> Any:
+    """An attack's share of samples left robust as the threat's number: itself, or 1 − it (the targeted ASR)."""
+    return robust if robust is None or goal == "untargeted" else 1.0 - robust
 
 
 def _slug(text: str) -> str:
     return "m-" + "".join(c if c.isalnum() else "-" for c in text)
 
 
+def _board(threat: str, rows: list[dict[str, Any]]) -> str:
+    """One threat's leaderboard: the verified rows ranked, then the flagged ones apart, marked and unranked."""
+    headers = ["rank", "model row", f"best-known {rows[0]['measure']}", "clean accuracy", "attacks"]
+    ranked = [(r["rank"], r["row"], _pct(r["at_budget"]), _pct(r["clean_accuracy"]), r["attacks"])
+              for r in rows if r["verified"]]
+    flagged = [("–", f"⚠ {r['row']}", _pct(r["at_budget"]), _pct(r["clean_accuracy"]), r["attacks"], r["failures"])
+               for r in rows if not r["verified"]]
+    parts = [f"<h3>{escape(threat)}</h3>",
+             table(headers, ranked, numeric=(0, 2, 3, 4)) if ranked else "<p>No verified row.</p>"]
+    if flagged:
+        parts.append("<p><b>Not ranked</b> (⚠): rows with a sign that their number may be too optimistic, listed "
+                     "apart and below every verified row.</p>")
+        parts.append(table([*headers, "signs it may be too optimistic"], flagged, numeric=(2, 3, 4, 5)))
+    return "".join(parts)
+
+
 def summary(report: dict[str, Any]) -> str:
-    """The verdicts of every model, then the leaderboards."""
-    parts = ["<h2>Verdicts</h2>"]
-    for m in report["models"]:
-        parts.append(f'<div class="verdict {_verdict_class(m)}"><a href="#{_slug(m["row"])}"><b>{escape(m["row"])}'
-                     f'</b></a>: {escape(m["verdict"])}</div>')
-    parts.append("<h2>Leaderboard</h2><p>Model rows ranked by best-known robust accuracy at the budget (the worst "
-                 "case over every attack run on them), per threat.</p>")
-    for threat, rows in report["leaderboard"].items():
-        parts.append(f"<h3>{escape(threat)}</h3>")
-        parts.append(table(["rank", "model row", "best-known robust accuracy", "clean accuracy", "attacks",
-                            "signs of failure"],
-                           [(r["rank"], r["row"], _pct(r["robust_at_budget"]), _pct(r["clean_accuracy"]),
-                             r["attacks"], r["failures"]) for r in rows], numeric=(0, 2, 3, 4, 5)))
+    """The verdicts of every model row and threat, then the leaderboards."""
+    parts = ["<h2>Verdicts</h2>", *(_verdicts(m, linked=True) for m in report["models"]),
+             "<h2>Leaderboard</h2><p>Per threat, the verified model rows ranked by their best-known number at the "
+             "budget (the worst case over every attack run on them), most robust first; rows with a sign that "
+             "the number may be too optimistic are listed apart, unranked.</p>"]
+    parts += [_board(threat, rows) for threat, rows in report["leaderboard"].items()]
     return "".join(parts)
 
 
@@ -76,22 +117,27 @@ def _threat_section(threat: dict[str, Any], figure: str) -> str:
     worst = threat["worst_case"]
     left_out = f", {threat['samples_left_out']} left out: not run by every attack" if threat["samples_left_out"] else ""
     parts = [f"<h3>{escape(threat['threat'])}</h3>",
-             f'<img alt="robust accuracy vs epsilon, {escape(threat["threat"])}" src="{figure}">',
+             f'<img alt="{escape(threat["measure"])} vs epsilon, {escape(threat["threat"])}" src="{figure}">',
              f"<p>{threat['n_samples']} samples (ids {threat['sample_ids']['first']}–{threat['sample_ids']['last']}"
-             f"{left_out}), clean accuracy {_pct(threat['clean_accuracy'])}. Best-known robust accuracy at the budget: "
-             f"<b>{_pct(worst['robust_at_budget'])}</b>.</p>",
+             f"{left_out}), clean accuracy {_pct(threat['clean_accuracy'])}. {_measure(threat).capitalize()} at the "
+             f"budget: <b>{_pct(threat['at_budget'])}</b>.</p>",
              "<h4>Worst case: who set each sample's value</h4>",
              table(["attack", "samples"], list(worst["set_by"].items()), numeric=(1,)),
-             f"<h4>Optimality and cost</h4><p>Optimality = 1 − (area between the attack's curve and the worst "
-             f"case's) / (area under clean accuracy), ε from 0 to {_num(worst['area_limit'])}.</p>",
-             table(["attack", "knowledge", "robust accuracy at budget", "optimality", "samples at the worst case",
-                    "grad evals / sample", "queries / sample", "wall s"],
-                   [("worst case", "all", _pct(worst["robust_at_budget"]), "1", threat["n_samples"], "", "", ""),
-                    *((a["name"], a["knowledge"], _pct(a["robust_at_budget"]), _num(a["optimality"]),
-                       a["matches_worst_case"], _num(a["cost"]["grad_evals_per_sample"]),
-                       _num(a["cost"]["queries_per_sample"]), _num(a["cost"]["wall_seconds"]))
-                      for a in threat["attacks"])], numeric=(2, 3, 4, 5, 6, 7))]
+             OPTIMALITY_NOTE.format(limit=_num(worst["area_limit"])),
+             table(["attack", "knowledge", f"{threat['measure']} at budget", "AttackBench optimality", "area gap",
+                    "samples at the worst case", "gradients / sample", "forward-only queries / sample", "wall s",
+                    "weak where others covered it"],
+                   [("worst case", "all", _pct(threat["at_budget"]), "1", "0", threat["n_samples"], "", "", "", ""),
+                    *((a["name"], a["knowledge"], _pct(_shown(threat["goal"], a["robust_at_budget"])),
+                       _num(a["attackbench_optimality"]), _num(a["area_gap"]), a["matches_worst_case"],
+                       _num(a["cost"]["grad_evals_per_sample"]), _num(a["cost"]["queries_per_sample"]),
+                       _num(a["cost"]["wall_seconds"]), ", ".join(a["weak_signs"]))
+                      for a in threat["attacks"])], numeric=(2, 3, 4, 5, 6, 7, 8))]
     return "".join(parts)
+
+
+LEVELS = {"failure": "the number may be too optimistic", "weak_attack": "an attack weak where others covered it",
+          "remedied": "a cause of masking, remedied"}
 
 
 def _sign(sign: dict[str, Any]) -> str:
@@ -102,8 +148,9 @@ def _sign(sign: dict[str, Any]) -> str:
         evidence.append(f"<li>cells: {escape('; '.join(sign['cells']))}</li>")
     if ids:
         evidence.append(f"<li>sample ids{more}: {escape(ids)}</li>")
-    level = "fail" if sign["level"] == "failure" else "remedied"
-    return (f'<div class="sign {level}"><b>{escape(sign["title"])}</b> — {escape(sign["level"])}, '
+    level = {"failure": "fail", "weak_attack": "weak"}.get(sign["level"], "remedied")
+    what = LEVELS.get(sign["level"], sign["level"])
+    return (f'<div class="sign {level}"><b>{escape(sign["title"])}</b> — {escape(what)}, '
             f'{escape(sign["threat"])}<ul>{"".join(evidence)}</ul><p><b>What to do:</b> {escape(sign["action"])}</p>'
             f'<p><small>Source: {escape("; ".join(sign["sources"]))}</small></p></div>')
 
@@ -121,8 +168,7 @@ def _card(model: dict[str, Any]) -> str:
 
 def model_section(model: dict[str, Any], figures: Sequence[str]) -> str:
     signs = "".join(_sign(s) for s in model["signs"]) or "<p>No sign of a failed evaluation.</p>"
-    return (f'<h2 id="{_slug(model["row"])}">{escape(model["row"])}</h2>'
-            f'<div class="verdict {_verdict_class(model)}">{escape(model["verdict"])}</div>'
+    return (f'<h2 id="{_slug(model["row"])}">{escape(model["row"])}</h2>' + _verdicts(model, linked=False)
             + "".join(_threat_section(t, f) for t, f in zip(model["threats"], figures))
             + f"<h3>Signs of a failed evaluation</h3>{signs}" + _card(model))
 
@@ -134,5 +180,6 @@ def page(report: dict[str, Any], figures: dict[str, list[str]]) -> str:
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>advbench report</title>'
             f'<meta name="viewport" content="width=device-width, initial-scale=1"><style>{STYLE}</style></head>'
             f"<body><h1>Robustness evaluation report</h1><p>{escape(report['reported_by'])}, from {sources}. "
-            f"Each model row's best-known robust accuracy is the worst case over every attack run on it; "
-            f"the signs say where that number should not be trusted.</p>{body}</body></html>\n")
+            f"Each model row's best-known number per threat (robust accuracy untargeted, targeted ASR targeted) is "
+            f"the worst case over every attack run on it; the signs say where that number may be too optimistic "
+            f"and which attacks were weak where others covered them.</p>{body}</body></html>\n")

@@ -1,10 +1,22 @@
 """Signs that an evaluation failed, each with its evidence, what to do about it and its source.
 
 Every check reads only the records of one model row: its groups (one per threat) and, for
-the budget and strength checks, the cells of one attack at several budgets or strengths. A
-sign is `failure` when the records show the evaluation is likely wrong, and `remedied` when
-the model shows the cause (masked or random gradients) but the records say the remedy was
-applied (BPDA, EOT, a vote): worth a look, not a verdict. The sources:
+the budget and strength checks, the cells of one attack at several budgets or strengths. The
+levels keep apart what a sign says about the model row's number and what it says about one attack:
+
+- `failure`: the worst case itself may be too high (too optimistic), because the attacks it rests
+  on could not see the model (masked, random or saturated gradients; test-time optimisation;
+  white-box attacks beaten by black-box ones, AutoAttack's `check_square_sr`) or because samples
+  survive every attack at any ε. Only these make a row "not trustworthy";
+- `weak_attack`: single attacks are weak where others covered them (an iterative attack beaten
+  by FGSM on samples FGSM broke, a minimum-norm attack without an adversarial, no single attack
+  near the ensemble): the samples are broken in the worst case, so the attack's score suffers,
+  not the row's number. It is shown beside the attack's optimality;
+- `remedied`: the model shows a cause of masking but the records say the remedy was applied
+  (BPDA, EOT, a vote): worth a look, not a verdict.
+
+A worst case with no sample left robust at the budget cannot be too high, so `settle` turns a
+failure there into `weak_attack`. The sources:
 
 - Carlini et al. 2019, *On Evaluating Adversarial Robustness*, the checklist of section 7;
 - Pintor et al. 2022, *Indicators of Attack Failure*: unavailable gradients, unstable
@@ -17,19 +29,20 @@ applied (BPDA, EOT, a vote): worth a look, not a verdict. The sources:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from advbench.robustness.audit.groups import AttackCell, Group
-from advbench.robustness.audit.worst_case import WorstCase, attack_accuracy_at_budget
+from advbench.robustness.audit.worst_case import WorstCase, attack_accuracy_at_budget, measure, shown
 
 CARLINI = "Carlini et al. 2019, On Evaluating Adversarial Robustness, checklist (section 7)"
 PINTOR = "Pintor et al. 2022, Indicators of Attack Failure"
 AUTOATTACK = "Croce & Hein 2020, AutoAttack's warnings"
 ATHALYE = "Athalye et al. 2018, Obfuscated Gradients Give a False Sense of Security"
 
-FAILURE, REMEDIED = "failure", "remedied"
+FAILURE, WEAK, REMEDIED = "failure", "weak_attack", "remedied"
 MIN_SHARE = 0.002
 """A sample-level sign needs more than this share of the samples (AutoAttack warns when Square
 breaks more than 0.2 % after the white-box attacks), and at least one sample."""
@@ -58,6 +71,18 @@ class Sign:
     count: int = 0
     n_samples: int = 0
     extra: dict = field(default_factory=dict)
+    attacks: tuple[str, ...] = ()
+    """The attacks the sign shows weak (names within the group), beside whose optimality it is shown."""
+
+
+def settle(signs: list[Sign], case: WorstCase) -> list[Sign]:
+    """The signs of one group with their final level: a failure at a worst case with no sample left robust
+    at the budget only shows attacks weak where others covered them, since a 0 % cannot be too high."""
+    if case.robust_at_budget > 0:
+        return signs
+    return [dataclasses.replace(s, level=WEAK, detail=f"{s.detail}; no sample survives the worst case at the "
+                                "budget, so its number cannot be too high") if s.level == FAILURE else s
+            for s in signs]
 
 
 def _enough(count: int, total: int) -> bool:
@@ -72,9 +97,14 @@ def _cells(attacks: list[AttackCell]) -> tuple[str, ...]:
     return tuple(f"{a.name} [{', '.join(c[:12] for c in a.cells)}]" for a in attacks)
 
 
+def _names(attacks: list[AttackCell]) -> tuple[str, ...]:
+    return tuple(a.name for a in attacks)
+
+
 def _beaten(group: Group, code: str, title: str, strong: list[int], weak: list[int], action: str,
-            sources: tuple[str, ...]) -> list[Sign]:
-    """Samples some `weak` attack broke at the budget while every `strong` attack failed."""
+            sources: tuple[str, ...], level: str) -> list[Sign]:
+    """Samples some `weak` attack broke at the budget while every `strong` attack failed (the `strong`
+    attacks are the ones the sign shows weak)."""
     if not strong or not weak:
         return []
     only = group.success[weak].any(axis=0) & ~group.success[strong].any(axis=0)
@@ -86,8 +116,9 @@ def _beaten(group: Group, code: str, title: str, strong: list[int], weak: list[i
     detail = (f"{count} of {only.size} samples broken at the budget by "
               f"{', '.join(f'{k} ({v})' for k, v in per.items() if v)} but by none of "
               f"{', '.join(group.attacks[i].name for i in strong)}")
-    return [Sign(code, title, FAILURE, group.row, group.threat, detail, action, sources, _cells(attacks),
-                 _ids(group, only), count, int(only.size), {"by_attack": per})]
+    return [Sign(code, title, level, group.row, group.threat, detail, action, sources, _cells(attacks),
+                 _ids(group, only), count, int(only.size), {"by_attack": per},
+                 tuple(group.attacks[i].name for i in strong))]
 
 
 def single_step_beats_iterative(group: Group, case: WorstCase) -> list[Sign]:
@@ -97,7 +128,7 @@ def single_step_beats_iterative(group: Group, case: WorstCase) -> list[Sign]:
                    iterative, single,
                    "the iterative attacks are not converging: run more steps, a larger or adaptive step size "
                    "(APGD), several restarts; check their gradients (BPDA where the model is not differentiable)",
-                   (CARLINI, PINTOR))
+                   (CARLINI, PINTOR), WEAK)
 
 
 def black_box_beats_white_box(group: Group, case: WorstCase) -> list[Sign]:
@@ -108,7 +139,7 @@ def black_box_beats_white_box(group: Group, case: WorstCase) -> list[Sign]:
                    white, black,
                    "the white-box gradients are masked or misleading: attack through BPDA (non-differentiable "
                    "layers), EOT (randomness), a margin loss on logits; run the ensemble (autoattack)",
-                   (CARLINI, PINTOR, AUTOATTACK, ATHALYE))
+                   (CARLINI, PINTOR, AUTOATTACK, ATHALYE), FAILURE)
 
 
 def not_broken_as_budget_grows(group: Group, case: WorstCase) -> list[Sign]:
@@ -132,11 +163,12 @@ def not_broken_as_budget_grows(group: Group, case: WorstCase) -> list[Sign]:
         if _enough(int(missed.sum()), missed.size):
             signs.append(Sign(
                 "unbounded_attack_fails", "An unbounded minimum-norm attack did not find an adversarial for every "
-                "sample", FAILURE, group.row, group.threat,
+                "sample", WEAK, group.row, group.threat,
                 f"{attack.name} returned no adversarial example for {int(missed.sum())} of {missed.size} samples",
                 "run it with more steps or restarts; a minimum-norm attack without a bound must succeed on every "
                 "sample, so a failure means its optimisation (or the model's gradient) failed",
-                (PINTOR, CARLINI), _cells([attack]), _ids(group, missed), int(missed.sum()), int(missed.size)))
+                (PINTOR, CARLINI), _cells([attack]), _ids(group, missed), int(missed.sum()), int(missed.size),
+                attacks=(attack.name,)))
     return signs
 
 
@@ -159,7 +191,7 @@ def masked_gradients(group: Group, case: WorstCase) -> list[Sign]:
     return [Sign("zero_gradients", "Zero gradients in the deployed model", level, group.row, group.threat,
                  f"flag_zero_grad set (some input gradient exactly zero or not finite) on {', '.join(a.name for a in cells)}; "
                  f"gradients used: {', '.join(sorted(set().union(*map(_grad_modes, cells))))}",
-                 action, (AUTOATTACK, PINTOR, ATHALYE), _cells(cells))
+                 action, (AUTOATTACK, PINTOR, ATHALYE), _cells(cells), attacks=_names(cells))
             for level, cells in ((FAILURE, naive), (REMEDIED, adapted)) if cells]
 
 
@@ -176,7 +208,7 @@ def randomized_without_eot(group: Group, case: WorstCase) -> list[Sign]:
                                                                    else " (EOT and votes applied)"),
                  level, group.row, group.threat,
                  f"flag_randomized set (two passes differ) on {', '.join(a.name for a in cells)}",
-                 action, (AUTOATTACK, PINTOR, ATHALYE), _cells(cells))
+                 action, (AUTOATTACK, PINTOR, ATHALYE), _cells(cells), attacks=_names(cells))
             for level, cells in ((FAILURE, naive), (REMEDIED, adapted)) if cells]
 
 
@@ -188,7 +220,8 @@ def probabilities_not_logits(group: Group, case: WorstCase) -> list[Sign]:
                  group.threat, f"flag_probabilities set (rows in [0, 1] summing to 1) on "
                  f"{', '.join(a.name for a in flagged)}",
                  "attack the logits (remove the final softmax) or a margin loss (DLR, C&W); a softmax saturates and "
-                 "flattens the cross-entropy's gradient", (CARLINI, AUTOATTACK), _cells(flagged))]
+                 "flattens the cross-entropy's gradient", (CARLINI, AUTOATTACK), _cells(flagged),
+                 attacks=_names(flagged))]
 
 
 def dynamic_inference(group: Group, case: WorstCase) -> list[Sign]:
@@ -199,7 +232,7 @@ def dynamic_inference(group: Group, case: WorstCase) -> list[Sign]:
                  f"flag_dynamic set (a forward pass calls autograd) on {', '.join(a.name for a in flagged)}",
                  "a fixed-model attack does not see through test-time optimisation: attack the whole procedure "
                  "(BPDA over it, EOT over its randomness) or use decision-based attacks", (AUTOATTACK, ATHALYE),
-                 _cells(flagged))]
+                 _cells(flagged), attacks=_names(flagged))]
 
 
 def worst_far_below_best(group: Group, case: WorstCase) -> list[Sign]:
@@ -212,14 +245,15 @@ def worst_far_below_best(group: Group, case: WorstCase) -> list[Sign]:
     if gap <= WORST_GAP:
         return []
     extra = group.success.any(axis=0) & ~group.success[best]
-    return [Sign("worst_far_below_best", "The worst case lies far below the best single attack", FAILURE, group.row,
-                 group.threat, f"robust accuracy at the budget {case.robust_at_budget:.1%} over all attacks, "
-                 f"{single[best]:.1%} for the best single one ({group.attacks[best].name}): "
+    return [Sign("worst_far_below_best", "The worst case lies far below the best single attack", WEAK, group.row,
+                 group.threat, f"{measure(group.goal)} at the budget {shown(group.goal, case.robust_at_budget):.1%} "
+                 f"over all attacks, {shown(group.goal, single[best]):.1%} for the best single one "
+                 f"({group.attacks[best].name}): "
                  f"{int(extra.sum())} samples only other attacks broke",
                  "no single attack is reliable here: report the worst case of an ensemble (autoattack, "
                  "apgd_ensemble) and strengthen the attacks (more steps, restarts, EOT/BPDA)",
                  (AUTOATTACK, CARLINI), _cells([group.attacks[best]]), _ids(group, extra), int(extra.sum()),
-                 int(extra.size), {"gap": gap})]
+                 int(extra.size), {"gap": gap}, (group.attacks[best].name,))]
 
 
 GROUP_CHECKS = (single_step_beats_iterative, black_box_beats_white_box, not_broken_as_budget_grows,

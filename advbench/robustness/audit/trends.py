@@ -6,6 +6,10 @@ same model and threat at two budgets, or at two strengths (steps, queries) at on
 larger budget or more steps must break at least as many samples; where it breaks fewer, the
 attack's optimisation is unreliable (Carlini et al. 2019: "verify that increasing the
 distortion bound increases attack success"; Pintor et al. 2022: non-converging attacks).
+
+A sample broken at a smaller ε is breakable at a larger one, so where such a sample survives every
+attack of the larger budget's threat, that threat's worst case is too high: a `failure`. Where
+other attacks broke it there, the sign only shows the attack weak (`weak_attack`).
 """
 
 from __future__ import annotations
@@ -16,7 +20,8 @@ import json
 import numpy as np
 
 from advbench.robustness.audit.groups import AttackCell, Group
-from advbench.robustness.audit.signs import CARLINI, FAILURE, PINTOR, SHOWN_IDS, Sign
+from advbench.robustness.audit.signs import CARLINI, FAILURE, PINTOR, SHOWN_IDS, WEAK, Sign
+from advbench.robustness.audit.worst_case import measure
 
 STRENGTH_KEYS = ("steps", "n_iter", "iterations", "max_queries", "n_queries", "queries", "max_iter", "n_restarts")
 """Attack parameters that set its strength: two cells differing only in them are one attack at two strengths."""
@@ -37,15 +42,18 @@ def _compare(weak: tuple[Group, AttackCell], strong: tuple[Group, AttackCell], w
     if ids.size == 0 or s_success.sum() >= w_success.sum():
         return None
     lost = w_success & ~s_success
+    uncovered = lost & ~sg.success.any(axis=0)[si]
     rise = float(w_success.mean() - s_success.mean())
-    detail = (f"robust accuracy rises by {rise:.1%} from {wa.name} at {what(wg, wa)} to {sa.name} at {what(sg, sa)}; "
-              f"{int(lost.sum())} samples broken by the weaker setting survive the stronger one")
-    return Sign("accuracy_rises", "Robust accuracy rises with the budget or the attack's strength", FAILURE, sg.row,
-                f"{sg.norm} {sg.goal}", detail,
+    detail = (f"{measure(sg.goal)} {'rises' if sg.untargeted else 'falls'} by {rise:.1%} from {wa.name} at "
+              f"{what(wg, wa)} to {sa.name} at {what(sg, sa)}; {int(lost.sum())} samples broken by the weaker "
+              f"setting survive the stronger one, {int(uncovered.sum())} of them every attack at {sg.threat}")
+    return Sign("accuracy_rises", "Robust accuracy rises with the budget or the attack's strength",
+                FAILURE if uncovered.any() else WEAK, sg.row, sg.threat, detail,
                 "the attack does not converge: more steps or restarts, a smaller or adaptive step size, several "
                 "random starts; a non-monotone trend also follows from masked or random gradients (BPDA, EOT)",
                 (CARLINI, PINTOR), tuple(f"{a.name} [{', '.join(c[:12] for c in a.cells)}]" for a in (wa, sa)),
-                tuple(int(i) for i in ids[lost][:SHOWN_IDS]), int(lost.sum()), int(ids.size), {"rise": rise})
+                tuple(int(i) for i in ids[lost][:SHOWN_IDS]), int(lost.sum()), int(ids.size),
+                {"rise": rise, "uncovered": int(uncovered.sum())}, (sa.name,))
 
 
 def _budget(group: Group, attack: AttackCell) -> str:

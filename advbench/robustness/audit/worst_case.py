@@ -15,6 +15,11 @@ import numpy as np
 
 from advbench.robustness.audit.groups import Group
 
+MEASURES = {"untargeted": "robust accuracy", "targeted": "targeted ASR"}
+"""The one name the report gives the number it reads at the budget, per goal: the names `advbench run`
+and `advbench plot` give it (a targeted threat is read as its attack success rate, the share of
+samples some attack drove to their target, not as the share that never got there)."""
+
 CLEAN = "clean"
 """Who set the value of a sample the model misclassifies without attack (untargeted)."""
 NONE = "none"
@@ -52,6 +57,17 @@ def robust_accuracy(breaks: np.ndarray, eps: np.ndarray) -> np.ndarray:
     """
     ordered = np.sort(breaks)
     return (ordered.size - np.searchsorted(ordered, np.asarray(eps, dtype=np.float64), side="right")) / ordered.size
+
+
+def measure(goal: str) -> str:
+    """What the report calls the number of a threat with this goal."""
+    return MEASURES[goal]
+
+
+def shown(goal: str, robust: float | np.ndarray) -> float | np.ndarray:
+    """The number the report shows for a share of samples left robust: itself untargeted, the targeted
+    ASR (1 − it) targeted."""
+    return robust if goal == "untargeted" else 1.0 - robust
 
 
 def attack_accuracy_at_budget(group: Group) -> np.ndarray:
