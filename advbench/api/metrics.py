@@ -49,7 +49,9 @@ def evaluate_metric(metric: nn.Module, images: torch.Tensor | str | Path, *, att
     `overrides`: further `advbench iqa run` overrides (`"batch_size=4"`, ...).
 
     One forward and backward on the first images comes first: one finite score per image and
-    an input gradient, else an AdvbenchError. The code and weights of `metric` key the cell;
+    an input gradient (`attack="square"` needs none), else an AdvbenchError. Later, the module
+    raising or a score or gradient turning NaN or infinite is one AdvbenchError naming the image
+    and the budget, and nothing is written for the cell. The code and weights of `metric` key the cell;
     it is handed back as it came (training flags, parameters' `requires_grad`, device).
     """
     if not isinstance(metric, nn.Module):
