@@ -11,6 +11,7 @@ import contextlib
 import os
 import textwrap
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -18,6 +19,9 @@ from advbench.cli.commands import HYDRA_ARGS, hydra_command, one_line_errors
 from advbench.cli.quality import iqa, uap
 from advbench.core.errors import AdvbenchError, plain_warnings
 from advbench.core.version import __version__
+
+if TYPE_CHECKING:
+    from advbench.cli.weights import Published
 
 PLOTS = "advbench-out/plots"
 REPORT = "advbench-out/report"
@@ -314,9 +318,8 @@ def weights_list() -> None:
         table.add_column(column, overflow="fold")
     listed = list(rows())
     for entry, target, present, checked in listed:
-        size = target.stat().st_size / 1e6 if present else entry.size_mb
         how = entry.url if entry.direct else f"{entry.url} (web page: download by hand)"
-        table.add_row(entry.name, "yes" if present else "no", checked, f"{size:.1f} MB" if size else "?",
+        table.add_row(entry.name, "yes" if present else "no", checked, _file_size(entry, target, present),
                       str(target), f"{entry.source}\n{how}")
     width = _pipe_width()
     if width is None:
@@ -324,12 +327,20 @@ def weights_list() -> None:
         Console().print(CHECKED_NOTE, highlight=False, markup=False)
         return
     for entry, target, present, checked in listed:  # a pipe or file: one short block per file
-        size = target.stat().st_size / 1e6 if present else entry.size_mb
         how = entry.url if entry.direct else f"{entry.url} (web page: download by hand)"
         click.echo(f"{entry.name}  present: {'yes' if present else 'no'}  checked: {checked}  "
-                   f"size: {f'{size:.1f} MB' if size else '?'}")
+                   f"size: {_file_size(entry, target, present)}")
         click.echo(f"  file:   {target}\n  source: {entry.source}\n          {how}")
     click.echo(textwrap.fill(CHECKED_NOTE, width))
+
+
+def _file_size(entry: Published, target: Path, present: bool) -> str:
+    """The file's size (the published one where it is absent; '?' where none is known), in kB below
+    1 MB: NIQE's 12 kB parameter file would read '0.0 MB', as if it were empty."""
+    size = target.stat().st_size / 1e6 if present else entry.size_mb
+    if size is None:
+        return "?"
+    return f"{size * 1e3:.1f} kB" if size < 1 else f"{size:.1f} MB"
 
 
 @weights.command(name="fetch")
