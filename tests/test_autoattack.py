@@ -72,13 +72,88 @@ def test_versions_run_the_original_members_with_its_settings(version: str, norm:
     assert (oracle.eot_passes or 1) == passes
 
 
+def _settings_the_original_runs(monkeypatch, model: nn.Module, members: list[str], x, y) -> dict[str, dict]:
+    """Each member's settings as the original's custom version holds them when it runs the member
+    (its `perturb` is replaced by a recorder that returns the clean input, so every member runs)."""
+    aa = pytest.importorskip("pyautoattack")
+    from pyautoattack.autopgd_base import APGDAttack, APGDAttack_targeted
+    from pyautoattack.fab_pt import FABAttack_PT
+    from pyautoattack.square import SquareAttack
+
+    ran: dict[str, dict] = {}
+
+    def recorder(name_of, read):
+        def perturb(self, x, y=None, *args, **kwargs):
+            ran[name_of(self)] = read(self)
+            return x.clone()
+        return perturb
+
+    apgd = ("n_iter", "n_restarts", "eot_iter", "thr_decr", "n_target_classes")
+    monkeypatch.setattr(APGDAttack, "perturb", recorder(lambda a: OURS["apgd-" + a.loss],
+                                                        lambda a: {k: getattr(a, k, None) for k in apgd}))
+    monkeypatch.setattr(APGDAttack_targeted, "perturb", recorder(lambda a: "apgd_t",
+                                                                 lambda a: {k: getattr(a, k) for k in apgd}))
+    monkeypatch.setattr(FABAttack_PT, "perturb", recorder(lambda a: "fab_t" if a.targeted else "fab", lambda a: {
+        k: getattr(a, k) for k in ("n_iter", "n_restarts", "n_target_classes", "alpha_max", "eta", "beta")}))
+    monkeypatch.setattr(SquareAttack, "perturb", recorder(lambda a: "square_autoattack", lambda a: {
+        "n_queries": a.n_queries, "p_init": a.p_init, "n_restarts": a.n_restarts, "rescaled": a.rescale_schedule}))
+    theirs = aa.AutoAttack(model, attacks=members, version="custom", norm="Linf", eps=0.1)
+    theirs.verbose = False
+    theirs.run_standard_evaluation(x, y, batch_size=len(y))
+    return ran
+
+
+@pytest.mark.parametrize("members", [["apgd-ce", "apgd-dlr", "fab", "square", "apgd-t", "fab-t"],
+                                     ["fab-t", "fab", "apgd-t", "apgd-dlr"]])
+def test_custom_runs_the_original_members_with_its_constructor_settings(members, monkeypatch, tiny_model,
+                                                                        batch) -> None:
+    """version=custom gives the original's members the settings its custom version runs them with:
+    the constructor's (APGD-CE, APGD-DLR and FAB 5 restarts), FAB-T one start, and FAB after FAB-T
+    the one start FAB-T left on the shared object; the records' attack_params name them."""
+    x, y = batch
+    theirs = _settings_the_original_runs(monkeypatch, tiny_model, members, x[:8], y[:8])
+    ours = AutoAttack(version="custom", members=[OURS[m] for m in members], seed=0)
+    resolved = ours.params()["resolved"]
+    assert list(theirs) == ours.members
+    for name, settings in theirs.items():
+        mine = resolved[name]
+        if name != "square_autoattack":
+            assert (mine["n_iter"], mine["n_restarts"]) == (settings["n_iter"], settings["n_restarts"]), name
+        if name.startswith("apgd"):
+            assert settings["eot_iter"] == 1 and mine["rho"] == pytest.approx(settings["thr_decr"])
+        if name in ("apgd_t", "fab_t"):
+            assert mine["n_target_classes"] == settings["n_target_classes"], name
+        if name.startswith("fab"):
+            assert mine["final_search"] == 0, "the original's FAB stops at its last iterate"
+            assert (mine["alpha_max"], mine["eta"], mine["beta"]) == pytest.approx(
+                (settings["alpha_max"], settings["eta"], settings["beta"]))
+        if name == "square_autoattack":
+            assert (mine["n_queries"] - 1, mine["p_init"]) == (settings["n_queries"], settings["p_init"])
+            assert settings["n_restarts"] == 1 and not settings["rescaled"] and not AutoAttackSquare.rescaled_schedule
+    assert resolved["apgd_dlr"]["n_restarts"] == 5, "the constructor's restarts, not the option's one start"
+
+
+def test_records_name_the_settings_custom_ran_and_ensemble_keeps_the_options_own(tiny_model, batch) -> None:
+    """A custom run's records hold the original's 5 restarts for APGD-CE; attack=ensemble, the
+    lighter way, runs the same member with its option's one start."""
+    x, y = batch
+    short = {"apgd_ce": {"n_iter": 2}}
+    custom = AutoAttack(version="custom", members=["apgd_ce"], member_params=short)
+    frame = advbench.evaluate(tiny_model, (x[:6], y[:6]), attack=custom, eps=0.1, overrides=["search.enabled=false"])
+    params = json.loads(frame["attack_params"].iloc[0])
+    assert (params["version"], params["resolved"]["apgd_ce"]["n_restarts"]) == ("custom", 5)
+    assert params["resolved"]["apgd_ce"]["n_iter"] == 2, "member_params still override the original's settings"
+    light = instantiate(compose_config("config", ["attack=ensemble", "attack.members=[apgd_ce]"]).attack.params)
+    assert light.params()["resolved"]["apgd_ce"]["n_restarts"] == 1
+
+
 def test_square_runs_on_the_white_box_oracle_scores_with_its_queries_counted(tiny_model, batch) -> None:
     """A custom version of Square then APGD-CE: under white knowledge Square meets each sample as
     it would under score knowledge and pays the same queries, APGD-CE the samples it left."""
     x, y = batch
     n = len(y)
     eps = torch.full((n,), 0.12)
-    short = {"square_autoattack": {"n_queries": 300}, "apgd_ce": {"n_iter": 5}}
+    short = {"square_autoattack": {"n_queries": 300}, "apgd_ce": {"n_iter": 5, "n_restarts": 1}}
     auto = AutoAttack(version="custom", members=["square_autoattack", "apgd_ce"], member_params=short, seed=3)
     assert auto.knowledge == ("white",)
     oracle = WhiteBoxOracle(tiny_model, n)

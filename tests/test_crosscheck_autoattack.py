@@ -1,14 +1,18 @@
-"""Cross-check of `attack=autoattack attack.version=standard` against the original AutoAttack
-(pyautoattack 0.2.0, `version="standard"`) on the tiny digits model, the first 200 test digits.
+"""Cross-check of `attack=autoattack` against the original AutoAttack (pyautoattack 0.2.0) on the
+tiny digits model, the first 200 test digits: `version=standard` at ℓ∞ and ℓ2, and
+`version=custom` with APGD-DLR and FAB at ℓ∞, where both sides run the original's constructor
+settings (5 restarts each).
 
-Both sides run APGD-CE, APGD-T (9 target classes), FAB-T (9 target classes) and Square (5,000
+Standard runs APGD-CE, APGD-T (9 target classes), FAB-T (9 target classes) and Square (5,000
 iterations), each on the samples the earlier ones left robust. Random starts come from other
 generators and APGD follows the paper where the authors' code differs (see
 advbench/robustness/attacks/apgd.py), so single samples may differ; what must hold is the
 number: robust accuracy within 1 point (2 samples) of the original's, the same verdict on
 most samples, and every adversarial example inside the ε-ball and the [0, 1] box.
 
-RESULTS
+Measured (one thread, 2-core machine): standard ℓ∞ ε 0.1, 50.00 % vs the original's 50.00 %
+(16.8 s vs 20.1 s); standard ℓ2 ε 0.5, 51.50 % vs 51.50 % (31.8 s vs 26.5 s); custom
+[apgd-dlr, fab] ℓ∞ ε 0.1, 50.50 % vs 50.50 % (21.5 s vs 20.2 s); the same verdict on every sample.
 """
 
 from __future__ import annotations
@@ -30,37 +34,42 @@ SAMPLES = 200
 THEIR_NORM = {"linf": "Linf", "l2": "L2"}
 
 
-@pytest.fixture(scope="module", params=["linf", "l2"])
+CASES = [("standard", None, "linf"), ("standard", None, "l2"), ("custom", ["apgd-dlr", "fab"], "linf")]
+OURS = {"apgd-dlr": "apgd_dlr", "fab": "fab"}
+
+
+@pytest.fixture(scope="module", params=CASES, ids=lambda case: f"{case[0]}-{case[2]}")
 def both(request, tiny_model, digits_tensors) -> dict:
-    """Robust flags, adversarial examples and wall seconds of both sides at one norm, in this process."""
+    """Robust flags, adversarial examples and wall seconds of both sides for one case, in this process."""
     original = pytest.importorskip("pyautoattack").AutoAttack
-    missing = [m for m in VERSIONS["standard"] if option_data("attack", m) is None]
+    version, members, norm = request.param
+    ours_members = None if members is None else [OURS[m] for m in members]
+    missing = [m for m in ours_members or VERSIONS[version] if option_data("attack", m) is None]
     if missing:
         pytest.skip(f"attack options {', '.join(missing)} are not in this tree")
-    norm = request.param
     _, _, x, y = digits_tensors
     x, y = x[:SAMPLES], y[:SAMPLES]
     eps = EPS[norm]
     tic = time.perf_counter()
-    ours = AutoAttack(version="standard", seed=0)
+    ours = AutoAttack(version=version, members=ours_members, seed=0)
     res = ours(WhiteBoxOracle(tiny_model, len(y)), x, y, eps=torch.full((len(y),), eps), norm=norm)
     ours_s = time.perf_counter() - tic
     tic = time.perf_counter()
-    adv, _ = original(tiny_model, norm=THEIR_NORM[norm], eps=eps, version="standard", seed=0).run_standard_evaluation(
-        x, y, batch_size=SAMPLES)
+    adv, _ = original(tiny_model, attacks=members, norm=THEIR_NORM[norm], eps=eps, version=version,
+                      seed=0).run_standard_evaluation(x, y, batch_size=SAMPLES)
     theirs_s = time.perf_counter() - tic
     with torch.no_grad():
         robust = tiny_model(res.x_adv).argmax(1) == y
         theirs = tiny_model(adv).argmax(1) == y
-    return {"norm": norm, "eps": eps, "x": x, "x_adv": res.x_adv, "robust": robust, "theirs": theirs,
-            "broken_by": res.info["broken_by"], "seconds": (ours_s, theirs_s)}
+    return {"case": f"{version} {norm}", "eps": eps, "norm": norm, "x": x, "x_adv": res.x_adv, "robust": robust,
+            "theirs": theirs, "broken_by": res.info["broken_by"], "seconds": (ours_s, theirs_s)}
 
 
 def test_robust_accuracy_within_one_point_of_the_original(both) -> None:
     ours, theirs = float(both["robust"].float().mean()), float(both["theirs"].float().mean())
     agree = float((both["robust"] == both["theirs"]).float().mean())
-    print(f"{both['norm']} eps={both['eps']}: ours {ours:.2%}, original {theirs:.2%}, same verdict on {agree:.1%}, "
-          f"broken_by {torch.bincount(both['broken_by'] + 1, minlength=5).tolist()}, "
+    print(f"{both['case']} eps={both['eps']}: ours {ours:.2%}, original {theirs:.2%}, same verdict on {agree:.1%}, "
+          f"broken_by {torch.bincount(both['broken_by'] + 1).tolist()}, "
           f"wall {both['seconds'][0]:.1f} s vs {both['seconds'][1]:.1f} s")
     assert 0.2 <= theirs <= 0.8, "the budget should leave robust accuracy between 20% and 80%"
     assert abs(ours - theirs) <= 0.01 + 1e-6, f"robust accuracy {ours:.2%} vs the original's {theirs:.2%}"

@@ -9,7 +9,10 @@
 - rand: APGD-CE and APGD-DLR, one start, every gradient an EOT mean over 20 passes, for
   randomized models (success is the engine's vote over `judge.draws` passes, as for any
   randomized model);
-- custom: `members`, attack option names, in order.
+- custom: `members`, attack option names, in order; the original's six members keep the
+  settings its constructor gives them (`ORIGINAL_DEFAULTS`: APGD-CE, APGD-DLR and FAB with
+  5 restarts), as its custom version does, so a custom list reads the original's number.
+  `attack=ensemble` runs the same members with each option's own, lighter settings (one start).
 
 Each member runs on the samples the earlier ones left robust (`worst_case.Ensemble`), so
 `broken_by` says which member broke a sample; `member_params` overrides a member's settings
@@ -32,18 +35,28 @@ from advbench.robustness.attacks.worst_case import Ensemble, MemberNames, Member
 _ONE_START = {"n_restarts": 1}
 _FIVE_STARTS = {"n_restarts": 5}
 _NO_FINAL_SEARCH = {"final_search": 0}  # the original's FAB stops at its last iterate
+ORIGINAL_DEFAULTS: dict[str, dict[str, Any]] = {
+    "apgd_ce": {**_FIVE_STARTS, "n_iter": 100},
+    "apgd_dlr": {**_FIVE_STARTS, "n_iter": 100},
+    "fab": {**_FIVE_STARTS, **_NO_FINAL_SEARCH, "n_iter": 100},
+    "square_autoattack": {"n_queries": 5001, "p_init": 0.8},  # 5,000 iterations after the start's query
+    "apgd_t": {**_ONE_START, "n_iter": 100, "n_target_classes": 9},
+    "fab_t": {**_ONE_START, **_NO_FINAL_SEARCH, "n_iter": 100, "n_target_classes": 9},
+}
+"""The settings the original's `AutoAttack.__init__` gives each member, which its custom version
+keeps: APGD-CE, APGD-DLR and FAB share objects built with 5 restarts, APGD-T one start towards 9
+classes, and FAB-T runs the FAB object with one start (its `run_standard_evaluation`)."""
+
+
+def _original(*members: str, **changed: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """`members` in order with the original's constructor settings, as its `_set_version` changes them."""
+    return {name: {**ORIGINAL_DEFAULTS[name], **changed.get(name, {})} for name in members}
+
+
 VERSIONS: dict[str, dict[str, dict[str, Any]]] = {
-    "standard": {"apgd_ce": {**_ONE_START, "n_iter": 100},
-                 "apgd_t": {**_ONE_START, "n_iter": 100, "n_target_classes": 9},
-                 "fab_t": {**_ONE_START, **_NO_FINAL_SEARCH, "n_iter": 100, "n_target_classes": 9},
-                 "square_autoattack": {"n_queries": 5001, "p_init": 0.8}},
-    "plus": {"apgd_ce": {**_FIVE_STARTS, "n_iter": 100},
-             "apgd_dlr": {**_FIVE_STARTS, "n_iter": 100},
-             "fab": {**_FIVE_STARTS, **_NO_FINAL_SEARCH, "n_iter": 100},
-             "square_autoattack": {"n_queries": 5001, "p_init": 0.8},
-             "apgd_t": {**_ONE_START, "n_iter": 100, "n_target_classes": 9},
-             "fab_t": {**_ONE_START, **_NO_FINAL_SEARCH, "n_iter": 100, "n_target_classes": 9}},
-    "rand": {"apgd_ce": {**_ONE_START, "n_iter": 100}, "apgd_dlr": {**_ONE_START, "n_iter": 100}},
+    "standard": _original("apgd_ce", "apgd_t", "fab_t", "square_autoattack", apgd_ce=_ONE_START),
+    "plus": _original("apgd_ce", "apgd_dlr", "fab", "square_autoattack", "apgd_t", "fab_t"),
+    "rand": _original("apgd_ce", "apgd_dlr", apgd_ce=_ONE_START, apgd_dlr=_ONE_START),
 }
 """Each version's members, in the order they run, with the original's settings for them."""
 EOT_PASSES = {"rand": 20}
@@ -68,8 +81,8 @@ class AutoAttack(Ensemble):
         if (self.members is None) == (version == "custom"):
             raise AdvbenchError("AutoAttack: attack.members names the members of version=custom only; "
                                 f"version={version} " + ("needs them" if version == "custom" else "runs its own"))
-        settings = VERSIONS.get(version, {})
-        self.members = list(settings) if self.members is None else self.members
+        self.members = list(VERSIONS[version]) if self.members is None else self.members
+        settings = VERSIONS.get(version) or custom_settings(self.members)
         self._assemble(self.members, {name: {**settings.get(name, {}), **(self.member_params.get(name) or {})}
                                       for name in {*settings, *self.member_params}})
 
@@ -88,3 +101,14 @@ class AutoAttack(Ensemble):
         cost = super()._member_cost(attack, knowledge, goal, num_classes)
         passes = EOT_PASSES.get(self.version) if knowledge == "white" else None
         return cost if passes is None else Cost(cost.grad_evals * passes, cost.queries)
+
+
+def custom_settings(members: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """What the original's custom version runs `members` with: its constructor's settings for its
+    six members, so that a custom list reads the number the original would. FAB after FAB-T keeps
+    one start, because the original's FAB-T sets the shared FAB object's `n_restarts = 1` for good;
+    other attack options keep their own settings."""
+    settings = {name: dict(ORIGINAL_DEFAULTS[name]) for name in members if name in ORIGINAL_DEFAULTS}
+    if "fab" in settings and "fab_t" in members[:members.index("fab")]:
+        settings["fab"].update(_ONE_START)
+    return settings
