@@ -8,9 +8,36 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from torch import nn
 
+import advbench
 from advbench.cli.main import main
 from advbench.cli.weights import rows
+from advbench.core.errors import AdvbenchError
+
+QUIET = ["search.enabled=false"]
+
+
+def _digits_net() -> nn.Module:
+    return nn.Sequential(nn.Flatten(), nn.Linear(64, 10))
+
+
+# ---- the data keyword and a dataset= override ----------------------------------------------------------
+
+@pytest.mark.parametrize("call", [advbench.evaluate, advbench.evaluate_preset])
+def test_a_data_set_name_and_a_dataset_override_are_refused(call) -> None:
+    """`data="digits"` beside `dataset=cifar10` ran CIFAR-10 without a word: the caller asked for two data sets."""
+    with pytest.raises(AdvbenchError, match="data='digits' and override 'dataset=cifar10' both set dataset: give it once"):
+        call(_digits_net(), "digits", overrides=["dataset=cifar10"])
+
+
+def test_a_dataset_override_alone_chooses_and_dataset_values_apply(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ADVBENCH_DATA", str(tmp_path))  # no CIFAR-10 here: the override chose it
+    with pytest.raises(AdvbenchError, match="CIFAR-10 not found"):
+        advbench.evaluate(_digits_net(), overrides=["dataset=cifar10"])
+    records = advbench.evaluate(_digits_net(), "digits", attack="fgsm", overrides=["dataset.n_samples=3", *QUIET])
+    assert len(records) == 3 and set(records["dataset"]) == {"digits"}
 
 
 def test_weights_list_shows_a_small_file_in_kb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

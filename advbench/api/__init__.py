@@ -51,7 +51,7 @@ from advbench.robustness.report.table3 import summary_table, with_categories
 from advbench.robustness.specs import AttackSpec, CellSpec
 
 
-def evaluate(model: nn.Module, data: Any = "digits", *, attack: str | Attack | None = None, threat: str | None = None,
+def evaluate(model: nn.Module, data: Any = None, *, attack: str | Attack | None = None, threat: str | None = None,
              eps: float | None = None, attack_params: Mapping[str, Any] | None = None, out_dir: str | Path | None = None,
              device: str = "cpu", seed: int = 0, mean: Sequence[float] | None = None, std: Sequence[float] | None = None,
              randomized: bool = False, eot_samples: int | None = None, defense: str | None = None,
@@ -63,8 +63,8 @@ def evaluate(model: nn.Module, data: Any = "digits", *, attack: str | Attack | N
     dropout kept active and its gradients EOT means over `eot_samples` passes, default 10).
     `defense`: an input-transformation defense put in front of it (`"jpeg"`, `"rp"`, ...); a
     defense that trains a model is refused, since the object comes with its weights.
-    `data`: a data set option name (`"digits"`, `"cifar10"` with `overrides=["dataset.root=..."]`),
-    a torch `Dataset` of (x, y), or a pair of tensors (x, y); sample ids are positions.
+    `data`: a data set option name (`"cifar10"` with `overrides=["dataset.root=..."]`; default
+    `"digits"`), a torch `Dataset` of (x, y), or a pair of tensors (x, y); sample ids are positions.
     `attack`: an option name (with `attack_params`; default `"bim"`) or an attack object;
     `threat`: a threat option (`"linf"`, the default, `"l2_score"`, ...); `eps`: the budget
     (default: the data set's). `out_dir`: where parts are written and resumed (None: a temporary
@@ -79,9 +79,9 @@ def evaluate(model: nn.Module, data: Any = "digits", *, attack: str | Attack | N
     if eps is not None and (isinstance(eps, bool) or not isinstance(eps, (int, float))):
         raise AdvbenchError(f"eps must be one number, the budget, got {eps!r}: records give each sample's minimum ε, "
                             "so one call draws the whole accuracy-vs-ε curve (advbench.plot)")
-    refuse_twice_set(_said(attack=attack, threat=threat, eps=eps, attack_params=attack_params, label=label,
+    refuse_twice_set(_said(data=data, attack=attack, threat=threat, eps=eps, attack_params=attack_params, label=label,
                            defense=defense), overrides)
-    attack, threat = "bim" if attack is None else attack, threat or "linf"
+    data, attack, threat = "digits" if data is None else data, "bim" if attack is None else attack, threat or "linf"
     subject = _subject(model, data, label, Normalisation(mean, std), (randomized, eot_samples), num_classes, defense,
                        overrides, out_dir)
     with tempfile.TemporaryDirectory(prefix="advbench-") as scratch, caller_state_kept(model, device), \
@@ -93,7 +93,7 @@ def evaluate(model: nn.Module, data: Any = "digits", *, attack: str | Attack | N
         return _evaluate_config(cfg, subject, _data_object(data, subject), attack)
 
 
-def evaluate_preset(model: nn.Module, data: Any = "digits", preset: str = "full_eval", *,
+def evaluate_preset(model: nn.Module, data: Any = None, preset: str = "full_eval", *,
                     out_dir: str | Path | None = None, device: str = "cpu", seed: int = 0,
                     mean: Sequence[float] | None = None, std: Sequence[float] | None = None, randomized: bool = False,
                     eot_samples: int | None = None, defense: str | None = None, label: str | None = None,
@@ -111,7 +111,8 @@ def evaluate_preset(model: nn.Module, data: Any = "digits", preset: str = "full_
     """
     from advbench.cli.presets import preset_configs, sweep_cost  # Hydra composes the preset's cells
 
-    refuse_twice_set(_said(label=label, defense=defense), overrides)
+    refuse_twice_set(_said(data=data, label=label, defense=defense), overrides)
+    data = "digits" if data is None else data
     subject = _subject(model, data, label, Normalisation(mean, std), (randomized, eot_samples), num_classes, defense,
                        overrides, out_dir)
     with tempfile.TemporaryDirectory(prefix="advbench-") as scratch, caller_state_kept(model, device), \
@@ -174,13 +175,15 @@ def _subject(model: Any, data: Any, label: str | None, normalisation: Normalisat
                     kept=out_dir is not None)
 
 
-_KEYWORD_KEYS = {"attack": "attack", "threat": "threat", "eps": "threat.eps", "label": "label", "defense": "defense"}
+_KEYWORD_KEYS = {"data": "dataset", "attack": "attack", "threat": "threat", "eps": "threat.eps", "label": "label", "defense": "defense"}
 """The config key each keyword of `evaluate` sets (`attack_params` sets one per parameter)."""
 
 
 def _said(attack_params: Any = None, **keywords: Any) -> dict[str, str]:
     """The config keys the keywords given set, and how the caller said each (for `refuse_twice_set`)."""
-    plain = {name: value for name, value in keywords.items() if not isinstance(value, Attack)}
+    # data held in memory names no option: `refuse_inapplicable` refuses every `dataset*` override beside it
+    plain = {name: value for name, value in keywords.items()
+             if not isinstance(value, Attack) and (name != "data" or isinstance(value, str))}
     said = keywords_said(_KEYWORD_KEYS, plain, dict(attack_params) if isinstance(attack_params, Mapping) else None)
     if isinstance(keywords.get("attack"), Attack):  # an object holds its parameters too
         said.update({"attack": "an Attack object", "attack.params": "an Attack object"})
