@@ -139,7 +139,8 @@ def test_a_target_that_is_not_an_attack_is_one_line(user_conf: Path) -> None:
 def test_a_module_that_exits_on_import_is_one_line(user_conf: Path) -> None:
     (user_conf.parent / "mods" / "exits_on_import.py").write_text("import sys\n\nsys.exit(7)\n")
     (user_conf / "attack" / "exits.yaml").write_text("name: exits\nparams:\n  _target_: exits_on_import.Thing\n")
-    one_line(_run("attack=exits"), "attack 'exits'", "exits_on_import.Thing failed: exited with status 7")
+    one_line(_run("attack=exits"), "attack.params for 'exits'",
+             "'exits_on_import.Thing': importing exits_on_import failed: exited with status 7")
     sys.modules.pop("exits_on_import", None)
 
 
@@ -147,7 +148,8 @@ def test_an_attack_that_exits_while_building_is_one_line(user_conf: Path) -> Non
     (user_conf.parent / "mods" / "exits_when_built.py").write_text(
         "import sys\n\n\nclass Thing:\n    def __init__(self):\n        sys.exit(7)\n")
     (user_conf / "attack" / "exits2.yaml").write_text("name: exits2\nparams:\n  _target_: exits_when_built.Thing\n")
-    one_line(_run("attack=exits2"), "attack 'exits2'", "exited with status 7")
+    one_line(_run("attack=exits2"), "attack.params for 'exits2'", "'exits_when_built.Thing': building it failed: "
+             "exited with status 7")
 
 
 class ExitingAttack(Attack):

@@ -4,6 +4,7 @@ file sizes as a user reads them."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -54,3 +55,61 @@ def test_weights_list_shows_a_small_file_in_kb(tmp_path: Path, monkeypatch: pyte
     niqe_line = next(line for line in listed.output.splitlines() if line.startswith("niqe "))
     assert "size: 12.3 kB" in niqe_line and "0.0 MB" not in listed.output
     assert "size: 97.8 MB" in listed.output  # torchvision's resnet50, published size
+
+
+# ---- a user's data set or model failing while advbench runs it ------------------------------------------
+
+def one_line(result, *needles: str) -> str:  # noqa: ANN001
+    """The command failed with exit status 1 and one `Error:` line holding `needles`, no traceback."""
+    lines = [ln for ln in result.output.splitlines() if ln.strip()]
+    assert result.exit_code == 1, result.output
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.output
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.fixture
+def user_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An ADVBENCH_CONF folder (dataset/) and the working folder, importable, in tmp_path."""
+    (tmp_path / "conf" / "dataset").mkdir(parents=True)
+    monkeypatch.setenv("ADVBENCH_CONF", str(tmp_path / "conf"))
+    monkeypatch.setenv("ADVBENCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _run(*argv: str):  # noqa: ANN202
+    return CliRunner().invoke(main, ["run", *argv, "dataset.n_samples=2", *QUIET, "threads=1", "attack=fgsm"])
+
+
+DATA_OPTION = "_target_: {module}.Data\nname: mine\nn_samples: null\nbudgets:\n  linf: 0.2\n  l2: 0.8\n"
+
+
+@pytest.mark.parametrize(("body", "said"), [
+    ("import sys\n\n\nclass Data:\n    def __init__(self, **kw):\n        sys.exit(3)\n",
+     "_target_ 'exits_built.Data': building it failed: exited with status 3"),
+    ("import sys\n\nsys.exit(3)\n", "_target_ 'exits_built.Data': importing exits_built failed: exited with status 3"),
+    ("class Data:\n    def __init__(self, **kw):\n        raise OSError('no images under /data')\n",
+     "_target_ 'exits_built.Data': building it failed: OSError: no images under /data"),
+], ids=["exits-when-built", "exits-on-import", "raises-when-built"])
+def test_a_data_set_of_ones_own_that_exits_or_raises_is_one_line(user_code: Path, body: str, said: str) -> None:
+    """A run that built it ended with the data set's status and no word (or a traceback for an exception)."""
+    (user_code / "exits_built.py").write_text(body)
+    (user_code / "conf" / "dataset" / "mine.yaml").write_text(DATA_OPTION.format(module="exits_built"))
+    try:
+        one_line(_run("dataset=mine"), said)
+        with pytest.raises(AdvbenchError, match=said.replace("(", r"\(").replace(")", r"\)")):
+            advbench.evaluate(_digits_net(), "mine", overrides=QUIET)
+    finally:
+        sys.modules.pop("exits_built", None)
+
+
+def test_a_model_of_ones_own_that_exits_on_its_first_pass_is_one_line(user_code: Path) -> None:
+    """`model=python` whose forward calls sys.exit: the run ended with status 4 and no word."""
+    (user_code / "exits_forward.py").write_text(
+        "import sys\n\nfrom torch import nn\n\n\nclass Net(nn.Module):\n    def forward(self, x):\n"
+        "        sys.exit(4)\n")
+    one_line(_run("model=python", "model.target=exits_forward.py:Net"),
+             "model python 'exits_forward.py:Net' fails on the data set's 1x8x8 input: exited with status 4")

@@ -194,7 +194,7 @@ def _precision(key: str, value: Any) -> None:
 
 
 def _threat(name: str) -> Check:
-    """`threat.norm|goal|knowledge` against `robustness.threat`'s NORMS, GOALS or KNOWLEDGE."""
+    """`threat.norm|goal|knowledge` against `robustness.threat`'s CONFIG_NORMS, GOALS or KNOWLEDGE."""
     def check(key: str, value: Any) -> None:
         from advbench.robustness import threat  # imports torch: only once composed
 
@@ -262,7 +262,7 @@ CHECKS: dict[str, Check] = {
     "probe_pool": _whole(1),
     "threads": _whole(1, nullable=True),
     "training_threads": _whole(1),
-    "threat.norm": _threat("NORMS"), "threat.goal": _threat("GOALS"), "threat.knowledge": _threat("KNOWLEDGE"),
+    "threat.norm": _threat("CONFIG_NORMS"), "threat.goal": _threat("GOALS"), "threat.knowledge": _threat("KNOWLEDGE"),
     "threat.steps": _whole(1, nullable=True),  # iterations of BIM/MIM/DIM/TI under transfer threats
     "shard.index": _whole(0),
     "shard.count": _whole(1),
@@ -339,14 +339,11 @@ def validate(cfg: DictConfig) -> None:
 
 def _check_attack(name: str, params: DictConfig, *, on_metrics: bool) -> None:
     """Build the attack once (cheap, no model): its own argument checks, and a `_target_` building no attack, up front."""
-    from advbench.core.user_code import user_code_failed  # the user's module may exit: said as for a model
     from advbench.quality.attacks.base import MetricAttack
     from advbench.robustness.attacks.base import Attack
 
-    try:
+    try:  # a module of one's own that raises or exits is one line of `construct`, named below
         built = construct(OmegaConf.to_container(params, resolve=True))
-    except SystemExit as exc:
-        raise user_code_failed(f"attack '{name}'", f"building {params.get('_target_')}", exc) from None
     except Exception as exc:  # the constructor's own check, or an error it did not expect
         cause = user_error(exc)
         if cause is not None:  # the attack's own check: named by the keys the user typed

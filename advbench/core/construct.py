@@ -2,7 +2,10 @@
 
 Below the command line options arrive as plain dicts (the command line alone reads Hydra's
 configs), so this is how a data set, a model or an attack YAML becomes its object. A wrong
-class path or argument is the user's config, said in one line before anything is built.
+class path or argument is the user's config, said in one line before anything is built. A class
+of one's own (an option file under `ADVBENCH_CONF` naming the user's module) that raises or calls
+`sys.exit` while its module is imported or it is built is one line too (`user_code.user_code_failed`),
+not a traceback or a run that ends without a word; advbench's own classes keep their tracebacks.
 """
 
 from __future__ import annotations
@@ -13,6 +16,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from advbench.core.errors import AdvbenchError
+from advbench.core.user_code import user_code_failed
+
+
+def _own(path: str) -> bool:
+    """Whether a dotted path names advbench's code, whose failures are bugs to see with their traceback."""
+    return str(path).split(".")[0] == "advbench"
 
 
 def target_of(path: str) -> Callable[..., Any]:
@@ -24,6 +33,10 @@ def target_of(path: str) -> Callable[..., Any]:
         raise AdvbenchError(f"_target_ '{path}': cannot import {module_name}: {exc}") from None
     except AttributeError:
         found = None
+    except (Exception, SystemExit) as exc:
+        if _own(module_name):
+            raise
+        raise user_code_failed(f"_target_ '{path}'", f"importing {module_name}", exc) from exc
     if not callable(found):
         raise AdvbenchError(f"_target_ '{path}' names nothing that can be built")
     return found
@@ -42,4 +55,9 @@ def construct(spec: Mapping[str, Any], **overrides: Any) -> Any:
         raise AdvbenchError(f"{spec['_target_']}: {exc}") from None
     except ValueError:  # no signature to check (a builtin): the call says what is wrong
         pass
-    return target(**arguments)
+    try:
+        return target(**arguments)
+    except (Exception, SystemExit) as exc:
+        if isinstance(exc, AdvbenchError) or _own(getattr(target, "__module__", "")):
+            raise
+        raise user_code_failed(f"_target_ '{spec['_target_']}'", "building it", exc) from exc

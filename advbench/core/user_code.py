@@ -56,8 +56,13 @@ def _import_file(path: Path, named: str) -> ModuleType:
 
 def user_code_failed(named: str, doing: str, exc: BaseException) -> AdvbenchError:
     """One line for an exception (or `sys.exit`) raised by the user's own code while advbench ran it."""
-    said = f"exited with status {exc.code}" if isinstance(exc, SystemExit) else f"{type(exc).__name__}: {first_line(exc)}"
-    return AdvbenchError(f"{named}: {doing} failed: {said}")
+    return AdvbenchError(f"{named}: {doing} failed: {failure_said(exc)}")
+
+
+def failure_said(exc: BaseException) -> str:
+    """What an exception of the user's code says in one line: `exited with status N` for `sys.exit`, which
+    would otherwise end the run without a word, else its type and first line."""
+    return f"exited with status {exc.code}" if isinstance(exc, SystemExit) else f"{type(exc).__name__}: {first_line(exc)}"
 
 
 def _importable(folder: str) -> None:

@@ -24,9 +24,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from advbench.core.errors import AdvbenchError, first_line
+from advbench.core.errors import AdvbenchError
 from advbench.core.keys import plain_value
-from advbench.core.user_code import build_user_module, source_digest, split_target
+from advbench.core.user_code import build_user_module, failure_said, source_digest, split_target
 from advbench.robustness.models import IMAGENET_MEAN, IMAGENET_STD, robustbench_zoo
 from advbench.robustness.models.base import Classifier
 from advbench.robustness.models.torchvision_nets import torchvision_net
@@ -167,9 +167,9 @@ def check_forward(model: nn.Module, input_shape: Sequence[int], num_classes: int
     try:
         with torch.no_grad():
             out = model(torch.full((2, *input_shape), 0.5))
-    except Exception as exc:  # the user's network on this input: its message is the diagnosis
+    except (Exception, SystemExit) as exc:  # the user's network on this input: its message (or exit) is the diagnosis
         exc = exc.__cause__ if isinstance(exc, AdvbenchError) and exc.__cause__ is not None else exc
-        raise AdvbenchError(f"model {what} fails on the data set's {shape} input: {type(exc).__name__}: {first_line(exc)}") from None
+        raise AdvbenchError(f"model {what} fails on the data set's {shape} input: {failure_said(exc)}") from None
     got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
     if got != (2, num_classes):
         raise AdvbenchError(f"model {what} must return logits (N, {num_classes}) for the data set's {num_classes} "
