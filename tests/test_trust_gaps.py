@@ -113,3 +113,51 @@ def test_a_model_of_ones_own_that_exits_on_its_first_pass_is_one_line(user_code:
         "        sys.exit(4)\n")
     one_line(_run("model=python", "model.target=exits_forward.py:Net"),
              "model python 'exits_forward.py:Net' fails on the data set's 1x8x8 input: exited with status 4")
+
+
+# ---- a Python substitute keyed by what it computes ------------------------------------------------------
+
+SUBSTITUTE = '''import os
+
+import torch
+from torch import nn
+
+from subhelp import shift
+
+SCALE = float(os.environ.get("SUB_SCALE", "1"))
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(10, 64, generator=torch.Generator().manual_seed(0)))
+
+    def forward(self, x):
+        return shift(x.flatten(1) @ self.weight.T) * SCALE
+'''
+
+
+def test_a_python_substitute_is_keyed_by_its_code_and_behaviour(user_code: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A transfer cell's Python substitute was keyed by its config and its own file only: a flag set at run time
+    or an edited helper module returned the old records ("skip: records exist"). Unchanged, it is still reused."""
+    (user_code / "subnet.py").write_text(SUBSTITUTE)
+    (user_code / "subhelp.py").write_text("def shift(z):\n    return z\n")
+    records = user_code / "out" / "records"
+
+    def run() -> str:
+        sys.modules.pop("subhelp", None)  # a new process imports the helper anew
+        result = _run("threat.knowledge=transfer", "substitute=digits_seed1", "model@substitute.model=python",
+                      "substitute.model.target=subnet.py:Net", f"out_dir={user_code / 'out'}")
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    try:
+        run()
+        assert "skip" in run() and len(list(records.glob("*.parquet"))) == 1  # the same substitute: reused
+        monkeypatch.setenv("SUB_SCALE", "-1")  # a module-level flag: no file changes, its gradients flip
+        assert "skip" not in run() and len(list(records.glob("*.parquet"))) == 2
+        (user_code / "subhelp.py").write_text("def shift(z):\n    return z + z.roll(1, dims=1)\n")
+        assert "skip" not in run() and len(list(records.glob("*.parquet"))) == 3
+    finally:
+        sys.modules.pop("subhelp", None)

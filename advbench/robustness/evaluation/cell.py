@@ -30,9 +30,8 @@ from torch.utils.data import DataLoader, Subset
 
 from advbench.core.cells import claim_cell, fill_cell
 from advbench.core.construct import construct
-from advbench.core.digests import code_digest, module_digest
+from advbench.core.digests import module_digest
 from advbench.core.errors import AdvbenchError
-from advbench.core.fingerprint import behaviour_digest
 from advbench.core.keys import content_key, plain
 from advbench.core.resume import CellFiles, sample_ids, warn
 from advbench.core.runtime import (
@@ -50,11 +49,8 @@ from advbench.robustness.defenses.masking import cell_flags
 from advbench.robustness.defenses.wrappers import WRAPPERS
 from advbench.robustness.evaluation.measure import evaluate_batch
 from advbench.robustness.evaluation.search import SearchSettings
-from advbench.robustness.evaluation.substitute import (
-    load_substitute,
-    substitute_identity,
-)
-from advbench.robustness.models.user_models import default_label
+from advbench.robustness.evaluation.substitute import built_substitute, load_substitute, substitute_identity
+from advbench.robustness.models.user_models import built_code, default_label
 from advbench.robustness.report.curves import category_label
 from advbench.robustness.report.gate import gate_cell
 from advbench.robustness.report.shards import attack_label, row_name
@@ -115,8 +111,7 @@ def built_identity(spec: CellSpec, dataset: Any) -> tuple[torch.nn.Module | None
         return None, {}
     model = load_target(spec.target, dataset)
     what = f"model.target '{spec.target.model.get('target')}'"
-    return model, {"model_code": {"code_sha256": code_digest(model), "module_sha256": module_digest(model),
-                                  "behaviour_sha256": behaviour_digest(model, dataset.input_shape, what)}}
+    return model, {"model_code": built_code(model, dataset.input_shape, what)}
 
 
 def judge_identity(spec: CellSpec) -> dict[str, int]:
@@ -194,7 +189,9 @@ def run_cell(spec: CellSpec, given: Given | None = None) -> Path | None:
         console.print(f"[dim]skip {label}: {why}[/dim]", soft_wrap=True)
         return None
     built, code = (None, {}) if given is not None else built_identity(spec, dataset)
-    identity = {**cell_identity(spec, threat, attack), **code, **(given.identity if given is not None else {})}
+    substitute, substitute_code = built_substitute(spec, dataset, threat)
+    identity = {**cell_identity(spec, threat, attack), **code, **substitute_code,
+                **(given.identity if given is not None else {})}
     out = part_path(Path(settings.records_dir), identity)
     # Under the cell's lock a concurrent run of the same cell waits here, then skips.
     with claim_cell(out, cell_key(identity), expected_ids(spec, dataset), force=settings.force) as files:
@@ -205,7 +202,7 @@ def run_cell(spec: CellSpec, given: Given | None = None) -> Path | None:
         execution = {"precision": settings.precision, "channels_last": settings.channels_last}
         model = given.model if given is not None else built if built is not None else load_target(spec.target, dataset)
         model = deploy(model.to(device), **execution)
-        substitute = load_substitute(spec, dataset, threat)
+        substitute = load_substitute(spec, dataset, threat) if substitute is None else substitute
         frame = evaluate_cell(spec, dataset, model, attack, threat, identity, files, label, device,
                               substitute=None if substitute is None else deploy(substitute.to(device), **execution))
     summarize(frame, label, out if given is None or given.kept else None, searched=bool(settings.search.get("enabled")))

@@ -19,6 +19,7 @@ import torch
 from advbench.core.catalog import group_options
 from advbench.core.errors import AdvbenchError
 from advbench.robustness.defenses.trained import has_weights
+from advbench.robustness.models.user_models import built_code
 from advbench.robustness.specs import CellSpec, TargetSpec
 from advbench.robustness.targets import load_target, weights_identity
 from advbench.robustness.threat import ThreatModel
@@ -63,6 +64,21 @@ def check_substitute_weights(spec: CellSpec) -> None:
     raise AdvbenchError(f"transfer cells craft on substitute '{spec.substitute_name}' ({sub.model.name}/{sub.defense.name}), "
                         f"which has no weights for {spec.dataset.name}: name a substitute trained on it with its weights, "
                         f"substitute=<option> substitute.checkpoint=PATH (options: {options})")
+
+
+def built_substitute(spec: CellSpec, dataset: Any, threat: ThreatModel) -> tuple[torch.nn.Module | None, dict[str, Any]]:
+    """A Python substitute (`model@substitute.model=python`) of a transfer threat, built before its cell is
+    claimed, and what of it keys the cell beyond `substitute_identity`'s configs and files: its code,
+    weights and behaviour, as a Python target's (`user_models.built_code`), since the file its target
+    names sees neither a helper module edited nor a flag set at run time; (None, {}) for every other
+    substitute, whose code is a package's and which `load_substitute` loads once the cell is claimed.
+    """
+    sub = _required(spec, threat)
+    if sub is None or sub.model.kind != "python":
+        return None, {}
+    model = _as_substitute_error(load_target, sub, dataset)
+    what = f"substitute.model.target '{sub.model.get('target')}'"
+    return model, {"substitute_code": built_code(model, dataset.input_shape, what)}
 
 
 def load_substitute(spec: CellSpec, dataset: Any, threat: ThreatModel) -> torch.nn.Module | None:

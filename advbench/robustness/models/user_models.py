@@ -24,7 +24,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from advbench.core.digests import code_digest, module_digest
 from advbench.core.errors import AdvbenchError
+from advbench.core.fingerprint import behaviour_digest
 from advbench.core.keys import plain_value
 from advbench.core.user_code import build_user_module, failure_said, source_digest, split_target
 from advbench.robustness.models import IMAGENET_MEAN, IMAGENET_STD, robustbench_zoo
@@ -159,6 +161,14 @@ def source_identity(model: ModelSpec) -> dict[str, Any]:
     if model.kind == "robustbench":
         return robustbench_zoo.identity(model.config)
     return source_digest(model.get("target")) if model.kind == "python" else {}
+
+
+def built_code(model: nn.Module, input_shape: Sequence[int], what: str) -> dict[str, str]:
+    """What of a built Python model keys its cells, as the target's and a substitute's alike: the files of
+    its classes and of the user's modules they import, its weights and its outputs on a probe batch
+    (`core.fingerprint`), which see a helper edited, a flag set at run time or a weights file read."""
+    return {"code_sha256": code_digest(model), "module_sha256": module_digest(model),
+            "behaviour_sha256": behaviour_digest(model, input_shape, what)}
 
 
 def check_forward(model: nn.Module, input_shape: Sequence[int], num_classes: int, what: str) -> None:
