@@ -154,6 +154,30 @@ def test_gradients_counted_as_declared(tiny_model, batch) -> None:
     assert (res.first_success <= FAB(n_iter=7, n_target_classes=3).strength_budget).all()
 
 
+class Rows(torch.nn.Module):
+    """The model, counting the rows it forwards."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model, self.rows = model, 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.rows += x.shape[0]
+        return self.model(x)
+
+
+def test_an_iteration_forwards_each_sample_once_for_all_its_class_gradients(tiny_model, batch) -> None:
+    """One forward of the iterate and one backward of it per class (not the sample replicated per
+    class), and the iterate's verdict query: two rows a sample and iteration, beside the clean query."""
+    x, y = batch
+    model = Rows(tiny_model)
+    oracle = WhiteBoxOracle(model, N)
+    FAB(n_iter=3, final_search=0)(oracle, x, y, eps=torch.full((N,), 1e-6), norm="linf")
+    running = int((predict(tiny_model, x) == y).sum())
+    assert model.rows == N + 3 * 2 * running
+    assert torch.equal(oracle.grad_evals.sum(), torch.tensor(3 * 9 * running)), "still a gradient a class"
+
+
 def test_final_search_only_shrinks_the_examples(tiny_model, batch) -> None:
     x, y = batch
     eps = torch.full((N,), 1e3)

@@ -78,3 +78,18 @@ class Drawing:
 def draw_keys() -> torch.Tensor | None:
     """The row keys of the pass in flight (`Drawing`), None outside one (a direct call of the model)."""
     return Drawing._in_flight
+
+
+def eot_copies(model: object, passes: int, rows: int, cap: int) -> int:
+    """How many of `passes` passes over `rows` rows one call of `model` takes as stacked copies: as
+    many as fit in `cap` rows (at least one), where stacking keeps every pass's draws.
+
+    A model drawing per row from its keys (`keyed_draws`, the defense wrappers) draws in one
+    call of k copies exactly what k calls draw (`RowCalls.take` gives the j-th copy of a row the
+    j-th call index), and a deterministic one has nothing to draw. A randomized model on torch's
+    generator gets one call a pass, as before: it may draw once for a whole batch (one random
+    crop for every row), which stacked copies would share, so the passes would not be independent.
+    """
+    if rows == 0 or (getattr(model, "randomized", False) and not getattr(model, "keyed_draws", False)):
+        return 1
+    return max(1, min(passes, cap // rows))

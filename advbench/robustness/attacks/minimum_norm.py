@@ -185,29 +185,22 @@ def boundary_gradients(oracle: Oracle, xa: torch.Tensor, y: torch.Tensor, classe
     (m, k, ...), one gradient evaluation per candidate: DeepFool's and FAB's linearisations.
 
     Untargeted, f_k = Z_k − Z_y; targeted (`target`, one candidate), f = Z_t − max_{j≠t} Z_j; so f < 0
-    on the sample's side of the boundary and 0 on it. The replicated rows go through the backward in
-    near-equal groups of whole samples, at most `_backward_rows` rows each (one sample's k at least)
-    for a run on `batch` samples: one backward over every candidate of the batch costs more per row
-    and k times the memory. The model sees each row alone and a sample's rows share one call (a
-    randomized model's draws are keyed per sample and call), so the result is one call's: bit for
-    bit on groups of a few dozen rows or more; smaller ones may take other CPU kernels, an ulp apart.
+    on the sample's side of the boundary and 0 on it. One forward of the samples and one backward of
+    it per candidate (`value_and_grads`), as torchattacks' FAB, where replicating each sample once per
+    candidate cost k forwards; in near-equal groups of at most `_backward_rows` samples, so a forward's
+    activations stay bounded. A randomized model's candidates share the pass: one draw linearised.
     """
     m, k = classes.shape
-    cls = classes.reshape(-1)
-    ref = y.repeat_interleave(k)
 
     def boundary(sl: slice) -> Objective:
-        """f of rows `sl` of the replicated batch."""
+        """f of rows `sl`, (rows, k)."""
         if target is not None:
-            return lambda z: -goal_margin(z, ref[sl], cls[sl])
-        return lambda z: z.gather(1, cls[sl, None]).squeeze(1) - z.gather(1, ref[sl, None]).squeeze(1)
+            return lambda z: -goal_margin(z, y[sl], classes[sl, 0])[:, None]
+        return lambda z: z.gather(1, classes[sl]) - z.gather(1, y[sl, None])
 
-    xr, rows = xa.repeat_interleave(k, dim=0), active.repeat_interleave(k)
-    per = max(1, _backward_rows(batch, xa) // k)  # whole samples a backward
-    parts = [oracle.value_and_grad(xr[sl], boundary(sl), rows[sl])
-             for sl in (slice(s.start * k, s.stop * k) for s in pieces(m, per))]
+    parts = [oracle.value_and_grads(xa[sl], boundary(sl), active[sl]) for sl in pieces(m, _backward_rows(batch, xa))]
     logits, grad = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
-    return boundary(slice(None))(logits).reshape(m, k), grad.reshape(m, k, *xa.shape[1:])
+    return boundary(slice(None))(logits), grad
 
 
 def _backward_rows(batch: int, xa: torch.Tensor) -> int:

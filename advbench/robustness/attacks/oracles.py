@@ -36,9 +36,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from advbench.core.errors import AdvbenchError
-from advbench.core.runtime import call_slices, forward
+from advbench.core.runtime import call_slices, forward, grad_rows, pieces
 from advbench.robustness.attacks.clean_gradients import CleanGradients
-from advbench.robustness.attacks.draws import RowCalls
+from advbench.robustness.attacks.draws import RowCalls, eot_copies
 from advbench.robustness.attacks.votes import logits_of, vote
 from advbench.robustness.threat import goal_met
 
@@ -235,30 +235,52 @@ class WhiteBoxOracle(Oracle):
 
         `objective` maps logits (m, K) to per-sample losses (m,); summing keeps each sample's
         gradient its own (models are in eval mode, so samples do not interact). A randomized
-        model's `eot_samples` > 1 makes this an EOT estimate: logits and gradient are means
-        over that many independent passes, each counted as one grad_eval. A model with no autograd
-        path from its output to x (a codec without BPDA) gets a zero gradient, as the masked-gradient
-        flags count it, so that its masking shows in the records instead of stopping the cell.
+        model's `eot_samples` > 1 makes it an EOT mean over that many passes (`value_and_grads`).
+        A model with no autograd path from its output to x (a codec without BPDA) gets a zero
+        gradient, as the masked-gradient flags count it: its masking shows in the records.
         """
+        def column(z: torch.Tensor) -> torch.Tensor:
+            if (value := objective(z)).shape != (z.shape[0],):
+                raise ValueError(f"objective must return one loss per sample, shape ({z.shape[0]},), got {tuple(value.shape)}")
+            return value[:, None]
+        logits, grads = self.value_and_grads(x, column, idx)
+        return logits, grads[:, 0]
+
+    def value_and_grads(self, x: torch.Tensor, objectives: Objective,
+                        idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits at x (m, K) and the input gradients (m, k, ...) of the k columns of objectives(logits):
+        one forward a pass, one backward of it a column (FAB's class gradients), +k grad_evals a row and pass.
+        EOT passes go through the model as stacked copies of x, `eot_copies` a call, averaged in pass
+        order: the mean of the same passes, each drawing what it drew in a call of its own."""
         passes = self.eot_passes or int(getattr(self._white, "eot_samples", 1))
-        x = x.detach().requires_grad_(True)
-        rows = self._counted_rows(x, idx)
+        rows, m = self._counted_rows(x, idx), x.shape[0]
+        cap = grad_rows(len(self), x.device) if self.call_rows is None else min(self.call_rows, grad_rows(len(self), x.device))
         logits_sum = grad_sum = None
-        for _ in range(passes):
-            self._grad_evals.index_add_(0, rows, torch.ones_like(rows))
-            with self.calls.pass_of(self._white, rows), torch.enable_grad():
-                logits = forward(self._white, x)
-                value = objective(logits)
-                if value.shape != (x.shape[0],):
-                    raise ValueError(f"objective must return one loss per sample, shape ({x.shape[0]},), "
-                                     f"got {tuple(value.shape)}")
-                grad = torch.autograd.grad(value.sum(), x, allow_unused=True)[0] if value.requires_grad else None
-            grad = torch.zeros_like(x) if grad is None else grad  # no path to the input: what a naive attacker gets
-            logits_sum = logits.detach() if logits_sum is None else logits_sum + logits.detach()
-            grad_sum = grad if grad_sum is None else grad_sum + grad
-        if passes == 1:  # the one pass as it is: a division by one would be a pass over the gradient
-            return logits_sum, grad_sum
-        return logits_sum / passes, grad_sum / passes
+        for group in pieces(passes, eot_copies(self._white, passes, m, cap)):
+            copies = min(group.stop, passes) - group.start
+            logits, grads = self._passes(x, objectives, rows, copies)
+            for p in range(copies):  # summed pass by pass, as separate calls would be
+                at = slice(p * m, (p + 1) * m)
+                logits_sum = logits[at] if logits_sum is None else logits_sum + logits[at]
+                grad_sum = grads[at] if grad_sum is None else grad_sum + grads[at]
+        return (logits_sum, grad_sum) if passes == 1 else (logits_sum / passes, grad_sum / passes)  # 1: no pass over it
+
+    def _passes(self, x: torch.Tensor, objectives: Objective, rows: torch.Tensor,
+                copies: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """`copies` passes at x in one call: logits (copies·m, K) and gradients (copies·m, k, ...)."""
+        m = x.shape[0]
+        xr = (x if copies == 1 else x.repeat(copies, *[1] * (x.dim() - 1))).detach().requires_grad_(True)
+        with self.calls.pass_of(self._white, rows.repeat(copies)), torch.enable_grad():
+            logits = forward(self._white, xr)
+            values = torch.cat([objectives(z) for z in logits.split(m)]) if copies > 1 else objectives(logits)
+            if values.dim() != 2 or values.shape[0] != copies * m:
+                raise ValueError(f"objectives must return (m, k) values for m = {m} rows, got {tuple(values.shape)}")
+            k = values.shape[1]
+            self._grad_evals.index_add_(0, rows, torch.full_like(rows, copies * k))
+            grads = [torch.autograd.grad(values[:, j].sum(), xr, retain_graph=j < k - 1, allow_unused=True)[0]
+                     if values.requires_grad else None for j in range(k)]
+        grads = [torch.zeros_like(xr) if g is None else g for g in grads]  # no path to the input: what a naive attacker gets
+        return logits.detach(), grads[0][:, None] if k == 1 else torch.stack(grads, dim=1)
 
     def loss_grad(self, x: torch.Tensor, labels: torch.Tensor, targeted: bool,
                   idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
