@@ -13,8 +13,8 @@ import torch
 from torch import nn
 
 from advbench.core.errors import AdvbenchError
-from advbench.core.runtime import forward
-from advbench.robustness.attacks.draws import Drawing, RowCalls
+from advbench.core.runtime import forward, pieces, probe_rows
+from advbench.robustness.attacks.draws import Drawing, RowCalls, eot_copies
 from advbench.robustness.threat import goal_met
 
 
@@ -51,12 +51,28 @@ def vote(model: nn.Module, x: torch.Tensor, y: torch.Tensor, target: torch.Tenso
     """
     if draws < 1:
         raise AdvbenchError(f"judge.draws must be a whole number >= 1, got {draws}")
-    passes = [logits_of(model, x, None if calls is None else calls.pass_of(model, rows)) for _ in range(draws)]
-    labels = torch.stack([z.argmax(dim=1) for z in passes])                       # (draws, n)
+    passes = _passes(model, x, draws, calls, rows)                                # (draws, n, K)
+    labels = passes.argmax(dim=2)                                                 # (draws, n)
     meets = goal_met(labels, y[None, :], None if target is None else target[None, :])
     fraction = meets.double().mean(dim=0)
     met = fraction >= 0.5
-    logits = torch.stack(passes).mean(dim=0)
+    logits = passes.mean(dim=0)
     agree = (meets == met[None, :]).to(logits.dtype)
     counts = torch.zeros_like(logits).scatter_add_(1, labels.T, agree.T)
     return Vote(pred=counts.argmax(dim=1), met=met, fraction=fraction, logits=logits)
+
+
+def _passes(model: nn.Module, x: torch.Tensor, draws: int, calls: RowCalls | None,
+            rows: torch.Tensor | None) -> torch.Tensor:
+    """The logits of `draws` passes at `x`, (draws, n, K): as stacked copies of x, `eot_copies` a
+    call within a forward-only call's rows (`probe_rows`), where each pass then draws what a call
+    of its own would (the engine's row keys); one call a pass otherwise, and for a direct vote
+    without `calls` (a wrapper then keys a row by its values, which copies would share)."""
+    n = x.shape[0]
+    copies = eot_copies(model, draws, n, probe_rows(x[0])) if calls is not None and n else 1
+    out = []
+    for group in pieces(draws, copies):
+        c = min(group.stop, draws) - group.start
+        xr = x if c == 1 else x.repeat(c, *[1] * (x.dim() - 1))
+        out.append(logits_of(model, xr, None if calls is None else calls.pass_of(model, rows.repeat(c))).view(c, n, -1))
+    return out[0] if len(out) == 1 else torch.cat(out)
