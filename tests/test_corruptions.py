@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
+import pandas as pd
 import pytest
 import torch
+from click.testing import CliRunner
+from torch import nn
 
+import advbench
+from advbench.cli.main import main
 from advbench.core.errors import AdvbenchError
 from advbench.robustness.corruptions import NAMES, SEVERITIES, corrupt, why_not
 from advbench.robustness.corruptions.released import read_released
@@ -105,3 +112,81 @@ def test_released_files_are_read_as_they_are(tmp_path) -> None:
         read_released(tmp_path / "CIFAR-10-C", "snow", 3, ids, torch.tensor(labels[[1, 4]]))
     with pytest.raises(AdvbenchError, match="images per severity"):
         read_released(tmp_path / "CIFAR-10-C", "fog", 1, torch.tensor([n]), torch.tensor(labels[[0]]))
+
+
+PREDICTED = ["sample_id", "label", "clean_pred", *(f"pred_s{s}" for s in SEVERITIES), "min_severity"]
+
+
+def _check_curves(records: pd.DataFrame) -> None:
+    """min_severity is the first severity whose prediction is wrong (0: the clean one; inf: none)."""
+    for _, row in records.iterrows():
+        wrong = [s for s in SEVERITIES if not row[f"correct_s{s}"]]
+        want = 0.0 if not row["clean_correct"] else float(wrong[0]) if wrong else math.inf
+        assert row["min_severity"] == want
+
+
+def test_the_api_writes_per_sample_records_and_refuses_an_attack(tiny_model, digits_tensors, tmp_path) -> None:
+    _, _, x, y = digits_tensors
+    data = (x[:12], y[:12])
+    records = advbench.evaluate(tiny_model, data, threat="corruptions", out_dir=tmp_path,
+                                overrides=["threat.corruptions=[contrast,gaussian_noise]"])
+    assert len(records) == 24 and set(records["corruption"]) == {"contrast", "gaussian_noise"}
+    assert records.groupby("corruption")["sample_id"].apply(sorted).map(list).tolist() == [list(range(12))] * 2
+    assert set(records["corruption_constants"]) == {"cifar10-c"} and set(records["corruption_source"]) == {"generated"}
+    assert not {"attack", "norm", "eps_budget", "min_eps", "knowledge"} & set(records.columns)
+    _check_curves(records)
+    assert len(list((tmp_path / "records").glob("*corruption-*.parquet"))) == 2
+    with pytest.raises(AdvbenchError, match="'attack='pgd'' does not apply to threat=corruptions"):
+        advbench.evaluate(tiny_model, data, threat="corruptions", attack="pgd", out_dir=tmp_path)
+    with pytest.raises(AdvbenchError, match="'search.enabled=false' does not apply"):
+        advbench.evaluate(tiny_model, data, threat="corruptions", out_dir=tmp_path, overrides=["search.enabled=false"])
+
+
+def test_the_cli_writes_per_sample_records_for_a_zoo_model(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["run", "threat=corruptions", "threat.corruptions=[brightness]",
+                                       "dataset.n_samples=20", f"out_dir={out}"])
+    assert result.exit_code == 0, result.output
+    part, = (out / "records").glob("digits_natural_corruption-brightness_s0_*.parquet")
+    records = pd.read_parquet(part)
+    assert len(records) == 20 and set(records["corruption"]) == {"brightness"}
+    _check_curves(records)
+    for args, message in ((["attack=pgd"], "Error: 'attack=pgd' does not apply to threat=corruptions"),
+                          (["threat.corruptions=[snow]"], "Error: snow does not apply to 8-px images"),
+                          (["threat.corruptions=[frost]"], "Error: frost cannot be generated")):
+        result = CliRunner().invoke(main, ["run", "threat=corruptions", f"out_dir={out}", *args])
+        assert result.exit_code == 1 and result.output.startswith(message), result.output
+
+
+class _Pixels(nn.Module):
+    """A fixed linear classifier of 32-px colour images into 4 classes (its logits' weights seeded)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(3)
+        self.body = nn.Sequential(nn.Flatten(), nn.Linear(3 * 32 * 32, 4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x - 0.5)
+
+
+def test_generated_and_released_images_give_the_same_records(tmp_path) -> None:
+    model = _Pixels()
+    x = (smooth_images(10, 32, seed=4) * 255).round() / 255
+    with torch.no_grad():
+        y = model(x).argmax(1)
+    ids = torch.arange(10)
+    folder = tmp_path / "CIFAR-10-C"
+    for name in ("fog", "glass_blur"):
+        blocks = [corrupt(x, ids, name, s, seed=0) for s in SEVERITIES]
+        images = (torch.cat(blocks) * 255).round().to(torch.uint8).permute(0, 2, 3, 1).numpy()
+        write_released(folder, name, images, np.tile(y.numpy(), 5))
+    common = {"threat": "corruptions", "out_dir": tmp_path, "num_classes": 4}
+    made = advbench.evaluate(model, (x, y), **common, overrides=["threat.corruptions=[fog,glass_blur]"])
+    read = advbench.evaluate(model, (x, y), **common, overrides=[f"threat.released={folder}"])
+    assert set(read["corruption_source"]) == {"released"} and set(made["corruption_source"]) == {"generated"}
+    key = ["corruption", "sample_id"]
+    pd.testing.assert_frame_equal(made.sort_values(key)[PREDICTED].reset_index(drop=True),
+                                  read.sort_values(key)[PREDICTED].reset_index(drop=True))
+    assert made["min_severity"].lt(math.inf).any(), "some sample must break for the comparison to mean anything"

@@ -25,7 +25,7 @@ from torch import nn
 
 from advbench.api.metrics import evaluate_metric as evaluate_metric  # the quality half's, re-exported
 from advbench.cli.choices import api_config
-from advbench.cli.specs import cell_spec
+from advbench.cli.specs import cell_spec, refuse_attack_options
 from advbench.core.caller_state import caller_state_kept
 from advbench.core.catalog import describe, group_options, groups, keywords_said, refuse_twice_set
 from advbench.core.construct import construct
@@ -39,6 +39,7 @@ from advbench.robustness.attacks.base import Attack
 from advbench.robustness.data.tensors import TensorData
 from advbench.robustness.defenses.wrappers import wrap
 from advbench.robustness.evaluation.cell import Given, run_cell
+from advbench.robustness.evaluation.corruption_cell import run_corruptions
 from advbench.robustness.models.base import Classifier, evaluation_mode
 from advbench.robustness.models.given import (
     AS_GIVEN_DEFENSE,
@@ -49,6 +50,7 @@ from advbench.robustness.models.given import (
 from advbench.robustness.models.user_models import check_forward, check_randomized, check_randomness, mark_randomized
 from advbench.robustness.report.table3 import summary_table, with_categories
 from advbench.robustness.specs import AttackSpec, CellSpec
+from advbench.robustness.threat import CORRUPTION
 
 
 def evaluate(model: nn.Module, data: Any = None, *, attack: str | Attack | None = None, threat: str | None = None,
@@ -81,6 +83,8 @@ def evaluate(model: nn.Module, data: Any = None, *, attack: str | Attack | None 
                             "so one call draws the whole accuracy-vs-ε curve (advbench.plot)")
     refuse_twice_set(_said(data=data, attack=attack, threat=threat, eps=eps, attack_params=attack_params, label=label,
                            defense=defense), overrides)
+    attack_said = [f"{k}={v!r}" for k, v in (("attack", attack), ("attack_params", attack_params), ("eps", eps))
+                   if v is not None]
     data, attack, threat = "digits" if data is None else data, "bim" if attack is None else attack, threat or "linf"
     subject = _subject(model, data, label, Normalisation(mean, std), (randomized, eot_samples), num_classes, defense,
                        overrides, out_dir)
@@ -90,6 +94,8 @@ def evaluate(model: nn.Module, data: Any = None, *, attack: str | Attack | None 
                          _values(subject.name, attack, eps, attack_params,
                                  Path(out_dir) if out_dir is not None else Path(scratch), device, seed, randomized),
                          overrides)
+        if cfg.threat.norm == CORRUPTION:
+            refuse_attack_options([*attack_said, *overrides])
         return _evaluate_config(cfg, subject, _data_object(data, subject), attack)
 
 
@@ -236,6 +242,8 @@ def _evaluate_config(cfg: Any, subject: _Subject, held: TensorData | None, attac
     dataset = construct(spec.dataset.config) if held is None else held
     given = _given(spec, subject.model, dataset, attack, subject.normalisation, subject.randomness, subject.name,
                    wrapper)
+    if spec.threat.norm == CORRUPTION:
+        return read_kind(run_corruptions(spec, dataclasses.replace(given, kept=subject.kept)), kinds=("corruption",))[1]
     part = run_cell(spec, dataclasses.replace(given, kept=subject.kept))
     if part is None:  # only a sweep skips a cell, and these run one at a time
         raise AdvbenchError("the cell was skipped")

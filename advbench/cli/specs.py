@@ -133,7 +133,9 @@ def cell_spec(cfg: DictConfig) -> CellSpec:
         target=target,
         attack=AttackSpec(name=str(cfg.attack.name), params=_resolved(cfg.attack.params)),
         threat=ThreatSpec(norm=str(threat.norm), goal=str(threat.goal), knowledge=str(threat.knowledge),
-                          eps=None if threat.get("eps") is None else float(threat.eps)),
+                          eps=None if threat.get("eps") is None else float(threat.eps),
+                          corruptions=None if threat.get("corruptions") is None else tuple(map(str, threat.corruptions)),
+                          released=None if threat.get("released") is None else str(threat.released)),
         settings=cell_settings(cfg),
         substitute=substitute,
         substitute_name=name,
@@ -195,11 +197,32 @@ def training_overrides() -> list[str]:
             and not o.startswith(("model.arch=", "model.target=", "model.name="))]
 
 
-def run_main(cfg: DictConfig) -> Path | None:
-    """Hydra task of `advbench run`: one cell, records to parquet (skipped if present)."""
+def run_main(cfg: DictConfig) -> Path | list[Path] | None:
+    """Hydra task of `advbench run`: one cell, records to parquet (skipped if present); under
+    `threat=corruptions` one cell per corruption, where an attack's options given are refused."""
     from advbench.robustness.evaluation.cell import run_cell  # imports torch
+    from advbench.robustness.evaluation.corruption_cell import run_corruptions
+    from advbench.robustness.threat import CORRUPTION
 
-    return run_cell(cell_spec(cfg))
+    if cfg.threat.norm != CORRUPTION:
+        return run_cell(cell_spec(cfg))
+    job = _hydra_job()
+    typed = OmegaConf.to_container(job.overrides.task) if job is not None else []
+    refuse_attack_options(typed)
+    return run_corruptions(cell_spec(cfg))
+
+
+ATTACK_ONLY = ("attack", "search", "substitute", "threat.eps", "threat.steps", "gate")
+"""The options of an attack cell; none applies under `threat=corruptions`, which runs no attack."""
+
+
+def refuse_attack_options(given: list[str]) -> None:
+    """One line naming the first override that sets an attack's option under `threat=corruptions`."""
+    for override in given:
+        key = override.lstrip("+~").partition("=")[0]
+        if key.split(".")[0] in ATTACK_ONLY or key in ATTACK_ONLY:
+            raise AdvbenchError(f"'{override}' does not apply to threat=corruptions, which runs no attack: "
+                                "it classifies corrupted copies of the clean inputs")
 
 
 def train_main(cfg: DictConfig) -> Path:

@@ -93,6 +93,11 @@ RECORD_KINDS: tuple[RecordKind, ...] = (
                ("sample_id", "label", "adv_pred", "clean_correct", "success_at_budget", "min_eps", "eps_budget",
                 "first_success_strength", "strength_budget", "adv_norm"),
                "advbench plot"),
+    RecordKind("corruption", "corruption records of `advbench run threat=corruptions`", frozenset({"min_severity"}),
+               ("dataset", "defense", "corruption", "sample_id", "label", "clean_correct", "min_severity",
+                *(f"correct_s{s}" for s in range(1, 6))),
+               ("sample_id", "label", "min_severity"),
+               "advbench plot"),
 )
 """The record files advbench writes. `columns` are those the readers (curves, plots, tables)
 use, so a part without one of them comes from an older advbench and would be read wrongly.

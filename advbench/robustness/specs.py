@@ -116,12 +116,17 @@ class TargetSpec:
 
 @dataclass(frozen=True)
 class ThreatSpec:
-    """`conf/threat`: norm, goal, knowledge, and ε (None: the data set's budget for the norm)."""
+    """`conf/threat`: norm, goal, knowledge, and ε (None: the data set's budget for the norm).
+
+    `threat=corruptions` (norm `corruption`): `corruptions` names those measured (None: all that
+    apply), `released` a folder of RobustBench's files to read them from (None: generated)."""
 
     norm: str
     goal: str
     knowledge: str
     eps: float | None = None
+    corruptions: tuple[str, ...] | None = None
+    released: str | None = None
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,10 @@ from advbench.core.errors import AdvbenchError
 NORMS = ("linf", "l2")
 GOALS = ("untargeted", "targeted")
 KNOWLEDGE = ("white", "transfer", "score", "decision")
+CORRUPTION = "corruption"
+CONFIG_NORMS = (*NORMS, CORRUPTION)
+"""What a `conf/threat` option's `norm` may be: an ℓp ball, or `corruption` (`threat=corruptions`:
+no attack, the model on corrupted inputs; `evaluation/corruption_cell.py`)."""
 
 
 @dataclass(frozen=True)
