@@ -152,6 +152,13 @@ def test_the_cli_writes_per_sample_records_for_a_zoo_model(tmp_path, monkeypatch
     records = pd.read_parquet(part)
     assert len(records) == 20 and set(records["corruption"]) == {"brightness"}
     _check_curves(records)
+    result = CliRunner().invoke(main, ["plot", str(out / "records"), "--out", str(tmp_path / "plots")])
+    assert result.exit_code == 0, result.output
+    table = pd.read_csv(tmp_path / "plots" / "corruptions_digits.csv", index_col=[0, 1, 2])
+    drawn = table.loc[("digits", "natural", "brightness")]
+    assert drawn["s5"] == pytest.approx(records["correct_s5"].mean())
+    assert drawn["mean_1_5"] == pytest.approx(records[[f"correct_s{s}" for s in SEVERITIES]].to_numpy().mean())
+    assert (tmp_path / "plots" / "corruptions_digits.png").stat().st_size > 0
     for args, message in ((["attack=pgd"], "Error: 'attack=pgd' does not apply to threat=corruptions"),
                           (["threat.corruptions=[snow]"], "Error: snow does not apply to 8-px images"),
                           (["threat.corruptions=[frost]"], "Error: frost cannot be generated")):

@@ -144,7 +144,7 @@ def plot(records: tuple[Path, ...], out_dir: Path, group_by: str) -> None:
     from advbench.core.paths import writable_folder
     from advbench.core.records import read_kind
 
-    kind, frame = read_kind(records or (Path("advbench-out/records"),), kinds=("benchmark", "rd", "iqa"))
+    kind, frame = read_kind(records or (Path("advbench-out/records"),), kinds=("benchmark", "rd", "iqa", "corruption"))
     writable_folder(out_dir, "--out")
     console = Console()
     if kind.name == "rd":
@@ -155,6 +155,10 @@ def plot(records: tuple[Path, ...], out_dir: Path, group_by: str) -> None:
         from advbench.quality.iqa.report import render_iqa
 
         written = render_iqa(frame, out_dir)
+    elif kind.name == "corruption":
+        from advbench.robustness.report.corruption_plot import render_corruptions
+
+        written = render_corruptions(frame, out_dir)
     else:
         from advbench.robustness.report.plot import print_tables, render_all
         from advbench.robustness.report.shards import missing_shards, mixed_shards
