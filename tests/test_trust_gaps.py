@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from click.testing import CliRunner
 from torch import nn
 
@@ -161,3 +162,69 @@ def test_a_python_substitute_is_keyed_by_its_code_and_behaviour(user_code: Path,
         assert "skip" not in run() and len(list(records.glob("*.parquet"))) == 3
     finally:
         sys.modules.pop("subhelp", None)
+
+
+# ---- a user's metric failing while a UAP is trained or evaluated ----------------------------------------
+
+PICKY = '''import sys
+
+from torch import nn
+
+
+class Picky(nn.Module):
+    """Mean brightness, until its call `fail_after` + 1 or an image `fail_size` pixels wide: then it raises or exits."""
+
+    def __init__(self, fail_after=None, fail_size=None, exits=False):
+        super().__init__()
+        self.fail_after, self.fail_size, self.exits, self.calls = fail_after, fail_size, exits, 0
+
+    def forward(self, x):
+        self.calls += 1
+        if (self.fail_after is not None and self.calls > self.fail_after) or x.shape[-1] == self.fail_size:
+            if self.exits:
+                sys.exit(5)
+            raise ValueError("broke mid-way")
+        return x.mean(dim=(1, 2, 3))
+'''
+METRIC = ["metric=python", "metric.target=picky.py:Picky", "metric.higher_better=true", "progress=false",
+          "device=cpu", "out_dir=out"]
+
+
+@pytest.fixture
+def picky(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "picky.py").write_text(PICKY)
+    return tmp_path
+
+
+def _uap(*argv: str):  # noqa: ANN202
+    return CliRunner().invoke(main, [*argv, *METRIC])
+
+
+@pytest.mark.parametrize(("exits", "said"), [(False, "ValueError: broke mid-way"), (True, "exited with status 5")])
+def test_uap_train_with_a_metric_failing_mid_training_is_one_line(picky: Path, exits: bool, said: str) -> None:
+    """A traceback (or a run ending with the metric's status) where the metric broke on its second step."""
+    one_line(_uap("uap", "train", "subset=2", "uap.batch_size=1", "uap.epochs=1", "uap.size=32",
+                  f"metric.kwargs={{fail_after: 1, exits: {str(exits).lower()}}}"),
+             f"metric 'python': training the UAP on 2 images failed: {said}")
+    assert not list(picky.rglob("*.pt"))  # no UAP saved from a training that broke
+
+
+def test_uap_eval_with_a_failing_metric_is_one_line(picky: Path) -> None:
+    uap = picky / "u.pt"
+    torch.save({"uap": torch.full((3, 32, 32), 0.05), "meta": "{}"}, uap)
+    one_line(_uap("uap", "eval", f"perturbation={uap}", "methods=[uap]", "n_images=2", "size=32",
+                  "metric.kwargs={fail_after: 0}"),
+             "metric 'python': scoring 2 images with and without UAP u.pt failed: ValueError: broke mid-way")
+    assert not list(picky.rglob("*.parquet"))
+
+
+def test_a_cell_training_its_uap_on_a_failing_metric_is_one_line(picky: Path) -> None:
+    """iqa run attack=uap trains the perturbation on 256-pixel photo crops, where this metric breaks."""
+    result = _uap("iqa", "run", "attack=uap", "attack.params.n_train=2", "attack.params.epochs=1",
+                  "attack.params.batch_size=1", "size=32", "n_images=2", "metric.kwargs={fail_size: 256}")
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    assert result.output.splitlines() == ["training uap on 2 photo crops, 1 epoch(s)",  # what it set out to do
+                                          "Error: metric 'python': training uap on 2 photo crops failed: "
+                                          "ValueError: broke mid-way"]
+    assert not list(picky.rglob("*.parquet"))

@@ -63,23 +63,32 @@ def is_user_metric(metric: QualityMetric) -> bool:
 
 
 @contextmanager
+def user_metric_failures(metric: QualityMetric, name: str, doing: str) -> Iterator[None]:
+    """Within: an exception (or `sys.exit`) of a user's metric is one AdvbenchError naming the metric and
+    what it was `doing`, its traceback kept as the cause (`uap train`, `uap eval`, a cell's UAP)."""
+    try:
+        yield
+    except (AdvbenchError, NonFinite, torch.OutOfMemoryError):
+        raise
+    except (Exception, SystemExit) as exc:
+        if not is_user_metric(metric):
+            raise
+        raise user_code_failed(f"metric '{name}'", doing, exc) from exc
+
+
+@contextmanager
 def user_failures(metric: QualityMetric, name: str, attack: str, image_id: torch.Tensor,
                   eps: torch.Tensor | None = None) -> Iterator[None]:
     """Within: an exception (or `sys.exit`) of a user's metric is one AdvbenchError naming the metric, the
     attack and the batch's images and budgets, its traceback kept as the cause; scores or a gradient that
     stopped being numbers during the attack (any metric's) name the first such row."""
     try:
-        yield
+        with user_metric_failures(metric, name, f"{attack} on {rows_named(image_id, eps)}"):
+            yield
     except NonFinite as exc:
         raise AdvbenchError(f"metric '{name}' gave a score or input gradient of {exc.value} during {attack} for "
                             f"{_row(image_id, eps, exc.rows[0])} ({len(exc.rows)} of {len(image_id)} rows of its "
                             f"batch); {NOT_WRITTEN}") from None
-    except (AdvbenchError, torch.OutOfMemoryError):
-        raise
-    except (Exception, SystemExit) as exc:
-        if not is_user_metric(metric):
-            raise
-        raise user_code_failed(f"metric '{name}'", f"{attack} on {rows_named(image_id, eps)}", exc) from exc
 
 
 def check_finite(said: str, values: torch.Tensor | np.ndarray, image_id: torch.Tensor,

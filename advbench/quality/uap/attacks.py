@@ -30,6 +30,7 @@ from advbench.core.keys import content_key
 from advbench.core.torchfile import read_torch_file
 from advbench.quality.attacks.base import Attacked, MetricAttack, PrepareContext, final_scores
 from advbench.quality.images import uap_images
+from advbench.quality.iqa.guard import user_metric_failures
 from advbench.quality.metrics.base import QualityMetric
 from advbench.quality.uap.perturbation import CLAMP, SIZE, apply_uap, check_uap, load_uap, save_uap
 from advbench.quality.uap.training import train_uap, uap_loss
@@ -118,7 +119,9 @@ class Universal(MetricAttack):
                 images = uap_images(None, split="train", size=SIZE, limit=self.n_train)
                 Console(stderr=True).print(f"[dim]training {self.name} on {len(images)} photo crops, "
                                            f"{self.epochs} epoch(s)[/dim]")
-                self.delta = self._train(metric, images, context)
+                with user_metric_failures(metric, getattr(metric, "name", type(metric).__name__),
+                                          f"training {self.name} on {len(images)} photo crops"):
+                    self.delta = self._train(metric, images, context)
                 save_uap(self.delta, base, settings)
         return {"uap": tensor_digest(self.delta)}
 

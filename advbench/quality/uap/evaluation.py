@@ -24,6 +24,7 @@ from advbench.core.records import write_part
 from advbench.core.terminal import print_table
 from advbench.quality.attacks.madc import MADC
 from advbench.quality.images import as_batch, uap_images
+from advbench.quality.iqa.guard import user_metric_failures
 from advbench.quality.metrics.base import QualityMetric
 from advbench.quality.metrics.scoring import device_of, score, signed_gain, sync_device
 from advbench.quality.uap.perturbation import apply_uap, check_amplitude, load_uap, uap_file
@@ -137,13 +138,15 @@ def table1_job(spec: Table1Spec, metric: QualityMetric) -> pd.DataFrame:
     path = uap_file(spec.perturbation, spec.uap_dir, name)
     delta = load_uap(path)
     images = as_batch(uap_images(spec.data, split="test", size=spec.size, limit=spec.n_images))
-    clean, attacked_uap, uap_seconds = evaluate_uap(metric, images, delta, amplitudes, csf=spec.csf,
-                                                     batch_size=spec.batch_size, device=device)
+    with user_metric_failures(metric, name, f"scoring {len(images)} images with and without UAP {path.name}"):
+        clean, attacked_uap, uap_seconds = evaluate_uap(metric, images, delta, amplitudes, csf=spec.csf,
+                                                         batch_size=spec.batch_size, device=device)
     attacked = {"UAP": (attacked_uap, uap_seconds)} if "uap" in methods else {}
     if "madc" in methods:
-        runs = [madc_attack(metric, images, a, steps=madc["steps"], lr=madc["lr"], mse_power=madc["mse_power"],
-                            batch_size=spec.batch_size, device=device, progress=spec.progress) for a in amplitudes]
-        scores = torch.stack([score(metric, adv, spec.batch_size, device) for adv, _ in runs])
+        with user_metric_failures(metric, name, f"attacking {len(images)} images with MADC"):
+            runs = [madc_attack(metric, images, a, steps=madc["steps"], lr=madc["lr"], mse_power=madc["mse_power"],
+                                batch_size=spec.batch_size, device=device, progress=spec.progress) for a in amplitudes]
+            scores = torch.stack([score(metric, adv, spec.batch_size, device) for adv, _ in runs])
         attacked["MADC"] = (scores, sum(s for _, s in runs))
 
     time_col = f"{'GPU' if device.type == 'cuda' else 'CPU'} time"

@@ -25,6 +25,7 @@ from torch.utils.data import DataLoader, Dataset
 from advbench.core.errors import AdvbenchError
 from advbench.core.records import write_part
 from advbench.quality.images import as_batch, uap_images
+from advbench.quality.iqa.guard import user_metric_failures
 from advbench.quality.metrics.base import QualityMetric
 from advbench.quality.metrics.scoring import device_of, goodness, metric_throughput, signed_gain
 from advbench.quality.uap.evaluation import evaluate_uap
@@ -120,11 +121,13 @@ def train_job(spec: TrainSpec, metric: QualityMetric) -> Path:
     name, hp, device = spec.metric, spec.uap, device_of(spec.device)
     images = uap_images(spec.data, split="train", size=hp["size"], limit=spec.subset)
     start = time.perf_counter()
-    p = train_uap(metric, images, size=hp["size"], clamp=hp["clamp"], lr=hp["lr"], epochs=hp["epochs"],
-                  batch_size=hp["batch_size"], seed=spec.seed, device=device, progress=spec.progress)
+    with user_metric_failures(metric, name, f"training the UAP on {len(images)} images"):
+        p = train_uap(metric, images, size=hp["size"], clamp=hp["clamp"], lr=hp["lr"], epochs=hp["epochs"],
+                      batch_size=hp["batch_size"], seed=spec.seed, device=device, progress=spec.progress)
     seconds = time.perf_counter() - start
     train_rate = hp["epochs"] * len(images) / seconds
-    limit_rate = metric_throughput(metric, as_batch(images, hp["batch_size"]), device=device)
+    with user_metric_failures(metric, name, "timing its forward and backward pass"):
+        limit_rate = metric_throughput(metric, as_batch(images, hp["batch_size"]), device=device)
     data_tag = Path(str(spec.data)).name if spec.data else "photos"
     base = Path(spec.out_dir).expanduser() / name / f"{data_tag}-seed{spec.seed}-n{len(images)}-ep{hp['epochs']}"
     meta = {"metric": name, "data": source_name(spec.data), "n_train": len(images), "seed": spec.seed,
@@ -133,7 +136,9 @@ def train_job(spec: TrainSpec, metric: QualityMetric) -> Path:
 
     check = spec.validate
     val = as_batch(uap_images(check["data"], split="test", size=hp["size"], limit=check["n_images"]))
-    clean, attacked, _ = evaluate_uap(metric, val, p, check["amplitudes"], batch_size=hp["batch_size"], device=device)
+    with user_metric_failures(metric, name, f"scoring the trained UAP's {len(val)} held-out images"):
+        clean, attacked, _ = evaluate_uap(metric, val, p, check["amplitudes"], batch_size=hp["batch_size"],
+                                          device=device)
     gains = signed_gain(metric, clean, attacked)
     amps = torch.tensor(list(check["amplitudes"]), dtype=torch.float64)
     records = pd.DataFrame({
