@@ -197,3 +197,26 @@ def test_generated_and_released_images_give_the_same_records(tmp_path) -> None:
     pd.testing.assert_frame_equal(made.sort_values(key)[PREDICTED].reset_index(drop=True),
                                   read.sort_values(key)[PREDICTED].reset_index(drop=True))
     assert made["min_severity"].lt(math.inf).any(), "some sample must break for the comparison to mean anything"
+
+
+def test_corruption_errors_relative_to_a_baseline_row(tiny_model, digits_tensors, tmp_path) -> None:
+    """ce: a row's error summed over severities over the baseline's, per corruption; mce: their mean."""
+    from advbench.robustness.report.corruption_plot import AGGREGATE, corruption_table, with_corruption_errors
+
+    _, _, x, y = digits_tensors
+    data, chosen = (x[:30], y[:30]), ["threat.corruptions=[contrast,pixelate]"]
+    torch.manual_seed(1)
+    weak = nn.Sequential(nn.Flatten(), nn.Linear(64, 10))
+    records = pd.concat([advbench.evaluate(m, data, threat="corruptions", label=name, out_dir=tmp_path, overrides=chosen)
+                         for m, name in ((tiny_model, "tiny"), (weak, "weak"))])
+    table = with_corruption_errors(corruption_table(records), "weak")
+    error = {(r, c): 1 - g[[f"correct_s{s}" for s in SEVERITIES]].to_numpy().mean()
+             for (r, c), g in records.groupby(["model_label", "corruption"])}
+    for name in ("contrast", "pixelate"):
+        want = error[("tiny", name)] / error[("weak", name)]
+        assert table.loc[("tensors", "tiny", name), "ce"] == pytest.approx(want)
+        assert table.loc[("tensors", "weak", name), "ce"] == pytest.approx(1.0)
+    assert table.loc[("tensors", "tiny", AGGREGATE), "mce"] == pytest.approx(
+        np.mean([table.loc[("tensors", "tiny", n), "ce"] for n in ("contrast", "pixelate")]))
+    with pytest.raises(AdvbenchError, match="--baseline 'alexnet' is no model row"):
+        with_corruption_errors(corruption_table(records), "alexnet")

@@ -129,8 +129,10 @@ def train(args: tuple[str, ...]) -> None:
 @click.option("--group-by", type=click.Choice(["defense", "category"]), default="defense", show_default=True,
               help="Colour benchmark curves per defense, or per defense category (the legend and the tables' "
                    "defense columns then list defenses by category).")
+@click.option("--baseline", default=None, help="Corruption records: the model row whose errors scale the others' "
+              "(corruption error ce and its mean mce, as Hendrycks & Dietterich's mCE against AlexNet).")
 @one_line_errors
-def plot(records: tuple[Path, ...], out_dir: Path, group_by: str) -> None:
+def plot(records: tuple[Path, ...], out_dir: Path, group_by: str, baseline: str | None) -> None:
     """Turn record files or folders into robustness curves, stability plots and tables.
 
     Records of `advbench iqa run` give the MSU score table, the metric ranking and gain curves,
@@ -146,6 +148,8 @@ def plot(records: tuple[Path, ...], out_dir: Path, group_by: str) -> None:
 
     kind, frame = read_kind(records or (Path("advbench-out/records"),), kinds=("benchmark", "rd", "iqa", "corruption"))
     writable_folder(out_dir, "--out")
+    if baseline is not None and kind.name != "corruption":
+        raise AdvbenchError(f"--baseline applies to corruption records (advbench run threat=corruptions), not {kind.label}")
     console = Console()
     if kind.name == "rd":
         from advbench.quality.stability.report import render_stability
@@ -158,7 +162,7 @@ def plot(records: tuple[Path, ...], out_dir: Path, group_by: str) -> None:
     elif kind.name == "corruption":
         from advbench.robustness.report.corruption_plot import render_corruptions
 
-        written = render_corruptions(frame, out_dir)
+        written = render_corruptions(frame, out_dir, baseline=baseline)
     else:
         from advbench.robustness.report.plot import print_tables, render_all
         from advbench.robustness.report.shards import missing_shards, mixed_shards

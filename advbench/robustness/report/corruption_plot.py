@@ -16,6 +16,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import PercentFormatter
 
+from advbench.core.errors import AdvbenchError
 from advbench.robustness.report.plot import _markdown, _slug
 from advbench.robustness.report.shards import ROW, row_name
 
@@ -36,6 +37,23 @@ def corruption_table(frame: pd.DataFrame) -> pd.DataFrame:
     table = pd.concat([table, mean]).sort_index(key=lambda i: i.where(i != AGGREGATE, "~") if i.name == "corruption" else i)
     table["mean_1_5"] = table[[f"s{s}" for s in range(1, 6)]].mean(axis=1)
     return table
+
+
+def with_corruption_errors(table: pd.DataFrame, baseline: str) -> pd.DataFrame:
+    """`table` with Hendrycks & Dietterich's corruption error `ce` (the row's error summed over severities
+    1-5 over the baseline row's, per corruption) and, on each `mean` row, `mce`: the mean of its `ce`
+    over the corruptions the baseline was measured on (the paper's mCE, with `baseline` for AlexNet)."""
+    errors = 1 - table[[f"s{s}" for s in range(1, 6)]].sum(axis=1) / 5
+    present = table.index.get_level_values(1)
+    if baseline not in set(present):
+        raise AdvbenchError(f"--baseline '{baseline}' is no model row of these records; rows: {', '.join(sorted(set(present)))}")
+    base = errors[present == baseline].droplevel(1)
+    ce = errors / base.reindex(errors.index.droplevel(1)).to_numpy()
+    out = table.assign(ce=ce.where(table.index.get_level_values(2) != AGGREGATE))
+    mce = out["ce"].groupby(level=[0, 1]).mean()
+    is_mean = out.index.get_level_values(2) == AGGREGATE
+    out.loc[is_mean, "mce"] = mce.reindex(out.index[is_mean].droplevel(2)).to_numpy()
+    return out
 
 
 def corruption_figure(table: pd.DataFrame, dataset: str) -> Figure:
@@ -59,11 +77,15 @@ def corruption_figure(table: pd.DataFrame, dataset: str) -> Figure:
     return fig
 
 
-def render_corruptions(frame: pd.DataFrame, out_dir: Path | str, formats: Sequence[str] = ("png", "svg")) -> list[Path]:
-    """Per data set 'corruptions_<dataset>.<fmt>' and its table, '.md' and '.csv'."""
+def render_corruptions(frame: pd.DataFrame, out_dir: Path | str, formats: Sequence[str] = ("png", "svg"),
+                       baseline: str | None = None) -> list[Path]:
+    """Per data set 'corruptions_<dataset>.<fmt>' and its table, '.md' and '.csv' (with `ce` and `mce`
+    relative to the model row `baseline` when one is named)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     table = corruption_table(frame)
+    if baseline is not None:
+        table = with_corruption_errors(table, baseline)
     paths = []
     for dataset in table.index.get_level_values("dataset").unique():
         stem = out_dir / f"corruptions_{_slug([dataset])}"
@@ -74,8 +96,8 @@ def render_corruptions(frame: pd.DataFrame, out_dir: Path | str, formats: Sequen
         numbers = table.loc[[dataset]]
         caption = (f"Common corruptions · {dataset}: accuracy clean and at severities 1-5; '{AGGREGATE}' is the mean over "
                    "the corruptions, and its mean_1_5 RobustBench's number")
-        stem.with_suffix(".md").write_text(f"{caption}\n\n{_markdown(numbers.map(lambda v: f'{v:.1%}'))}",
-                                           encoding="utf-8")
+        shown = numbers.map(lambda v: "" if pd.isna(v) else f"{v:.1%}")
+        stem.with_suffix(".md").write_text(f"{caption}\n\n{_markdown(shown)}", encoding="utf-8")
         numbers.to_csv(stem.with_suffix(".csv"))
         paths += [stem.with_suffix(".md"), stem.with_suffix(".csv")]
     return paths
