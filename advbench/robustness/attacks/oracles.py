@@ -270,7 +270,7 @@ class WhiteBoxOracle(Oracle):
         """`copies` passes at x in one call: logits (copies·m, K) and gradients (copies·m, k, ...)."""
         m = x.shape[0]
         xr = (x if copies == 1 else x.repeat(copies, *[1] * (x.dim() - 1))).detach().requires_grad_(True)
-        with self.calls.pass_of(self._white, rows.repeat(copies)), torch.enable_grad():
+        with self.calls.pass_of(self._white, rows if copies == 1 else rows.repeat(copies)), torch.enable_grad():
             logits = forward(self._white, xr)
             values = torch.cat([objectives(z) for z in logits.split(m)]) if copies > 1 else objectives(logits)
             if values.dim() != 2 or values.shape[0] != copies * m:

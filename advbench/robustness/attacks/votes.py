@@ -74,5 +74,5 @@ def _passes(model: nn.Module, x: torch.Tensor, draws: int, calls: RowCalls | Non
     for group in pieces(draws, copies):
         c = min(group.stop, draws) - group.start
         xr = x if c == 1 else x.repeat(c, *[1] * (x.dim() - 1))
-        out.append(logits_of(model, xr, None if calls is None else calls.pass_of(model, rows.repeat(c))).view(c, n, -1))
+        out.append(logits_of(model, xr, None if calls is None else calls.pass_of(model, rows if c == 1 else rows.repeat(c))).view(c, n, -1))
     return out[0] if len(out) == 1 else torch.cat(out)
