@@ -338,9 +338,12 @@ def validate(cfg: DictConfig) -> None:
 
 
 def _check_attack(name: str, params: DictConfig, *, on_metrics: bool) -> None:
-    """Build the attack once (cheap, no model): its own argument checks, and a `_target_` building no attack, up front."""
-    from advbench.quality.attacks.base import MetricAttack
-    from advbench.robustness.attacks.base import Attack
+    """Build the attack once (cheap, no model): its own argument checks, and a `_target_` building no attack, up front.
+    Only the half that runs is imported: a robustness run loads none of the quality half (tests/test_single_compose.py)."""
+    if on_metrics:
+        from advbench.quality.attacks.base import MetricAttack as kind
+    else:
+        from advbench.robustness.attacks.base import Attack as kind
 
     try:  # a module of one's own that raises or exits is one line of `construct`, named below
         built = construct(OmegaConf.to_container(params, resolve=True))
@@ -352,7 +355,7 @@ def _check_attack(name: str, params: DictConfig, *, on_metrics: bool) -> None:
         while root.__cause__ is not None:
             root = root.__cause__
         raise AdvbenchError(f"bad attack.params for '{name}': {_one_line(root)}") from None
-    if not isinstance(built, kind := MetricAttack if on_metrics else Attack):
+    if not isinstance(built, kind):
         raise AdvbenchError(f"attack '{name}': attack.params._target_ {params.get('_target_')} builds an "
                             f"object of type {type(built).__name__}, not an attack ({kind.__module__}.{kind.__name__})")
 

@@ -4,7 +4,7 @@ Below the command line options arrive as plain dicts (the command line alone rea
 configs), so this is how a data set, a model or an attack YAML becomes its object. A wrong
 class path or argument is the user's config, said in one line before anything is built. A class
 of one's own (an option file under `ADVBENCH_CONF` naming the user's module) that raises or calls
-`sys.exit` while its module is imported or it is built is one line too (`user_code.user_code_failed`),
+`sys.exit` while its module is imported or it is built is one line too (`errors.user_code_failed`),
 not a traceback or a run that ends without a word; advbench's own classes keep their tracebacks.
 """
 
@@ -15,8 +15,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from advbench.core.errors import AdvbenchError
-from advbench.core.user_code import user_code_failed
+from advbench.core.errors import AdvbenchError, user_code_failed
 
 
 def _own(path: str) -> bool:

@@ -52,6 +52,17 @@ def first_line(exc: BaseException) -> str:
     return next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
 
 
+def user_code_failed(named: str, doing: str, exc: BaseException) -> AdvbenchError:
+    """One line for an exception (or `sys.exit`) raised by the user's own code while advbench ran it."""
+    return AdvbenchError(f"{named}: {doing} failed: {failure_said(exc)}")
+
+
+def failure_said(exc: BaseException) -> str:
+    """What an exception of the user's code says in one line: `exited with status N` for `sys.exit`, which
+    would otherwise end the run without a word, else its type and first line."""
+    return f"exited with status {exc.code}" if isinstance(exc, SystemExit) else f"{type(exc).__name__}: {first_line(exc)}"
+
+
 DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM})
 """OSError numbers that say "this place cannot be written", not "advbench has a bug"."""
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from torch import nn
 
-from advbench.core.errors import AdvbenchError, first_line
+from advbench.core.errors import AdvbenchError, user_code_failed
 from advbench.core.keys import content_key, file_digest
 
 
@@ -52,17 +52,6 @@ def _import_file(path: Path, named: str) -> ModuleType:
         sys.modules.pop(name, None)
         raise user_code_failed(named, f"importing '{path}'", exc) from exc
     return module
-
-
-def user_code_failed(named: str, doing: str, exc: BaseException) -> AdvbenchError:
-    """One line for an exception (or `sys.exit`) raised by the user's own code while advbench ran it."""
-    return AdvbenchError(f"{named}: {doing} failed: {failure_said(exc)}")
-
-
-def failure_said(exc: BaseException) -> str:
-    """What an exception of the user's code says in one line: `exited with status N` for `sys.exit`, which
-    would otherwise end the run without a word, else its type and first line."""
-    return f"exited with status {exc.code}" if isinstance(exc, SystemExit) else f"{type(exc).__name__}: {first_line(exc)}"
 
 
 def _importable(folder: str) -> None:

@@ -6,7 +6,7 @@ scores NaN or infinite there. Such a row is no record, and a traceback (or a tab
 no answer: the cell stops with one line naming the metric, the row's image (its position in the
 cell's image set) and budget, and what went wrong, before the chunk is kept, so no part is written
 for the cell and a rerun computes it anew. A user's own metric is named as a user's model is
-(`advbench.core.user_code.user_code_failed`); a failure of advbench's own metrics is a bug and
+(`advbench.core.errors.user_code_failed`); a failure of advbench's own metrics is a bug and
 keeps its traceback.
 """
 
@@ -18,8 +18,7 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 
-from advbench.core.errors import AdvbenchError
-from advbench.core.user_code import user_code_failed
+from advbench.core.errors import AdvbenchError, user_code_failed
 from advbench.quality.attacks.base import NonFinite
 from advbench.quality.metrics.base import QualityMetric
 from advbench.quality.metrics.defended import DefendedMetric

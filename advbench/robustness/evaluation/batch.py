@@ -19,10 +19,9 @@ from typing import TypeVar
 
 import torch
 
-from advbench.core.errors import AdvbenchError
+from advbench.core.errors import AdvbenchError, user_code_failed
 from advbench.core.runtime import call_slices
 from advbench.core.steps import lp_norm
-from advbench.core.user_code import user_code_failed
 from advbench.robustness.attacks.base import Attack, AttackResult
 from advbench.robustness.attacks.draws import RowCalls
 from advbench.robustness.attacks.minimum_norm import goal_margin

@@ -25,10 +25,10 @@ import torch
 from torch import nn
 
 from advbench.core.digests import code_digest, module_digest
-from advbench.core.errors import AdvbenchError
+from advbench.core.errors import AdvbenchError, failure_said
 from advbench.core.fingerprint import behaviour_digest
 from advbench.core.keys import plain_value
-from advbench.core.user_code import build_user_module, failure_said, source_digest, split_target
+from advbench.core.user_code import build_user_module, source_digest, split_target
 from advbench.robustness.models import IMAGENET_MEAN, IMAGENET_STD, robustbench_zoo
 from advbench.robustness.models.base import Classifier
 from advbench.robustness.models.torchvision_nets import torchvision_net
