@@ -9,6 +9,7 @@ builds are used throughout (their scores are meaningless, only their mechanics a
 
 from __future__ import annotations
 
+import inspect
 import math
 import os
 import sys
@@ -26,6 +27,7 @@ from torch import nn
 
 from advbench.cli.metrics import build_metric, metric_config
 from advbench.core.errors import AdvbenchError
+from advbench.quality.metrics import pyiqa_backend
 from advbench.quality.metrics.base import QualityMetric
 from advbench.quality.metrics.common import PretrainedMetric, RandomWeightsWarning
 from advbench.quality.metrics.pyiqa_backend import MissingDependencyError
@@ -455,6 +457,12 @@ def test_pyiqa_wrapper_uses_local_weights_and_metadata(monkeypatch: pytest.Monke
 
     monkeypatch.setitem(sys.modules, "pyiqa", types.SimpleNamespace(create_metric=create_metric,
                                                                      list_models=lambda metric_mode: ["musiq"]))
+
+    def musiq_parameters(pretrained: bool = True, pretrained_model_path: str | None = None) -> None:
+        """The constructor options of pyiqa's MUSIQ that the backend reads; the fake package has no architectures."""
+
+    monkeypatch.setattr(pyiqa_backend, "architecture_parameters",
+                        lambda pyiqa, name: inspect.signature(musiq_parameters).parameters)
     state = _random_state(_FakeArch())
     path = tmp_path / "musiq.pth"
     torch.save({"params": state}, path)
