@@ -3,7 +3,8 @@
 A randomized model keyed per row (the defense wrappers) gets k passes as k stacked copies of the
 rows in one call: `RowCalls` gives the j-th copy of a row the j-th call index, so the means and the
 vote are those of k calls of their own (up to the rounding of a larger call). A model on torch's generator keeps one call a
-pass: it may draw once a call, which stacked copies would share.
+pass: it may draw once a call, which stacked copies would share. The stacking runs on CUDA only
+(`draws.STACKED_ON`); the tests here turn it on for the CPU.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from advbench.robustness.attacks import draws
 from advbench.robustness.attacks.draws import RowCalls
 from advbench.robustness.attacks.oracles import WhiteBoxOracle
 from advbench.robustness.attacks.votes import logits_of, vote
@@ -51,6 +53,11 @@ class BatchNoise(nn.Module):
 
 
 @pytest.fixture()
+def stacked_on_the_cpu(monkeypatch) -> None:
+    monkeypatch.setattr(draws, "STACKED_ON", ("cuda", "cpu"))
+
+
+@pytest.fixture()
 def rows(digits_tensors) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     _, _, x, y = digits_tensors
     return x[:N], y[:N], torch.arange(100, 100 + N)
@@ -70,7 +77,7 @@ def one_call_a_pass(model: nn.Module, x: torch.Tensor, y: torch.Tensor, ids: tor
     return logits_sum / PASSES, grad_sum / PASSES
 
 
-def test_keyed_eot_passes_go_in_one_call_and_average_the_same_draws(tiny_model, rows) -> None:
+def test_keyed_eot_passes_go_in_one_call_and_average_the_same_draws(tiny_model, rows, stacked_on_the_cpu) -> None:
     x, y, ids = rows
     model = RandomResizePad(Calls(tiny_model), rate=0.75, eot_samples=PASSES, seed=0).eval()
     want_logits, want_grad = one_call_a_pass(model, x, y, ids)
@@ -84,7 +91,7 @@ def test_keyed_eot_passes_go_in_one_call_and_average_the_same_draws(tiny_model, 
     assert torch.equal(oracle.calls.count, torch.full((N,), PASSES)), "each pass a call index"
 
 
-def test_passes_on_torchs_generator_keep_a_call_each(tiny_model, rows) -> None:
+def test_passes_on_torchs_generator_keep_a_call_each(tiny_model, rows, stacked_on_the_cpu) -> None:
     """Stacked, a draw once a call would be one draw for every pass: the EOT mean of one pass."""
     x, y, ids = rows
     model = BatchNoise(Calls(tiny_model)).eval()
@@ -92,7 +99,7 @@ def test_passes_on_torchs_generator_keep_a_call_each(tiny_model, rows) -> None:
     assert model.model.rows == [N] * PASSES
 
 
-def test_the_vote_stacks_keyed_passes_and_keeps_their_draws(tiny_model, rows) -> None:
+def test_the_vote_stacks_keyed_passes_and_keeps_their_draws(tiny_model, rows, stacked_on_the_cpu) -> None:
     x, y, ids = rows
     model = RandomResizePad(Calls(tiny_model), rate=0.75, eot_samples=PASSES, seed=0).eval()
     calls = RowCalls(ids)
@@ -119,3 +126,11 @@ def test_a_pass_on_torchs_generator_draws_as_manual_seed_without_formatting_stac
     monkeypatch.undo()
     torch.manual_seed(seed)
     assert torch.equal(torch.randn(3), got)
+
+
+def test_on_the_cpu_every_pass_is_a_call_of_its_own(tiny_model, rows) -> None:
+    x, y, ids = rows
+    model = RandomResizePad(Calls(tiny_model), rate=0.75, eot_samples=PASSES, seed=0).eval()
+    WhiteBoxOracle(model, N, calls=RowCalls(ids)).loss_grad(x, y, False, torch.arange(N))
+    vote(model, x, y, None, 3, calls=RowCalls(ids), rows=torch.arange(N))
+    assert model.model.rows == [N] * (PASSES + 3)

@@ -256,7 +256,7 @@ class WhiteBoxOracle(Oracle):
         rows, m = self._counted_rows(x, idx), x.shape[0]
         cap = grad_rows(len(self), x.device) if self.call_rows is None else min(self.call_rows, grad_rows(len(self), x.device))
         logits_sum = grad_sum = None
-        for group in pieces(passes, eot_copies(self._white, passes, m, cap)):
+        for group in pieces(passes, eot_copies(self._white, passes, m, cap, x.device)):
             copies = min(group.stop, passes) - group.start
             logits, grads = self._passes(x, objectives, rows, copies)
             for p in range(copies):  # summed pass by pass, as separate calls would be
@@ -277,7 +277,7 @@ class WhiteBoxOracle(Oracle):
                 raise ValueError(f"objectives must return (m, k) values for m = {m} rows, got {tuple(values.shape)}")
             k = values.shape[1]
             self._grad_evals.index_add_(0, rows, torch.full_like(rows, copies * k))
-            grads = [torch.autograd.grad(values[:, j].sum(), xr, retain_graph=j < k - 1, allow_unused=True)[0]
+            grads = [torch.autograd.grad((values[:, j] if k > 1 else values).sum(), xr, retain_graph=j < k - 1, allow_unused=True)[0]
                      if values.requires_grad else None for j in range(k)]
         grads = [torch.zeros_like(xr) if g is None else g for g in grads]  # no path to the input: what a naive attacker gets
         return logits.detach(), grads[0][:, None] if k == 1 else torch.stack(grads, dim=1)
