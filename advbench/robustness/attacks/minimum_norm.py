@@ -26,12 +26,12 @@ from advbench.robustness.attacks.base import Attack, AttackResult, Cost
 from advbench.robustness.attacks.oracles import Objective, Oracle, TransferOracle
 
 CPU_GRAD_ELEMENTS = 1 << 18
-"""On the CPU, the most input elements one of DeepFool's candidate backwards takes (85 CIFAR-size
-rows, 4,096 digits). A backward holds the model's activations for every row, and they grow with
-the input (ResNet-56: ~5 MB a CIFAR-size row): under `grad_rows` alone, a batch of 64 went
-through 198-row backwards and peaked at 1.65 GB resident, 1.55× Foolbox's DeepFool (one backward
-of the batch per candidate); under this cap 0.97 GB (scripts/bench_probes.py --peer). The cost
-per row does not rise at a few dozen rows, and the results stay one backward's (`_step`)."""
+"""On the CPU, the most input elements one forward of DeepFool's and FAB's class gradients takes
+(85 CIFAR-size rows, 4,096 digits; each of its backwards the same rows). A backward holds the
+model's activations for every row, and they grow with the input (ResNet-56: ~5 MB a CIFAR-size
+row): when each sample went through once per candidate, under `grad_rows` alone a batch of 64
+went through 198-row backwards and peaked at 1.65 GB resident, 1.55× Foolbox's DeepFool; under
+this cap 0.97 GB (scripts/bench_probes.py --peer). The cost per row does not rise at a few dozen rows."""
 
 
 def max_other(logits: torch.Tensor, cls: torch.Tensor) -> torch.Tensor:
@@ -111,7 +111,7 @@ class DeepFool(Attack):
     """DeepFool (Moosavi-Dezfooli et al.): step to the nearest linearised decision boundary.
 
     Per iteration and sample, every candidate class k gets f_k = Z_k − Z_y and its gradient w_k, one gradient evaluation each
-    (batched backwards over the samples replicated once per candidate, in memory-bounded groups of whole samples: `_step`);
+    (one forward of the samples and one backward of it per candidate, in memory-bounded groups of whole samples: `boundary_gradients`);
     the step goes to the closest linearised boundary, |f_k|/‖w_k‖_dual away, along the norm's steepest direction. Steps
     accumulate and are overshot by (1 + overshoot), as in the original. Candidates are the `candidates` most likely classes
     at the clean input, label excluded. Targeted: the one candidate is the target and f = Z_t − max_{j≠t} Z_j.
@@ -204,8 +204,8 @@ def boundary_gradients(oracle: Oracle, xa: torch.Tensor, y: torch.Tensor, classe
 
 
 def _backward_rows(batch: int, xa: torch.Tensor) -> int:
-    """The most rows one of DeepFool's backwards takes: `grad_rows`, on the CPU at most `CPU_GRAD_ELEMENTS`
-    input elements too (on CUDA `grad_rows` is what `batch_size=auto` found to fit the device)."""
+    """The most samples one forward of `boundary_gradients` takes: `grad_rows`, on the CPU at most
+    `CPU_GRAD_ELEMENTS` input elements too (on CUDA `grad_rows` is what `batch_size=auto` found to fit)."""
     rows = grad_rows(batch, xa.device)
     return rows if xa.device.type == "cuda" else min(rows, max(1, CPU_GRAD_ELEMENTS // max(1, xa[0].numel())))
 
