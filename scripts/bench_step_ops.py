@@ -7,6 +7,10 @@ both are counted here without one, by intercepting every ATen call (`TorchDispat
 advbench's PGD through its white-box oracle, torchattacks' PGD and the bare forward+backward to
 the input (the limit), at two step counts at a budget no sample breaks at, so the difference over
 the extra steps is the cost of one iteration, and what the limit does per pass is subtracted.
+A sync is named by its operation: `nonzero` waits for everything queued on the device;
+`_local_scalar_dense` is a read of a scalar, which advbench's PGD makes of the count of unbroken
+rows that on CUDA it has copied to pinned host memory behind the verdict (`gradient._Screen`), so
+there the host waits for the verdict alone, not for the backward queued after it.
 
     python scripts/bench_step_ops.py
 """
@@ -32,7 +36,8 @@ from advbench.robustness.models import build_model
 
 SYNCS = {"aten::nonzero", "aten::_local_scalar_dense", "aten::is_nonzero", "aten::masked_select"}
 VIEWS = {"aten::view", "aten::_unsafe_view", "aten::reshape", "aten::detach", "aten::alias", "aten::expand",
-         "aten::t", "aten::unsqueeze", "aten::squeeze", "aten::slice", "aten::select", "aten::as_strided"}
+         "aten::t", "aten::unsqueeze", "aten::squeeze", "aten::slice", "aten::select", "aten::as_strided",
+         "aten::split", "aten::split_with_sizes", "aten::unbind"}
 
 
 class Ops(TorchDispatchMode):
@@ -42,12 +47,15 @@ class Ops(TorchDispatchMode):
         super().__init__()
         self.ops: Counter[str] = Counter()
         self.syncs = 0
+        self.sync_names: Counter[str] = Counter()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
         name = func._schema.name
         masked = name in ("aten::index", "aten::index_put_") and any(
             i is not None and i.dtype == torch.bool for i in args[1])
-        self.syncs += name in SYNCS or masked
+        if name in SYNCS or masked:
+            self.syncs += 1
+            self.sync_names[name] += 1
         if name not in VIEWS:
             self.ops[name] += 1
         return func(*args, **(kwargs or {}))
@@ -59,12 +67,14 @@ def counted(fn: Callable[[], Any]) -> Ops:
     return ops
 
 
-def per_iteration(make: Callable[[int], Callable[[], Any]], low: int, high: int) -> tuple[float, float, Counter[str]]:
-    """Operations, syncs and operations by name per iteration: the difference between two step counts."""
+def per_iteration(make: Callable[[int], Callable[[], Any]], low: int,
+                  high: int) -> tuple[float, float, Counter[str], dict[str, float]]:
+    """Operations, syncs, operations by name and syncs by name per iteration: the difference between two step counts."""
     a, b = counted(make(low)), counted(make(high))
     steps = high - low
     by_name = Counter({k: (b.ops[k] - a.ops[k]) / steps for k in b.ops if b.ops[k] != a.ops[k]})
-    return (sum(b.ops.values()) - sum(a.ops.values())) / steps, (b.syncs - a.syncs) / steps, by_name
+    syncs = {k: (b.sync_names[k] - a.sync_names[k]) / steps for k in b.sync_names if b.sync_names[k] != a.sync_names[k]}
+    return (sum(b.ops.values()) - sum(a.ops.values())) / steps, (b.syncs - a.syncs) / steps, by_name, syncs
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
@@ -85,11 +95,11 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     rows = {name: per_iteration(make, args.low, args.high) for name, make in sides.items()}
     limit = rows["forward+backward"][2]
     out = {}
-    for name, (ops, syncs, by_name) in rows.items():
+    for name, (ops, syncs, by_name, sync_names) in rows.items():
         outside = {k: v - limit.get(k, 0) for k, v in by_name.items() if v != limit.get(k, 0)}
-        out[name] = {"ops_per_iteration": ops, "syncs_per_iteration": syncs,
+        out[name] = {"ops_per_iteration": ops, "syncs_per_iteration": syncs, "syncs_by_name": sync_names,
                      "ops_outside_the_model": sum(outside.values()), "outside_by_name": outside}
-        print(f"{name:18s} {ops:6.1f} ops/iter  {syncs:3.1f} syncs/iter  "
+        print(f"{name:18s} {ops:6.1f} ops/iter  {syncs:3.1f} syncs/iter {sync_names or ''}  "
               f"{sum(outside.values()):5.1f} ops/iter beyond one forward+backward")
     return out
 

@@ -28,7 +28,9 @@ class IterativeGradientAttack(Attack):
     the first iterate that fools the target, so the strength (iterations on the substitute)
     curve still comes from one run. `early_stop = False` checks only the last iterate. A
     sample stops on the oracle's `verdict`; on a randomized model it is dated but runs on
-    (`Oracle.stops_on_hit`).
+    (`Oracle.stops_on_hit`). On a deterministic white-box target the verdict on an iterate runs
+    inside its gradient call, before the backward, and broken samples leave after the step, only on
+    iterations where one broke (`_Screen`): on a GPU the host waits for the verdict, not the device.
     Subclasses hook in through `_gradient` (where the gradient is taken) and `_direction`.
     """
 
@@ -58,11 +60,23 @@ class IterativeGradientAttack(Attack):
             x_adv = x.clone()
         first = torch.full((x.shape[0],), -1, dtype=torch.long, device=x.device)
         a = _Active.of(x_adv, first, x, y, target, sample_id, self.rel_stepsize * eps, eps, self.decay is not None)
-
+        screened = self._screens(oracle)
         for t in range(self.steps + 1):
-            logits = grad = None
+            logits = grad = screen = None
             if t < self.steps and not isinstance(oracle, TransferOracle):  # one pass: verdict and step
-                logits, grad = self._gradient(oracle, a.x_adv, a.labels, targeted, a.rows, a.sample_id, t)
+                if screened:
+                    screen = _Screen(oracle, a, t)
+                    logits, grad = oracle.loss_grad(a.x_adv, a.labels, targeted, a.rows, screen=screen)
+                else:
+                    logits, grad = self._gradient(oracle, a.x_adv, a.labels, targeted, a.rows, a.sample_id, t)
+            if screen is not None and screen.hit is not None:  # judged inside the call: step, then drop
+                before = a.x_adv
+                self._step(a, grad, norm, oracle.bounds)  # queued before the wait, broken rows too
+                if screen.broke():
+                    a = a.dropping(screen.unbroken.nonzero().squeeze(1), before, x_adv, first)
+                    if a.rows.numel() == 0:
+                        break
+                continue
             if self.early_stop or t == self.steps:
                 undated = a.first < 0
                 hit = oracle.verdict(a.x_adv, a.y, a.target, a.rows, logits, undated=undated)
@@ -79,10 +93,21 @@ class IterativeGradientAttack(Attack):
                         break
             if grad is None:
                 _, grad = self._gradient(oracle, a.x_adv, a.labels, targeted, a.rows, a.sample_id, t)
-            direction, a.momentum = self._direction(grad, a.momentum, norm)
-            a.x_adv = ascend(a.x_adv, a.x, direction, a.alpha, a.eps, norm, oracle.bounds)
+            self._step(a, grad, norm, oracle.bounds)
         a.write(x_adv, first)
         return AttackResult(x_adv=x_adv, success=first >= 0, first_success=first)
+
+    def _screens(self, oracle: WhiteBoxOracle) -> bool:
+        """Whether the verdict on an iterate runs inside its gradient call, between the forward and
+        the backward (`_Screen`): early stopping on a deterministic white-box target, and this
+        class's own `_gradient` (DIM's and TI's forward another input than the iterate)."""
+        return (self.early_stop and oracle.stops_on_hit and not isinstance(oracle, TransferOracle)
+                and type(self)._gradient is IterativeGradientAttack._gradient)
+
+    def _step(self, a: _Active, grad: torch.Tensor, norm: str, bounds: tuple[float, float]) -> None:
+        """Every row of `a` one projected step along `grad` (and its momentum)."""
+        direction, a.momentum = self._direction(grad, a.momentum, norm)
+        a.x_adv = ascend(a.x_adv, a.x, direction, a.alpha, a.eps, norm, bounds)
 
     def _gradient(self, oracle: WhiteBoxOracle, x: torch.Tensor, labels: torch.Tensor, targeted: bool,
                   idx: torch.Tensor, sample_id: torch.Tensor, t: int) -> tuple[torch.Tensor | None, torch.Tensor]:
@@ -141,6 +166,48 @@ class _Active:
     def write(self, x_adv: torch.Tensor, first: torch.Tensor) -> None:
         x_adv[self.rows] = self.x_adv
         first[self.rows] = self.first
+
+    def dropping(self, keep: torch.Tensor, before: torch.Tensor, x_adv: torch.Tensor, first: torch.Tensor) -> _Active:
+        """Rows `keep` of this set, every row's iterate from before its step (`before`) written out
+        first: the broken rows' results, as if the set had shrunk before the step."""
+        stepped, self.x_adv = self.x_adv, before
+        self.write(x_adv, first)
+        self.x_adv = stepped
+        return self.take(keep)
+
+
+class _Screen:
+    """The verdict on a gradient call's iterates, from the logits its forward hands over before the
+    backward is launched (`WhiteBoxOracle.value_and_grads`): it dates first successes and starts the
+    count of rows left unbroken towards the host. On CUDA the count travels through pinned memory
+    without waiting, so `broke`, read once the step is queued, waits for the verdict alone while the
+    device runs the backward and the step; only an iteration where a sample broke then waits for the
+    device, to drop it (before, every iteration drained the device's queue to size the active set).
+    `hit` stays None where the call judged nothing (several EOT passes, rows served from memory)."""
+
+    def __init__(self, oracle: WhiteBoxOracle, a: _Active, t: int) -> None:
+        self.oracle, self.a, self.t = oracle, a, t
+        self.hit: torch.Tensor | None = None
+        self.unbroken = self.left = self.ready = None
+
+    def __call__(self, logits: torch.Tensor) -> None:
+        a = self.a
+        self.hit = self.oracle.verdict(a.x_adv, a.y, a.target, a.rows, logits)
+        a.first.masked_fill_(self.hit, self.t)  # every row is undated: a screened set drops a row at its first hit
+        self.unbroken = ~self.hit
+        left = self.unbroken.sum()
+        if left.is_cuda:
+            self.left = torch.empty((), dtype=left.dtype, pin_memory=True).copy_(left, non_blocking=True)
+            self.ready = torch.cuda.Event()
+            self.ready.record()
+        else:
+            self.left = left
+
+    def broke(self) -> bool:
+        """Whether a row broke at this iterate (the host waits for the verdict, not for the backward)."""
+        if self.ready is not None:
+            self.ready.synchronize()
+        return int(self.left) < self.unbroken.shape[0]
 
 
 class FGSM(IterativeGradientAttack):

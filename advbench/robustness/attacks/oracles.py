@@ -43,6 +43,7 @@ from advbench.robustness.attacks.votes import logits_of, vote
 from advbench.robustness.threat import goal_met
 
 Objective = Callable[[torch.Tensor], torch.Tensor]
+Screen = Callable[[torch.Tensor], None]
 
 
 def _device(model: nn.Module) -> torch.device:
@@ -229,49 +230,50 @@ class WhiteBoxOracle(Oracle):
         self._count(self._queries, x, idx)
         return self._in_calls(self._white, x, idx)
 
-    def value_and_grad(self, x: torch.Tensor, objective: Objective,
-                       idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def value_and_grad(self, x: torch.Tensor, objective: Objective, idx: torch.Tensor,
+                       screen: Screen | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Logits at x and d(Σ objective(logits))/dx (+1 grad_eval per row and pass).
 
         `objective` maps logits (m, K) to per-sample losses (m,); summing keeps each sample's
         gradient its own (models are in eval mode, so samples do not interact). A randomized
-        model's `eot_samples` > 1 makes it an EOT mean over that many passes (`value_and_grads`).
-        A model with no autograd path from its output to x (a codec without BPDA) gets a zero
-        gradient, as the masked-gradient flags count it: its masking shows in the records.
-        """
+        model's `eot_samples` > 1 makes it an EOT mean over that many passes (`value_and_grads`, as
+        `screen`). A model with no autograd path from its output to x (a codec without BPDA) gets a
+        zero gradient, as the masked-gradient flags count it: its masking shows in the records."""
         def column(z: torch.Tensor) -> torch.Tensor:
             if (value := objective(z)).shape != (z.shape[0],):
                 raise ValueError(f"objective must return one loss per sample, shape ({z.shape[0]},), got {tuple(value.shape)}")
             return value[:, None]
-        logits, grads = self.value_and_grads(x, column, idx)
+        logits, grads = self.value_and_grads(x, column, idx, screen)
         return logits, grads[:, 0]
 
-    def value_and_grads(self, x: torch.Tensor, objectives: Objective,
-                        idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def value_and_grads(self, x: torch.Tensor, objectives: Objective, idx: torch.Tensor,
+                        screen: Screen | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Logits at x (m, K) and the input gradients (m, k, ...) of the k columns of objectives(logits):
         one forward a pass, one backward of it a column (FAB's class gradients), +k grad_evals a row and pass.
         EOT passes go through the model as stacked copies of x, `eot_copies` a call, averaged in pass
-        order: the mean of the same passes, each drawing what it drew in a call of its own."""
+        order: the mean of the same passes, each drawing what it drew in a call of its own. A single
+        pass hands its logits to `screen` before its backward is launched (an attack's verdict then
+        runs while the device still has the backward to do); several passes do not call it."""
         passes = self.eot_passes or int(getattr(self._white, "eot_samples", 1))
         rows, m = self._counted_rows(x, idx), x.shape[0]
         cap = grad_rows(len(self), x.device) if self.call_rows is None else min(self.call_rows, grad_rows(len(self), x.device))
         logits_sum = grad_sum = None
         for group in pieces(passes, eot_copies(self._white, passes, m, cap, x.device)):
             copies = min(group.stop, passes) - group.start
-            logits, grads = self._passes(x, objectives, rows, copies)
-            for p in range(copies):  # summed pass by pass, as separate calls would be
-                at = slice(p * m, (p + 1) * m)
-                logits_sum = logits[at] if logits_sum is None else logits_sum + logits[at]
-                grad_sum = grads[at] if grad_sum is None else grad_sum + grads[at]
+            logits, grads = self._passes(x, objectives, rows, copies, screen if passes == 1 else None)
+            for lg, gr in zip(logits.split(m), grads.split(m)):  # summed pass by pass, as separate calls would be
+                logits_sum, grad_sum = (lg, gr) if logits_sum is None else (logits_sum + lg, grad_sum + gr)
         return (logits_sum, grad_sum) if passes == 1 else (logits_sum / passes, grad_sum / passes)  # 1: no pass over it
 
-    def _passes(self, x: torch.Tensor, objectives: Objective, rows: torch.Tensor,
-                copies: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _passes(self, x: torch.Tensor, objectives: Objective, rows: torch.Tensor, copies: int,
+                screen: Screen | None) -> tuple[torch.Tensor, torch.Tensor]:
         """`copies` passes at x in one call: logits (copies·m, K) and gradients (copies·m, k, ...)."""
         m = x.shape[0]
         xr = (x if copies == 1 else x.repeat(copies, *[1] * (x.dim() - 1))).detach().requires_grad_(True)
         with self.calls.pass_of(self._white, rows if copies == 1 else rows.repeat(copies)), torch.enable_grad():
             logits = forward(self._white, xr)
+            if screen is not None:
+                screen(logits.detach())
             values = torch.cat([objectives(z) for z in logits.split(m)]) if copies > 1 else objectives(logits)
             if values.dim() != 2 or values.shape[0] != copies * m:
                 raise ValueError(f"objectives must return (m, k) values for m = {m} rows, got {tuple(values.shape)}")
@@ -282,13 +284,11 @@ class WhiteBoxOracle(Oracle):
         grads = [torch.zeros_like(xr) if g is None else g for g in grads]  # no path to the input: what a naive attacker gets
         return logits.detach(), grads[0][:, None] if k == 1 else torch.stack(grads, dim=1)
 
-    def loss_grad(self, x: torch.Tensor, labels: torch.Tensor, targeted: bool,
-                  idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Gradient of the attacker's cross-entropy objective, to be ascended.
-
-        Untargeted: CE(logits, y). Targeted: −CE(logits, target), so ascending moves towards
-        the target class.
-        """
+    def loss_grad(self, x: torch.Tensor, labels: torch.Tensor, targeted: bool, idx: torch.Tensor,
+                  screen: Screen | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Gradient of the attacker's cross-entropy objective, to be ascended: untargeted CE(logits, y),
+        targeted −CE(logits, target). `screen` as `value_and_grads`'s, on a call of one piece and pass
+        whose rows are not served from memory (else not called)."""
         if self.call_rows is not None and x.shape[0] > self.call_rows:  # a pooled attack's call: in pieces
             parts = [self.loss_grad(x[s], labels[s], targeted, idx[s]) for s in call_slices(x.shape[0], self.call_rows)]
             return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
@@ -300,14 +300,13 @@ class WhiteBoxOracle(Oracle):
             return lambda z: F.cross_entropy(z, wanted, reduction="none")
 
         if self._memo is None:
-            return self.value_and_grad(x, loss(None), idx)
+            return self.value_and_grad(x, loss(None), idx, screen)
         rows = self._batch_rows(idx)
         clean = self._memo.at_clean(x, rows)
-        # One host sync where no row is at its clean input (every call of an iteration past its
-        # start), three where some are (those, the misses, the clean ones among them): on a GPU a
-        # boolean-mask gather would wait for the device once per tensor gathered.
+        # One host sync where no row is at its clean input (every call of an iteration past its start),
+        # three where some are (those, the misses, the clean ones among them): not one a tensor gathered.
         if not bool(clean.any()):
-            return self.value_and_grad(x, loss(None), idx)
+            return self.value_and_grad(x, loss(None), idx, screen)
         hit = self._memo.stored(clean, rows, labels, targeted)
         miss = (~hit).nonzero().squeeze(1)
         if miss.numel() == x.shape[0]:
