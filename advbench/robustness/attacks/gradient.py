@@ -199,7 +199,7 @@ class _Screen:
         if left.is_cuda:
             self.left = torch.empty((), dtype=left.dtype, pin_memory=True).copy_(left, non_blocking=True)
             self.ready = torch.cuda.Event()
-            self.ready.record()
+            self.ready.record(torch.cuda.current_stream(left.device))  # the rows' device, whichever is current
         else:
             self.left = left
 
