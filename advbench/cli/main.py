@@ -193,7 +193,9 @@ def report(records: tuple[Path, ...], out_dir: Path) -> None:
     beating the iterative white-box ones, accuracy not falling to 0 or rising with the budget,
     masked or random gradients, probabilities instead of logits, ...), each with its evidence,
     what to do and its source. Prints one verdict line per model row and threat: the number, and
-    whether a sign says it may be too optimistic. Writes report.json and report.html; see docs/report.md.
+    whether a sign says it may be too optimistic. Corruption records (threat=corruptions) among them
+    add each row's mean accuracy over corruptions × severities beside its verdicts, with no verdict.
+    Writes report.json and report.html; see docs/report.md.
 
     \b
     advbench report advbench-out/defenses/records --out advbench-out/report
@@ -201,12 +203,12 @@ def report(records: tuple[Path, ...], out_dir: Path) -> None:
     import json
 
     from advbench.core.paths import writable_folder
-    from advbench.core.records import read_kind
+    from advbench.core.records import read_kinds
     from advbench.robustness.audit import REPORT_JSON, write_report
     from advbench.robustness.audit.card import verdict_lines
 
-    frame = read_kind(records, kinds=("benchmark",))[1]
-    written = write_report(frame, writable_folder(out_dir, "--out"), records)
+    frames = read_kinds(records, kinds=("benchmark",), together=("benchmark", "corruption"))
+    written = write_report(frames["benchmark"], writable_folder(out_dir, "--out"), records, frames.get("corruption"))
     card = json.loads(next(p for p in written if p.name == REPORT_JSON).read_text(encoding="utf-8"))
     for line in verdict_lines(card):
         click.echo(line)

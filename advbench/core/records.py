@@ -137,6 +137,14 @@ def read_kind(paths: Iterable[Path | str], kinds: Collection[str] | None = None,
     records). A foreign parquet, a part lacking a column its readers need, a text column
     where numbers belong and a mix of kinds are one-line errors naming the file or folders.
     """
+    (name, frame), = read_kinds(paths, kinds, skip, together=()).items()
+    return KINDS_BY_NAME[name], frame
+
+
+def read_kinds(paths: Iterable[Path | str], kinds: Collection[str] | None = None, skip: Collection[str] = (),
+               together: Collection[str] = ()) -> dict[str, pd.DataFrame]:
+    """The parts under `paths` per kind, checked as `read_kind` does; kinds in `together` may share the
+    folders (`advbench report` reads corruption records beside benchmark ones), any other mix is refused."""
     paths = list(paths)
     where = ", ".join(f"'{p}'" for p in paths)
     files = part_files(paths)
@@ -156,12 +164,10 @@ def read_kind(paths: Iterable[Path | str], kinds: Collection[str] | None = None,
     if kinds is not None and not found.keys() & set(kinds):
         expected = " or ".join(KINDS_BY_NAME[k].label for k in kinds)
         raise AdvbenchError(f"expected {expected} in {where}, found {_describe(found)}")
-    if len(found) > 1:
+    if len(found) > 1 and not found.keys() <= set(together):
         raise AdvbenchError(f"{where} mixes record kinds, pass one folder per kind: {_describe(found)}")
-    (name, parts), = found.items()
-    kind = KINDS_BY_NAME[name]
-    frames = [_read_part(f, kind) for f in parts]
-    return kind, pd.concat(frames, ignore_index=True)
+    return {name: pd.concat([_read_part(f, KINDS_BY_NAME[name]) for f in parts], ignore_index=True)
+            for name, parts in found.items()}
 
 
 def _schema(path: Path) -> pa.Schema:

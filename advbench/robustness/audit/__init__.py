@@ -22,10 +22,12 @@ from advbench.robustness.audit.html import page
 REPORT_JSON, REPORT_HTML = "report.json", "report.html"
 
 
-def write_report(frame: pd.DataFrame, out_dir: Path, sources: Sequence[str] = ()) -> list[Path]:
-    """Audit the benchmark records in `frame` and write report.json and report.html into `out_dir`."""
+def write_report(frame: pd.DataFrame, out_dir: Path, sources: Sequence[str] = (),
+                 corruptions: pd.DataFrame | None = None) -> list[Path]:
+    """Audit the benchmark records in `frame` and write report.json and report.html into `out_dir`, each
+    model row with its common-corruptions aggregate where `corruptions` (corruption records) hold it."""
     models = audit(frame)
-    report = card(models, [str(s) for s in sources])
+    report = card(models, [str(s) for s in sources], corruptions)
     figures = {m.row: [curves_figure(m.row, t) for t in m.threats] for m in models}
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -19,12 +19,13 @@ import pandas as pd
 
 from advbench.core.version import __version__
 from advbench.robustness.audit.audit import ModelAudit, ThreatAudit
+from advbench.robustness.audit.corruption import corruption_entries, model_key
 from advbench.robustness.audit.groups import AttackCell
 from advbench.robustness.audit.optimality import area_limit
 from advbench.robustness.audit.signs import FAILURE, REMEDIED, WEAK, Sign
 from advbench.robustness.audit.worst_case import measure, robust_accuracy, setter_counts
 
-FORMAT = 2
+FORMAT = 3
 """The version of report.json's layout."""
 
 
@@ -126,10 +127,11 @@ def sign_entry(sign: Any) -> dict[str, Any]:
     return out
 
 
-def model_entry(model: ModelAudit) -> dict[str, Any]:
+def model_entry(model: ModelAudit, corruption: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The row's card; `corruption`: its common-corruptions aggregate, shown beside the verdicts (no verdict)."""
     r = model.records
     levels = [s.level for s in model.signs]
-    return {"row": model.row, "verdicts": model.verdicts(), "failures": levels.count(FAILURE),
+    return {"row": model.row, "verdicts": model.verdicts(), "corruption": corruption, "failures": levels.count(FAILURE),
             "weak_attacks": levels.count(WEAK), "remedied": levels.count(REMEDIED), "identity": identity(model),
             "data": {"dataset": _one(r, "dataset"), "n_samples": int(r["sample_id"].nunique())},
             "environment": environment(r), "threats": [threat_entry(t) for t in model.threats],
@@ -156,11 +158,17 @@ def leaderboard(models: list[ModelAudit]) -> dict[str, list[dict[str, Any]]]:
 
 
 def verdict_lines(report: dict[str, Any]) -> list[str]:
-    """Every model row's verdict lines in the card's order, one per threat, as `advbench report` prints them."""
-    return [line for model in report["models"] for line in model["verdicts"]]
+    """Every model row's verdict lines in the card's order, one per threat, then its corruption number where
+    it has one, as `advbench report` prints them."""
+    return [line for model in report["models"] for line in
+            [*model["verdicts"], *([f"{model['row']} · {model['corruption']['line']}"] if model["corruption"] else [])]]
 
 
-def card(models: list[ModelAudit], sources: list[str]) -> dict[str, Any]:
-    """The report as one JSON-ready dict: its origin, the leaderboard, then each model."""
+def card(models: list[ModelAudit], sources: list[str], corruption_records: pd.DataFrame | None = None) -> dict[str, Any]:
+    """The report as one JSON-ready dict: its origin, the leaderboard, each model (with its corruption
+    aggregate where `corruption_records` hold the same model), then every corruption aggregate found."""
+    found = corruption_entries(corruption_records)
     return {"format": FORMAT, "reported_by": f"advbench {__version__}", "records": sources,
-            "leaderboard": leaderboard(models), "models": [model_entry(m) for m in models]}
+            "leaderboard": leaderboard(models),
+            "models": [model_entry(m, found.get(model_key(m.threats[0].group.model))) for m in models],
+            "corruptions": list(found.values())}

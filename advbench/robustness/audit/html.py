@@ -22,7 +22,7 @@ table{border-collapse:collapse;margin:.6em 0;font-size:.9em}th,td{border:1px sol
 text-align:left;vertical-align:top}th{background:#f3f3f3}td.num{text-align:right;font-variant-numeric:tabular-nums}
 .verdict{padding:.5em .8em;border-radius:4px;margin:.4em 0}.fail{background:#fde8e8;border-left:5px solid #c62828}
 .ok{background:#e8f5e9;border-left:5px solid #2e7d32}.weak{background:#e3f2fd;border-left:5px solid #1565c0}
-.remedied{background:#fff8e1;border-left:5px solid #f9a825}
+.remedied{background:#fff8e1;border-left:5px solid #f9a825}.measured{background:#f3f3f3;border-left:5px solid #757575}
 .sign{margin:.6em 0;padding:.5em .8em;border-radius:4px}pre{background:#f6f6f6;padding:.6em;overflow-x:auto;
 font-size:.8em}img{max-width:100%;height:auto}code{font-size:.9em}
 """
@@ -70,8 +70,24 @@ def _verdict_class(model: dict[str, Any], threat: dict[str, Any]) -> str:
 def _verdicts(model: dict[str, Any], linked: bool) -> str:
     """One coloured line per threat (the row's name linking to its section in the summary)."""
     name = (f'<a href="#{_slug(model["row"])}"><b>{escape(model["row"])}</b></a> · ' if linked else "")
-    return "".join(f'<div class="verdict {_verdict_class(model, t)}">{name}{escape(t["verdict"])}</div>'
-                   for t in model["threats"])
+    lines = "".join(f'<div class="verdict {_verdict_class(model, t)}">{name}{escape(t["verdict"])}</div>'
+                    for t in model["threats"])
+    corruption = model.get("corruption")
+    return lines + (f'<div class="verdict measured">{name}{escape(corruption["line"])}</div>' if corruption else "")
+
+
+def corruption_board(entries: list[dict[str, Any]]) -> str:
+    """Every model's common-corruptions aggregate, as measured (no attack, so no verdict), and per corruption."""
+    if not entries:
+        return ""
+    names = sorted({c for e in entries for c in e["corruptions"]})
+    rows = [(e["dataset"], e["row"], _pct(e["clean_accuracy"]), _pct(e["mean_accuracy"]),
+             *(_pct(e["corruptions"].get(c)) for c in names)) for e in entries]
+    return ("<h2>Common corruptions</h2><p>Accuracy on corrupted copies of the clean inputs (<code>threat=corruptions"
+            "</code>): per corruption the mean over severities 1–5, and their mean, RobustBench's common-corruptions "
+            "number. No attack runs, so these are measured numbers with no verdict.</p>"
+            + table(["data set", "model row", "clean accuracy", "mean over corruptions × severities", *names], rows,
+                    numeric=tuple(range(2, 4 + len(names)))))
 
 
 def _measure(threat: dict[str, Any]) -> str:
@@ -110,7 +126,7 @@ def summary(report: dict[str, Any]) -> str:
              "budget (the worst case over every attack run on them), most robust first; rows with a sign that "
              "the number may be too optimistic are listed apart, unranked.</p>"]
     parts += [_board(threat, rows) for threat, rows in report["leaderboard"].items()]
-    return "".join(parts)
+    return "".join(parts) + corruption_board(report.get("corruptions", []))
 
 
 def _threat_section(threat: dict[str, Any], figure: str) -> str:
