@@ -132,7 +132,7 @@ def test_one_network_is_one_row_name_from_the_api_and_the_command_line(tmp_path:
 
 def test_a_defense_that_adds_something_stays_in_the_row_name() -> None:
     from advbench.robustness.models.given import AS_GIVEN
-    from advbench.robustness.report.shards import PLAIN, row_name
+    from advbench.robustness.naming import PLAIN, row_name
 
     assert AS_GIVEN in PLAIN
     assert [row_name("mine", d) for d in ("natural", "none", "pgd_at", "jpeg")] == \

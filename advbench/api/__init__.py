@@ -48,6 +48,7 @@ from advbench.robustness.models.given import (
     refuse_inapplicable,
 )
 from advbench.robustness.models.user_models import check_forward, check_randomized, check_randomness, mark_randomized
+from advbench.robustness.report.cell_report import report_cell
 from advbench.robustness.report.table3 import summary_table, with_categories
 from advbench.robustness.specs import AttackSpec, CellSpec
 from advbench.robustness.threat import CORRUPTION
@@ -244,9 +245,10 @@ def _evaluate_config(cfg: Any, subject: _Subject, held: TensorData | None, attac
                    wrapper)
     if spec.threat.norm == CORRUPTION:
         return read_kind(run_corruptions(spec, dataclasses.replace(given, kept=subject.kept)), kinds=("corruption",))[1]
-    part = run_cell(spec, dataclasses.replace(given, kept=subject.kept))
-    if part is None:  # only a sweep skips a cell, and these run one at a time
+    run = run_cell(spec, dataclasses.replace(given, kept=subject.kept))
+    if run is None:  # only a sweep skips a cell, and these run one at a time
         raise AdvbenchError("the cell was skipped")
+    part = report_cell(run, spec.settings.gate, in_sweep=spec.settings.in_sweep)
     return read_kind([part], kinds=("benchmark",))[1]
 
 

@@ -202,10 +202,13 @@ def run_main(cfg: DictConfig) -> Path | list[Path] | None:
     `threat=corruptions` one cell per corruption, where an attack's options given are refused."""
     from advbench.robustness.evaluation.cell import run_cell  # imports torch
     from advbench.robustness.evaluation.corruption_cell import run_corruptions
+    from advbench.robustness.report.cell_report import report_cell
     from advbench.robustness.threat import CORRUPTION
 
     if cfg.threat.norm != CORRUPTION:
-        return run_cell(cell_spec(cfg))
+        spec = cell_spec(cfg)
+        run = run_cell(spec)
+        return None if run is None else report_cell(run, spec.settings.gate, in_sweep=spec.settings.in_sweep)
     job = _hydra_job()
     typed = OmegaConf.to_container(job.overrides.task) if job is not None else []
     refuse_attack_options(typed)

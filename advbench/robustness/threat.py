@@ -8,9 +8,9 @@ from dataclasses import dataclass
 import torch
 
 from advbench.core.errors import AdvbenchError
+from advbench.robustness.naming import GOALS
 
 NORMS = ("linf", "l2")
-GOALS = ("untargeted", "targeted")
 KNOWLEDGE = ("white", "transfer", "score", "decision")
 CORRUPTION = "corruption"
 CONFIG_NORMS = (*NORMS, CORRUPTION)

@@ -126,7 +126,7 @@ class Ensemble(Attack):
     @property
     def late_score_members(self) -> tuple[int, ...]:
         """The members (indices) that see only scores and run after some white-box member: the
-        samples they break are ones the gradients missed (`warn_if_scores_beat_gradients`)."""
+        samples they break are ones the gradients missed (`evaluation.cell.scores_beat_gradients`)."""
         white = [i for i, a in enumerate(self._attacks) if "white" in a.knowledge]
         return tuple(i for i, a in enumerate(self._attacks) if "white" not in a.knowledge and white and i > white[0])
 

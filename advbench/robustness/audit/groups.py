@@ -20,8 +20,7 @@ import numpy as np
 import pandas as pd
 
 from advbench.core.errors import AdvbenchError
-from advbench.robustness.report.curves import GOALS
-from advbench.robustness.report.shards import attack_label, row_name
+from advbench.robustness.naming import GOALS, attack_label, row_name
 
 MODEL_KEY = ["dataset", "model", "defense", "weights", "model_label"]
 """What identifies a model row: the same network, weights and name (missing columns are left out)."""
@@ -100,7 +99,7 @@ def _params(text: object) -> dict:
 
 
 def _row_name(model: dict) -> str:
-    """The model row's name as the figures write it (`shards.row_name`)."""
+    """The model row's name as the figures write it (`naming.row_name`)."""
     return row_name(str(model.get("model_label", model["defense"])), str(model["defense"]))
 
 

@@ -8,7 +8,6 @@ a killed run loses at most the chunk in flight, and a rerun picks up where it st
 from __future__ import annotations
 
 import json
-import math
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -33,7 +32,7 @@ from advbench.core.construct import construct
 from advbench.core.digests import module_digest
 from advbench.core.errors import AdvbenchError
 from advbench.core.keys import content_key, plain
-from advbench.core.resume import CellFiles, sample_ids, warn
+from advbench.core.resume import CellFiles, sample_ids
 from advbench.core.runtime import (
     as_input,
     batch_size,
@@ -51,10 +50,7 @@ from advbench.robustness.evaluation.measure import evaluate_batch
 from advbench.robustness.evaluation.search import SearchSettings
 from advbench.robustness.evaluation.substitute import built_substitute, load_substitute, substitute_identity
 from advbench.robustness.models.user_models import built_code, default_label
-from advbench.robustness.report.curves import category_label
-from advbench.robustness.report.gate import gate_cell
-from advbench.robustness.report.shards import attack_label, row_name
-from advbench.robustness.report.table3 import RATE, summary_table
+from advbench.robustness.naming import attack_label, category_label, row_name
 from advbench.robustness.specs import CellSpec
 from advbench.robustness.targets import check_checkpoint, load_target, weights_identity
 from advbench.robustness.threat import ThreatModel
@@ -163,8 +159,26 @@ class Given:
     kept: bool = True
 
 
-def run_cell(spec: CellSpec, given: Given | None = None) -> Path | None:
-    """One cell, records to parquet (skipped if present); the part's path.
+@dataclass(frozen=True)
+class CellRun:
+    """A cell's run as the engine leaves it for the reporting that follows (`report.cell_report`).
+
+    `part`: its records; `label`: how lines name it; `frame`: the records computed now (None where
+    they were found on disk, which nothing is said about but the gate); `shown`: the path the summary
+    line names (None for a scratch folder the caller deletes); `searched`: whether the minimum-ε
+    search ran; `warnings`: what the records suggest is wrong, said after the summary line.
+    """
+
+    part: Path
+    label: str
+    frame: pd.DataFrame | None = None
+    shown: Path | None = None
+    searched: bool = False
+    warnings: tuple[str, ...] = ()
+
+
+def run_cell(spec: CellSpec, given: Given | None = None) -> CellRun | None:
+    """One cell, records to parquet (skipped if present); where they are, for the reporting.
 
     None: a sweep's cell that the attack does not support (norm, knowledge or goal), skipped
     with one line so that presets can sweep attacks × threats. `given`: the Python API's model
@@ -197,19 +211,16 @@ def run_cell(spec: CellSpec, given: Given | None = None) -> Path | None:
     with claim_cell(out, cell_key(identity), expected_ids(spec, dataset), force=settings.force) as files:
         if files is None:
             console.print(f"[dim]skip {label}: records exist at {out} (force=true to redo)[/dim]", soft_wrap=True)
-            gate_cell(settings.gate, out, label, in_sweep=settings.in_sweep)
-            return out
+            return CellRun(out, label)
         execution = {"precision": settings.precision, "channels_last": settings.channels_last}
         model = given.model if given is not None else built if built is not None else load_target(spec.target, dataset)
         model = deploy(model.to(device), **execution)
         substitute = load_substitute(spec, dataset, threat) if substitute is None else substitute
         frame = evaluate_cell(spec, dataset, model, attack, threat, identity, files, label, device,
                               substitute=None if substitute is None else deploy(substitute.to(device), **execution))
-    summarize(frame, label, out if given is None or given.kept else None, searched=bool(settings.search.get("enabled")))
-    warn_if_near_chance(frame, label, dataset.num_classes)
-    warn_if_scores_beat_gradients(frame, label, attack)
-    gate_cell(settings.gate, out, label, in_sweep=settings.in_sweep)
-    return out
+    warnings = (near_chance(frame, label, dataset.num_classes), scores_beat_gradients(frame, label, attack))
+    return CellRun(out, label, frame, out if given is None or given.kept else None,
+                   searched=bool(settings.search.get("enabled")), warnings=tuple(w for w in warnings if w is not None))
 
 
 def expected_ids(spec: CellSpec, dataset: Any) -> list[int]:
@@ -326,30 +337,14 @@ def _batch_frame(measured: dict[str, torch.Tensor | str], y: torch.Tensor, sampl
     return frame
 
 
-def summarize(frame: pd.DataFrame, label: str, out: Path | None, *, searched: bool = True) -> None:
-    """One line per cell: clean accuracy; at the budget the rate its Table 3 row and figures give
-    (`RATE`: adversarial accuracy untargeted, the attack success rate targeted), read from the
-    same summary so the three agree; IBP's certified accuracy where the bound proves a sample
-    safe (a model not trained for it certifies none, and a 0% would read as a failure of the
-    model rather than of the bound); and the median min-ε where the search measured it (without it a
-    broken sample's min_eps is only the budget)."""
-    row = summary_table(frame).iloc[0]
-    column, words = RATE[row["goal"]]
-    rate = f"{'targeted ' if row['goal'] == 'targeted' else 'adversarial '}{words} {row[column]:.1%}"
-    proven = row.get("certified_accuracy", math.nan)
-    proven = f", certified (IBP bound) {proven:.1%}" if proven > 0 else ""
-    median = f"median min-ε {frame['min_eps'].median():.4g}, " if searched else ""
-    console.print(f"{label}: clean {frame['clean_correct'].mean():.1%}, {rate}{proven}, "
-                  f"{median}{len(frame)} samples" + (f" -> {out}" if out is not None else ""), soft_wrap=True)
-
-
-def warn_if_near_chance(frame: pd.DataFrame, label: str, num_classes: int) -> None:
+def near_chance(frame: pd.DataFrame, label: str, num_classes: int) -> str | None:
     """A warning when clean accuracy is under twice chance: an untrained model, or input it does
     not expect (normalisation), whose robustness numbers would mean nothing, read as if they did."""
     clean = float(frame["clean_correct"].mean())
     if num_classes > 1 and clean < 2 / num_classes:
-        warn(f"{label}: clean accuracy {clean:.1%} is near chance ({1 / num_classes:.0%} for {num_classes} classes): "
-             "is the model trained, and does it get the input it expects (mean=/std=, model.mean/std)?")
+        return (f"{label}: clean accuracy {clean:.1%} is near chance ({1 / num_classes:.0%} for {num_classes} classes): "
+                "is the model trained, and does it get the input it expects (mean=/std=, model.mean/std)?")
+    return None
 
 
 SCORE_SHARE = 0.002
@@ -357,15 +352,16 @@ SCORE_SHARE = 0.002
 the run warns (AutoAttack's `check_square_sr`, alpha = 0.2 points)."""
 
 
-def warn_if_scores_beat_gradients(frame: pd.DataFrame, label: str, attack: Attack) -> None:
+def scores_beat_gradients(frame: pd.DataFrame, label: str, attack: Attack) -> str | None:
     """A warning when an ensemble's score-based members (AutoAttack's Square) broke more than
     `SCORE_SHARE` of the samples its white-box members left robust: gradients that a search
     without them beats are likely masked, and the white-box numbers overstate robustness."""
     late = getattr(attack, "late_score_members", ())
     if not late or "broken_by" not in frame:
-        return
+        return None
     share = float(frame["broken_by"].isin(late).mean())
-    if share > SCORE_SHARE:
-        names = ", ".join(attack.members[i] for i in late)
-        warn(f"{label}: {names} broke {share:.1%} of the samples after the gradient-based members failed on them: "
-             "their gradients may be masked; run the score-based attack longer or an adaptive attack")
+    if share <= SCORE_SHARE:
+        return None
+    names = ", ".join(attack.members[i] for i in late)
+    return (f"{label}: {names} broke {share:.1%} of the samples after the gradient-based members failed on them: "
+            "their gradients may be masked; run the score-based attack longer or an adaptive attack")

@@ -33,8 +33,7 @@ from advbench.robustness.corruptions import CORRUPTIONS, NAMES, SEVERITIES, cons
 from advbench.robustness.corruptions.released import read_released
 from advbench.robustness.evaluation.batch import pooled_vote
 from advbench.robustness.evaluation.cell import Given, built_identity, console, expected_ids, judge_identity, model_label
-from advbench.robustness.report.curves import category_label
-from advbench.robustness.report.shards import row_name
+from advbench.robustness.naming import category_label, row_name
 from advbench.robustness.specs import CellSpec
 from advbench.robustness.targets import check_checkpoint, load_target, weights_identity
 

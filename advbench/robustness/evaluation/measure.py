@@ -20,7 +20,7 @@ from advbench.robustness.attacks.oracles import build_oracle
 from advbench.robustness.defenses.certify import certified_column
 from advbench.robustness.evaluation.batch import _Batch, pooled_vote
 from advbench.robustness.evaluation.search import SearchSettings, min_eps_search
-from advbench.robustness.report.curves import NORM_AT
+from advbench.robustness.naming import NORM_AT
 from advbench.robustness.threat import ThreatModel, distances
 
 _FRAME_COLUMNS = ("sample_id", "label", "target", "clean_correct", "seconds")

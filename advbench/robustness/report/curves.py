@@ -25,18 +25,15 @@ import numpy as np
 import pandas as pd
 
 from advbench.core.errors import AdvbenchError
+from advbench.robustness.naming import GOALS, NORM_AT
 from advbench.robustness.report.shards import CELL, NAME, NAMED, identify
 
-GOALS = ("untargeted", "targeted")
 KNOWLEDGE_ORDER = ("white", "transfer", "score", "decision")
 """Row order of Table 3 (the seed groups attacks by the adversary's knowledge)."""
 
 STRENGTH_UNITS = {"white": "iterations", "transfer": "iterations", "score": "queries", "decision": "queries"}
 """What `first_success_strength` counts, by the adversary's knowledge: score- and decision-based
 attacks count every query of the target (the query curve), the others iterations."""
-NORM_AT = "norm_at_"
-"""Prefix of the records' query checkpoints: `norm_at_<q>` = the smallest norm (threat units) an
-attack had found after at most q queries (decision-based attacks)."""
 CATEGORY = "defense_category"
 """Record column with the defense's category (the defense YAML's `category:` list, joined)."""
 
@@ -210,15 +207,6 @@ def strength_curve(df: pd.DataFrame) -> pd.DataFrame:
     out = _curves(df, "strength", per_cell)
     budgets = df.groupby(NAMED)["strength_budget"].first().rename("strength_budget")
     return out.join(budgets, on=NAMED)
-
-
-def category_label(category: object) -> str:
-    """One label for a defense's `category:` (a list of the seed's categories, or one name)."""
-    if category is None:
-        return ""
-    if isinstance(category, (list, tuple)):
-        return ", ".join(map(str, category))
-    return str(category)
 
 
 def query_unit(df: pd.DataFrame) -> pd.Series:

@@ -15,19 +15,17 @@ Pooled curves of a cell whose shards are not all done describe a subset of the s
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator
 
 import pandas as pd
+
+from advbench.robustness.naming import attack_label, row_name
 
 CELL: list[str] = ["dataset", "defense", "attack", "norm", "goal", "knowledge"]
 """Record columns that name a cell; cells of other runs may share them (see `ROW`)."""
 ROW = "row"
 """Column the readers add: the name of a cell's model row. The records' `model_label` (`row_name`),
 and, where cells of other runs share that name, the setting that tells them apart ('natural (seed=1)')."""
-PLAIN = ("natural", "none")
-"""Defenses a row does not name: natural training and a model object as given (`models.given.AS_GIVEN`)
-add nothing to the network, so one network is one row name from `advbench run` and the Python API."""
 NAMED: list[str] = [*CELL, ROW]
 """What the readers group records by: one group is one cell, its shards pooled."""
 NAME: list[str] = ["dataset", ROW, "attack", "norm", "goal", "knowledge"]
@@ -55,19 +53,6 @@ def _tagged(frame: pd.DataFrame) -> pd.DataFrame:
     defense = out["defense"].astype(str)
     label = out["model_label"].where(out["model_label"].notna(), defense).astype(str) if "model_label" in out else defense
     return out.assign(**{ROW: [row_name(a, b) for a, b in zip(label, defense)], _ID: ids})
-
-
-def row_name(label: str, defense: str) -> str:
-    """A cell's model row, in tables, figures and on the console: the label, with `+<defense>` where
-    the defense is not the label and adds something to the network ('mine+pgd_at', 'resnet18+jpeg')."""
-    return label if defense == label or defense in PLAIN else f"{label}+{defense}"
-
-
-def attack_label(name: str, params: Mapping[str, Any]) -> str:
-    """An attack as figures, tables and messages name it: with its `version` where it has one
-    ('autoattack-standard'), so that the numbers of two versions never read as one attack's."""
-    version = params.get("version")
-    return name if version is None else f"{name}-{version}"
 
 
 def _params(text: str) -> dict:

@@ -14,11 +14,11 @@ import pandas as pd
 from advbench.core.catalog import option_data
 from advbench.core.errors import AdvbenchError
 from advbench.core.keys import plain_value
+from advbench.robustness.naming import category_label
 from advbench.robustness.report.curves import (
     CATEGORY,
     KNOWLEDGE_ORDER,
     TABLE_COLUMNS,
-    category_label,
     require_unique,
     validate_columns,
 )
