@@ -28,7 +28,7 @@ from yaml import YAMLError
 
 from advbench.cli.compositions import OWN_COMPOSITION_FLAGS, composed_once
 from advbench.cli.options import with_user_conf  # and registers the ${advbench:...} resolver the YAML uses
-from advbench.cli.validate import _one_line, check_composed, check_sweep_presets
+from advbench.cli.validate import check_composed, check_sweep_presets, one_line
 from advbench.cli.workers import watch_parent
 from advbench.core.catalog import conf_dir, config_root, group_options
 from advbench.core.errors import AdvbenchError, user_error
@@ -164,7 +164,7 @@ def compose_config(config_name: str, overrides: Sequence[str]) -> DictConfig:
     try:
         cfg = _compose(config_name, overrides)
     except (HydraException, OmegaConfBaseException, ValueError, YAMLError) as exc:  # YAML: an option file of the user's
-        raise (_unknown_key(config_name, overrides, exc) or AdvbenchError(_one_line(exc))) from None
+        raise (_unknown_key(config_name, overrides, exc) or AdvbenchError(one_line(exc))) from None
     check_composed(cfg)
     return cfg
 
@@ -279,7 +279,7 @@ def run_hydra(config_name: str, task: Task, args: Sequence[str], prog: str,
             if isinstance(exc, OSError):  # the folders Hydra makes for itself: hydra.run.dir, its log file
                 raise AdvbenchError(f"Hydra cannot write its run folder (hydra.run.dir): {exc}") from None
             if isinstance(exc, (HydraException, OmegaConfBaseException)):  # its own settings (hydra.*), in one line
-                raise AdvbenchError(_one_line(exc)) from None
+                raise AdvbenchError(one_line(exc)) from None
             raise
 
 

@@ -32,7 +32,8 @@ from advbench.core.keys import plain_value
 from advbench.core.names import safe_name
 
 
-def _one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException) -> str:
+    """An exception as the one line an AdvbenchError says: its message's lines joined, or its type."""
     if isinstance(exc, YAMLError):  # the parser's message names the file and line in a block of its own
         return str(invalid_yaml(exc))
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
@@ -354,7 +355,7 @@ def _check_attack(name: str, params: DictConfig, *, on_metrics: bool) -> None:
         root = exc
         while root.__cause__ is not None:
             root = root.__cause__
-        raise AdvbenchError(f"bad attack.params for '{name}': {_one_line(root)}") from None
+        raise AdvbenchError(f"bad attack.params for '{name}': {one_line(root)}") from None
     if not isinstance(built, kind):
         raise AdvbenchError(f"attack '{name}': attack.params._target_ {params.get('_target_')} builds an "
                             f"object of type {type(built).__name__}, not an attack ({kind.__module__}.{kind.__name__})")
@@ -365,7 +366,7 @@ def check_composed(cfg: DictConfig) -> None:
     try:
         OmegaConf.resolve(cfg)
     except (OmegaConfBaseException, ValueError) as exc:
-        raise AdvbenchError(_one_line(exc)) from None
+        raise AdvbenchError(one_line(exc)) from None
     missing = sorted(OmegaConf.missing_keys(cfg))
     if missing:
         raise AdvbenchError(f"missing required value(s): {', '.join(missing)}; set them on the command line, "

@@ -111,6 +111,12 @@ def row_keys(x: torch.Tensor) -> torch.Tensor:
     return _mix((bits * weights).sum(dim=1))
 
 
+def member_keys(rows: torch.Tensor, members: int) -> torch.Tensor:
+    """(n * members,) keys: row key i mixed with the member index, rows repeated in place."""
+    member = torch.arange(1, members + 1, device=rows.device, dtype=torch.int64) * _GOLDEN
+    return _mix(rows[:, None] ^ member[None, :]).reshape(-1)
+
+
 def signs(u: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """±1 from uniforms (below one half: −1), in `like`'s dtype."""
     return torch.where(u < 0.5, -1.0, 1.0).to(like)

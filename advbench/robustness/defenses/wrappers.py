@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from advbench.core import draws as rng
-from advbench.core.draws import _GOLDEN, _mix, row_keys
+from advbench.core.draws import member_keys, row_keys
 from advbench.core.errors import AdvbenchError
 from advbench.core.registry import Registry
 from advbench.core.transforms import bit_depth, bpda, jpeg_roundtrip
@@ -163,7 +163,7 @@ ENSEMBLE_ELEMENTS = 1 << 20
 class _Ensemble(InputTransform):
     """A randomized defense deployed as the mean logits of `ensemble` noisy passes, batched as
     one call of the model on every row repeated `ensemble` times. Each (row, member) draws with
-    its own key (`member_keys` of the pass's row keys)."""
+    its own key (`core.draws.member_keys` of the pass's row keys)."""
 
     grad_mode = "eot"
     randomized = True
@@ -195,12 +195,6 @@ class _Ensemble(InputTransform):
     def normal(self, keys: torch.Tensor, like: torch.Tensor, stream: int) -> torch.Tensor:
         """N(0, 1) noise shaped like `like`, row i from (seed, keys[i], stream)."""
         return rng.normal(self.seed, keys, tuple(like.shape[1:]), stream, device=like.device, dtype=like.dtype)
-
-
-def member_keys(rows: torch.Tensor, members: int) -> torch.Tensor:
-    """(n * members,) keys: row key i mixed with the member index, rows repeated in place."""
-    member = torch.arange(1, members + 1, device=rows.device, dtype=torch.int64) * _GOLDEN
-    return _mix(rows[:, None] ^ member[None, :]).reshape(-1)
 
 
 @WRAPPERS.register("rse")

@@ -37,7 +37,7 @@ _ABS_TOL = 1e-6
 
 
 @dataclass
-class _Batch:
+class Batch:
     """One batch under attack, and the three things every measurement needs of it.
 
     ε values are float64 in threat units throughout (the budget is `threat.eps` itself), so

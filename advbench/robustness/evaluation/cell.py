@@ -254,7 +254,7 @@ def evaluate_cell(spec: CellSpec, dataset: Any, model: torch.nn.Module, attack: 
               "shard_group": content_key({k: v for k, v in identity.items() if k != "shard"})}
     batch = batch_size(settings.batch_size, model, eval_set[positions[0]][0] if positions else torch.zeros(0),
                        min(len(positions), chunk), device)
-    pool = settings.probe_pool  # batches whose search probes share calls (see `batch._Batch`)
+    pool = settings.probe_pool  # batches whose search probes share calls (see `batch.Batch`)
     if settings.batch_size == "auto":
         console.print(f"[dim]{label}: batch_size=auto -> {batch} on {device}[/dim]", soft_wrap=True)
     static.update(cell_flags(model, eval_set, positions[:batch], device, label=label,

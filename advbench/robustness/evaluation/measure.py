@@ -18,7 +18,7 @@ from advbench.robustness.attacks.base import Attack, AttackResult
 from advbench.robustness.attacks.draws import RowCalls
 from advbench.robustness.attacks.oracles import build_oracle
 from advbench.robustness.defenses.certify import certified_column
-from advbench.robustness.evaluation.batch import _Batch, pooled_vote
+from advbench.robustness.evaluation.batch import Batch, pooled_vote
 from advbench.robustness.evaluation.search import SearchSettings, min_eps_search
 from advbench.robustness.naming import NORM_AT
 from advbench.robustness.threat import ThreatModel, distances
@@ -39,7 +39,7 @@ def evaluate_batch(attack: Attack, model: torch.nn.Module, x: torch.Tensor, y: t
     """All per-sample measurements of one batch, keyed by record column (CPU tensors, one str).
 
     `call_rows`: the most samples one attack call or verdict takes (None: the whole batch); a
-    cell hands in a pool of several batches with its `batch_size` here (`batch._Batch`).
+    cell hands in a pool of several batches with its `batch_size` here (`batch.Batch`).
 
     The attack sees only the oracle of `threat.knowledge`; success is judged here, on the
     deployed `model` itself, uncounted. The clean input counts as the probe at ε = 0: a sample
@@ -67,7 +67,7 @@ def evaluate_batch(attack: Attack, model: torch.nn.Module, x: torch.Tensor, y: t
                                                        call_rows=call_rows)
     oracle = build_oracle(threat.knowledge, model, n, substitute, num_classes=correct.logits.shape[1], draws=draws,
                           calls=calls, call_rows=call_rows)
-    measured = measure(_Batch(attack, oracle, model, x, y, target, threat, ids, clean, correct.pred, call_rows),
+    measured = measure(Batch(attack, oracle, model, x, y, target, threat, ids, clean, correct.pred, call_rows),
                        search)
     radius = threat.eps * threat.scale(x)
     measured["certified"] = torch.cat([certified_column(model, x[s], y[s], threat.norm, radius)
@@ -75,7 +75,7 @@ def evaluate_batch(attack: Attack, model: torch.nn.Module, x: torch.Tensor, y: t
     return measured
 
 
-def _measure_budgeted(b: _Batch, search: SearchSettings) -> dict[str, torch.Tensor | str]:
+def _measure_budgeted(b: Batch, search: SearchSettings) -> dict[str, torch.Tensor | str]:
     """The run at the budget, then the ε search: min_eps is the smallest succeeding probe."""
     everyone = torch.arange(b.x.shape[0], device=b.x.device)
     budget = torch.full((b.x.shape[0],), b.threat.eps, dtype=torch.float64, device=b.x.device)
@@ -101,7 +101,7 @@ def _measure_budgeted(b: _Batch, search: SearchSettings) -> dict[str, torch.Tens
     return _columns(b, res, (pred_at, fraction), x_at, hi, lo, adv_norm, first, budget_cost, "search")
 
 
-def _measure_minimizing(b: _Batch, search: SearchSettings) -> dict[str, torch.Tensor | str]:
+def _measure_minimizing(b: Batch, search: SearchSettings) -> dict[str, torch.Tensor | str]:
     """One run: min_eps is the norm of the example the model confirms; no search over ε.
 
     Where that example lies beyond the budget, its projection onto the budget ball stands for
@@ -134,14 +134,14 @@ def _measure_minimizing(b: _Batch, search: SearchSettings) -> dict[str, torch.Te
                     (b.oracle.grad_evals.clone(), b.oracle.queries.clone()), "norm")
 
 
-_MEASURES: dict[str, Callable[[_Batch, SearchSettings], dict[str, torch.Tensor | str]]] = {
+_MEASURES: dict[str, Callable[[Batch, SearchSettings], dict[str, torch.Tensor | str]]] = {
     "budgeted": _measure_budgeted,
     "minimizing": _measure_minimizing,
 }
 """How each attack kind (`Attack.kind`) yields its minimum ε."""
 
 
-def _columns(b: _Batch, res: AttackResult, at_budget: tuple[torch.Tensor, torch.Tensor], x_at: torch.Tensor,
+def _columns(b: Batch, res: AttackResult, at_budget: tuple[torch.Tensor, torch.Tensor], x_at: torch.Tensor,
              min_eps: torch.Tensor, min_eps_lo: torch.Tensor, adv_norm: torch.Tensor, first: torch.Tensor,
              budget_cost: tuple[torch.Tensor, torch.Tensor], source: str) -> dict[str, torch.Tensor | str]:
     """The record columns; `at_budget` is the verdict's (label, share of draws meeting the goal) on `x_at`."""

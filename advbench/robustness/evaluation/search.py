@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from advbench.core.errors import AdvbenchError
-from advbench.robustness.evaluation.batch import _Batch
+from advbench.robustness.evaluation.batch import Batch
 
 SEARCH_METHODS = ("margin", "bisect")
 """How the minimum-ε search places its probes (`search.method`): see `min_eps_search`."""
@@ -38,7 +38,7 @@ class SearchSettings:
             raise AdvbenchError(f"search.method is '{self.method}'; valid: {', '.join(SEARCH_METHODS)}")
 
 
-def min_eps_search(b: _Batch, hi: torch.Tensor, lo: torch.Tensor, adv_norm: torch.Tensor, margin: torch.Tensor,
+def min_eps_search(b: Batch, hi: torch.Tensor, lo: torch.Tensor, adv_norm: torch.Tensor, margin: torch.Tensor,
                    search: SearchSettings) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Narrow each sample's bracket of probed ε values (float64, threat units).
 

@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import PercentFormatter
 
 from advbench.core.errors import AdvbenchError
-from advbench.robustness.report.plot import _markdown, _slug
+from advbench.robustness.report.plot import markdown_table, slug
 from advbench.robustness.report.shards import ROW, row_name
 
 SEVERITY_COLUMNS = ("clean_correct", *(f"correct_s{s}" for s in range(1, 6)))
@@ -88,7 +88,7 @@ def render_corruptions(frame: pd.DataFrame, out_dir: Path | str, formats: Sequen
         table = with_corruption_errors(table, baseline)
     paths = []
     for dataset in table.index.get_level_values("dataset").unique():
-        stem = out_dir / f"corruptions_{_slug([dataset])}"
+        stem = out_dir / f"corruptions_{slug([dataset])}"
         fig = corruption_figure(table, dataset)
         for fmt in formats:
             fig.savefig(stem.with_suffix(f".{fmt}"), dpi=150)
@@ -97,7 +97,7 @@ def render_corruptions(frame: pd.DataFrame, out_dir: Path | str, formats: Sequen
         caption = (f"Common corruptions · {dataset}: accuracy clean and at severities 1-5; '{AGGREGATE}' is the mean over "
                    "the corruptions, and its mean_1_5 RobustBench's number")
         shown = numbers.map(lambda v: "" if pd.isna(v) else f"{v:.1%}")
-        stem.with_suffix(".md").write_text(f"{caption}\n\n{_markdown(shown)}", encoding="utf-8")
+        stem.with_suffix(".md").write_text(f"{caption}\n\n{markdown_table(shown)}", encoding="utf-8")
         numbers.to_csv(stem.with_suffix(".csv"))
         paths += [stem.with_suffix(".md"), stem.with_suffix(".csv")]
     return paths

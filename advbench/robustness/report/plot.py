@@ -256,7 +256,7 @@ def strength_figure(curves: pd.DataFrame, styles: dict | None = None, points: pd
                    categories=categories)
 
 
-def _slug(parts: Iterable[str]) -> str:
+def slug(parts: Iterable[str]) -> str:
     """File-name-safe join of option names."""
     return "_".join(re.sub(r"[^A-Za-z0-9.-]+", "-", str(p)) for p in parts)
 
@@ -274,7 +274,7 @@ def _save_all(curves: pd.DataFrame, kind: str, build, out_dir: Path, formats: Se
     for key, group in curves.groupby(FIGURE_KEY, sort=True):
         fig = build(group, styles, key)
         for fmt in formats:
-            path = out_dir / f"{_slug([kind, *key])}.{fmt}"
+            path = out_dir / f"{slug([kind, *key])}.{fmt}"
             fig.savefig(path, dpi=150)
             paths.append(path)
     return paths
@@ -306,7 +306,7 @@ def _caption(tidy: pd.DataFrame, norm: str, goal: str) -> str:
     return f"Table 3 · {label} · {goal}: median minimal {label} perturbation / {RATE[goal][1]} at ε = {budgets}"
 
 
-def _markdown(table: pd.DataFrame) -> str:
+def markdown_table(table: pd.DataFrame) -> str:
     """Pipe table with the row index spelled out as leading columns."""
     flat = table.reset_index()
     lines = ["| " + " | ".join(map(str, flat.columns)) + " |", "|" + "---|" * len(flat.columns)]
@@ -321,9 +321,9 @@ def write_tables(tidy: pd.DataFrame, out_dir: Path | str, by_category: bool = Fa
     paths = []
     for (norm, goal), table in format_table3(tidy, by_category).items():
         rows = tidy[(tidy["norm"] == norm) & (tidy["goal"] == goal)]
-        stem = out_dir / f"table3_{_slug([norm, goal])}"
+        stem = out_dir / f"table3_{slug([norm, goal])}"
         md, csv = stem.with_suffix(".md"), stem.with_suffix(".csv")
-        md.write_text(f"{_caption(rows, norm, goal)}\n\n{_markdown(table)}", encoding="utf-8")
+        md.write_text(f"{_caption(rows, norm, goal)}\n\n{markdown_table(table)}", encoding="utf-8")
         rows.to_csv(csv, index=False)
         paths += [md, csv]
     return paths
