@@ -13,8 +13,8 @@ from typing import Any
 import pandas as pd
 
 from advbench.robustness.audit.groups import MODEL_KEY
+from advbench.robustness.naming import row_name
 from advbench.robustness.report.corruption_plot import SEVERITY_COLUMNS
-from advbench.robustness.report.shards import row_name
 
 SEVERITIES = SEVERITY_COLUMNS[1:]
 
