@@ -8,10 +8,13 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 from audit_records import INF, cell, records
 from click.testing import CliRunner
 
+import advbench
 from advbench.cli.main import main
+from advbench.core.errors import AdvbenchError
 from advbench.core.records import write_part
 
 SEVERITY = [f"correct_s{s}" for s in range(1, 6)]
@@ -53,12 +56,12 @@ def test_the_report_shows_a_rows_corruption_number_beside_its_verdicts(tmp_path:
     card = json.loads((tmp_path / "out" / "report.json").read_text(encoding="utf-8"))
     rows = {m["row"]: m for m in card["models"]}
     natural = rows["natural"]["corruption"]
-    assert natural["mean_accuracy"] == expected
-    assert natural["corruptions"] == {"fog": fog.mean(), "gaussian_noise": 1.0}
-    assert natural["severity_accuracy"] == list((fog.mean(axis=0) + 1) / 2)
+    assert natural["mean_accuracy"] == pytest.approx(expected)
+    assert natural["corruptions"] == pytest.approx({"fog": fog.mean(), "gaussian_noise": 1.0})
+    assert natural["severity_accuracy"] == pytest.approx(list((fog.mean(axis=0) + 1) / 2))
     assert rows["pgd_at"]["corruption"] is None  # no corruption records of that model
     # The other checkpoint's records are listed on their own, never attached to the natural row.
-    assert [e["mean_accuracy"] for e in card["corruptions"]] == [expected, 0.0]
+    assert [e["mean_accuracy"] for e in card["corruptions"]] == pytest.approx([expected, 0.0])
     assert all(len(m["verdicts"]) == len(m["threats"]) == 1 for m in card["models"])  # no corruption verdict
     page = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
     assert "<h2>Common corruptions</h2>" in page
@@ -72,3 +75,18 @@ def test_corruption_records_alone_are_refused_in_one_line(tmp_path: Path) -> Non
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: expected benchmark records")
     assert "corruption records" in lines[0] and "advbench plot" in lines[0]
+
+
+def test_the_api_takes_corruption_records_as_parts_or_as_a_frame(tmp_path: Path) -> None:
+    fog = np.array([[1, 1, 0, 0, 0]] * 4)
+    write_records(tmp_path / "records", [corruption_cell("fog", fog)])
+    advbench.report(tmp_path / "records", tmp_path / "parts")
+    lp = [tmp_path / "records" / f"{d}_lp.parquet" for d in ("natural", "pgd_at")]
+    advbench.report(lp, tmp_path / "frame", corruptions=corruption_cell("fog", fog))
+    for out in ("parts", "frame"):
+        card = json.loads((tmp_path / out / "report.json").read_text(encoding="utf-8"))
+        natural, pgd_at = card["models"]
+        assert natural["corruption"]["mean_accuracy"] == pytest.approx(fog.mean())
+        assert pgd_at["corruption"] is None
+    with pytest.raises(AdvbenchError, match="corruption records"):
+        advbench.report(lp, tmp_path / "bad", corruptions=records(cell("bim", [0.1, INF])))

@@ -33,7 +33,7 @@ from advbench.core.digests import code_digest, module_digest
 from advbench.core.errors import AdvbenchError
 from advbench.core.fingerprint import behaviour_digest
 from advbench.core.paths import writable_folder
-from advbench.core.records import KINDS_BY_NAME, RecordKind, check_frame, read_kind, record_kind
+from advbench.core.records import KINDS_BY_NAME, RecordKind, check_frame, read_kind, read_kinds, record_kind
 from advbench.core.resume import python_warnings
 from advbench.robustness.attacks.base import Attack
 from advbench.robustness.data.tensors import TensorData
@@ -340,14 +340,26 @@ def plot(records: pd.DataFrame | str | Path, out: str | Path = "plots", group_by
     return render_all(frame, folder, group_by=group_by)
 
 
-def report(records: pd.DataFrame | str | Path | Sequence[str | Path], out_dir: str | Path = "report") -> list[Path]:
+def report(records: pd.DataFrame | str | Path | Sequence[str | Path], out_dir: str | Path = "report",
+           corruptions: pd.DataFrame | None = None) -> list[Path]:
     """`advbench report`: audit benchmark records (a DataFrame, or files or folders of parts) and write
-    report.json and report.html into `out_dir`; returns their paths."""
-    _, frame, sources = _records(records, ("benchmark",))
+    report.json and report.html into `out_dir`; returns their paths. Corruption records among the parts, or
+    `corruptions` (as `evaluate(..., threat="corruptions")` returns them), put each model row's mean accuracy
+    over corruptions × severities beside its verdicts."""
+    if isinstance(records, pd.DataFrame):
+        _, frame, sources = _records(records, ("benchmark",))
+        found = {}
+    else:
+        sources = _paths(records)
+        found = read_kinds(sources, kinds=("benchmark",), together=("benchmark", "corruption"))
+        frame = found["benchmark"]
+    if corruptions is not None:
+        given = [found.get("corruption"), _records(corruptions, ("corruption",))[1]]
+        found["corruption"] = pd.concat([f for f in given if f is not None], ignore_index=True)
     folder = writable_folder(out_dir, "out_dir")
     from advbench.robustness.audit import write_report  # matplotlib: only when drawing
 
-    return write_report(frame, folder, sources)
+    return write_report(frame, folder, sources, found.get("corruption"))
 
 
 def _records(records: Any, kinds: tuple[str, ...]) -> tuple[RecordKind, pd.DataFrame, list[Any]]:
@@ -360,12 +372,17 @@ def _records(records: Any, kinds: tuple[str, ...]) -> tuple[RecordKind, pd.DataF
                                 f"(as the API returns them), got columns {', '.join(map(str, records.columns[:6]))}")
         check_frame(records, kind)
         return kind, records, ["a DataFrame"]
+    sources = _paths(records)
+    return (*read_kind(sources, kinds=kinds), sources)
+
+
+def _paths(records: Any) -> list[Path]:
+    """Files or folders of parts, given as one or a list."""
     paths = [records] if isinstance(records, (str, Path)) else records if isinstance(records, (list, tuple)) else [None]
     if not all(isinstance(p, (str, Path)) for p in paths):
         raise AdvbenchError(f"records must be a DataFrame of records, or a file or folder of parts (or a list of "
                             f"them), got {type(records).__name__}")
-    sources = [Path(p) for p in paths]
-    return (*read_kind(sources, kinds=kinds), sources)
+    return [Path(p) for p in paths]
 
 
 def summary(records: pd.DataFrame) -> pd.DataFrame:
