@@ -133,16 +133,11 @@ def _private_imports(path: Path) -> list[str]:
     return found
 
 
-PRIVATE_LEFT = {"advbench/robustness/attacks/draws.py": {"_GOLDEN", "_M1", "_MASK64", "_i64", "_mix"}}
-"""The one module still reading `core.draws`' private words; it may drop them, not add to them."""
-
-
 def test_no_private_name_is_imported_from_another_module() -> None:
     """A name shared between modules is part of the package's contract and says so by having no
     underscore; one imported under an underscore changes without its importers being looked at."""
     found = [line for p in SOURCES for line in _private_imports(p)]
-    left = [line for line in found if line.rpartition(".")[2] not in PRIVATE_LEFT.get(line.partition(":")[0], set())]
-    assert left == []
+    assert found == []
 
 
 def test_the_private_import_finder_finds_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -14,18 +14,20 @@ import math
 
 import torch
 
-_MASK64 = (1 << 64) - 1
+MASK64 = (1 << 64) - 1
 
 
-def _i64(v: int) -> int:
+def as_int64(v: int) -> int:
     """A Python int reduced mod 2**64 to the signed int64 with the same bits."""
-    v &= _MASK64
+    v &= MASK64
     return v - (1 << 64) if v >= 1 << 63 else v
 
 
-_GOLDEN = _i64(0x9E3779B97F4A7C15)
-_M1 = _i64(0xBF58476D1CE4E5B9)
-_M2 = _i64(0x94D049BB133111EB)
+GOLDEN = as_int64(0x9E3779B97F4A7C15)
+"""splitmix64's increment (2**64 / golden ratio): spreads consecutive ids and counters over the words."""
+M1 = as_int64(0xBF58476D1CE4E5B9)
+"""splitmix64's first multiplier: keys a second coordinate (a stream, a call) apart from the first."""
+_M2 = as_int64(0x94D049BB133111EB)
 _UNIFORM, _NORMAL = 0x5BD1E995, 0x1B873593
 
 
@@ -34,16 +36,16 @@ def _shr(v: torch.Tensor, k: int, out: torch.Tensor | None = None) -> torch.Tens
     return torch.bitwise_right_shift(v, k, out=out).bitwise_and_((1 << (64 - k)) - 1)
 
 
-def _mix(v: torch.Tensor) -> torch.Tensor:
+def mix(v: torch.Tensor) -> torch.Tensor:
     """splitmix64's finaliser: a bijection on 64-bit words with full avalanche (int64 wraps)."""
     return _mix_(v.clone())
 
 
 def _mix_(v: torch.Tensor) -> torch.Tensor:
-    """`_mix` in place, with one scratch tensor: the draws' words are the bulk of a draw's memory
+    """`mix` in place, with one scratch tensor: the draws' words are the bulk of a draw's memory
     traffic, and eleven fresh tensors of them cost three times the arithmetic (page faults)."""
     scratch = torch.empty_like(v)
-    v.bitwise_xor_(_shr(v, 30, scratch)).mul_(_M1)
+    v.bitwise_xor_(_shr(v, 30, scratch)).mul_(M1)
     v.bitwise_xor_(_shr(v, 27, scratch)).mul_(_M2)
     return v.bitwise_xor_(_shr(v, 31, scratch))
 
@@ -59,14 +61,14 @@ def _bits(seed: int, sample_id: torch.Tensor, count: int, streams: int | torch.T
     """
     sid = torch.as_tensor(sample_id, device=device).to(torch.int64).reshape(-1, 1)
     if isinstance(streams, int):
-        stream, stream_m1 = _i64(streams), _i64(streams * _M1)
+        stream, stream_m1 = as_int64(streams), as_int64(streams * M1)
     else:
         stream = torch.as_tensor(streams, device=sid.device).to(torch.int64).reshape(1, -1)
-        stream_m1 = stream * _M1                                      # int64 wraps like _i64
-    key = _mix(torch.full_like(sid, _i64(seed * 0x100000001 + domain)) + _GOLDEN)
-    key = _mix(key ^ (sid * _GOLDEN + stream))                        # (n, S)
-    key = _mix(key + stream_m1)
-    counter = (torch.arange(1, count + 1, device=sid.device, dtype=torch.int64) * _GOLDEN)
+        stream_m1 = stream * M1                                      # int64 wraps like as_int64
+    key = mix(torch.full_like(sid, as_int64(seed * 0x100000001 + domain)) + GOLDEN)
+    key = mix(key ^ (sid * GOLDEN + stream))                        # (n, S)
+    key = mix(key + stream_m1)
+    counter = (torch.arange(1, count + 1, device=sid.device, dtype=torch.int64) * GOLDEN)
     return _mix_(key[:, :, None] + counter)
 
 
@@ -107,14 +109,14 @@ def normal(seed: int, sample_id: torch.Tensor, shape: tuple[int, ...], stream: i
 def row_keys(x: torch.Tensor) -> torch.Tensor:
     """(n,) int64 hash of each row's exact float32 bits: a per-sample key that needs no sample id."""
     bits = x.detach().float().reshape(x.shape[0], -1).view(torch.int32).to(torch.int64)
-    weights = _mix(torch.arange(1, bits.shape[1] + 1, device=x.device, dtype=torch.int64) * _GOLDEN) | 1
-    return _mix((bits * weights).sum(dim=1))
+    weights = mix(torch.arange(1, bits.shape[1] + 1, device=x.device, dtype=torch.int64) * GOLDEN) | 1
+    return mix((bits * weights).sum(dim=1))
 
 
 def member_keys(rows: torch.Tensor, members: int) -> torch.Tensor:
     """(n * members,) keys: row key i mixed with the member index, rows repeated in place."""
-    member = torch.arange(1, members + 1, device=rows.device, dtype=torch.int64) * _GOLDEN
-    return _mix(rows[:, None] ^ member[None, :]).reshape(-1)
+    member = torch.arange(1, members + 1, device=rows.device, dtype=torch.int64) * GOLDEN
+    return mix(rows[:, None] ^ member[None, :]).reshape(-1)
 
 
 def signs(u: torch.Tensor, like: torch.Tensor) -> torch.Tensor:

@@ -7,18 +7,18 @@ from __future__ import annotations
 
 import torch
 
-from advbench.core.draws import _GOLDEN, _M1, _MASK64, _i64, _mix
+from advbench.core.draws import GOLDEN, M1, MASK64, as_int64, mix
 
 # Draws of randomized models (`defenses.wrappers`), keyed per row by (sample id, call index): the
 # k-th forward pass that includes a sample draws the same noise whatever the batch, the chunk, the
 # process (a resume) or the other rows of the call.
 
-_CALLS = _i64(0xD6E8FEB86659FD93)
+_CALLS = as_int64(0xD6E8FEB86659FD93)
 
 
 def call_keys(sample_id: torch.Tensor, call: torch.Tensor) -> torch.Tensor:
     """(n,) int64 keys of (sample_id[i], call[i]): a randomized model's draw of one row in one pass."""
-    return _mix(_mix(sample_id.to(torch.int64) * _GOLDEN + _CALLS) + call.to(torch.int64) * _M1)
+    return mix(mix(sample_id.to(torch.int64) * GOLDEN + _CALLS) + call.to(torch.int64) * M1)
 
 
 class RowCalls:
@@ -68,7 +68,7 @@ class Drawing:
 
     def __enter__(self) -> None:
         if self.torch_generator and self.keys is not None:
-            seed_torch(int(_mix(self.keys.sum().reshape(1))[0]) & _MASK64)
+            seed_torch(int(mix(self.keys.sum().reshape(1))[0]) & MASK64)
         self.outer, Drawing._in_flight = Drawing._in_flight, self.keys
 
     def __exit__(self, *exc: object) -> None:
