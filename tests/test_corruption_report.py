@@ -90,3 +90,12 @@ def test_the_api_takes_corruption_records_as_parts_or_as_a_frame(tmp_path: Path)
         assert pgd_at["corruption"] is None
     with pytest.raises(AdvbenchError, match="corruption records"):
         advbench.report(lp, tmp_path / "bad", corruptions=records(cell("bim", [0.1, INF])))
+
+
+def test_plot_draws_benchmark_and_corruption_records_of_one_folder(tmp_path: Path) -> None:
+    write_records(tmp_path / "records", [corruption_cell("fog", np.array([[1, 1, 0, 0, 0]] * 4))])
+    result = CliRunner().invoke(main, ["plot", str(tmp_path / "records"), "--out", str(tmp_path / "plots")])
+    assert result.exit_code == 0, result.output
+    written = {p.name for p in (tmp_path / "plots").iterdir()}
+    assert "corruptions_digits.md" in written
+    assert any(name.startswith("budget_digits_linf_untargeted") for name in written)

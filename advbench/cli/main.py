@@ -139,42 +139,23 @@ def plot(records: tuple[Path, ...], out_dir: Path, group_by: str, baseline: str 
     and with judges the transfer matrix between metrics.
 
     Score- and decision-based attacks get accuracy-vs-queries figures (log axis) beside the
-    accuracy-vs-ε ones.
+    accuracy-vs-ε ones. Benchmark and corruption records may share the folders: each kind is drawn.
     """
     from rich.console import Console
 
+    from advbench.cli.draw import render
     from advbench.core.paths import writable_folder
-    from advbench.core.records import read_kind
+    from advbench.core.records import KINDS_BY_NAME, read_kinds
 
-    kind, frame = read_kind(records or (Path("advbench-out/records"),), kinds=("benchmark", "rd", "iqa", "corruption"))
+    found = read_kinds(records or (Path("advbench-out/records"),), kinds=("benchmark", "rd", "iqa", "corruption"),
+                       together=("benchmark", "corruption"))
     writable_folder(out_dir, "--out")
-    if baseline is not None and kind.name != "corruption":
-        raise AdvbenchError(f"--baseline applies to corruption records (advbench run threat=corruptions), not {kind.label}")
-    console = Console()
-    if kind.name == "rd":
-        from advbench.quality.stability.report import render_stability
-
-        written = render_stability(frame, out_dir)
-    elif kind.name == "iqa":
-        from advbench.quality.iqa.report import render_iqa
-
-        written = render_iqa(frame, out_dir)
-    elif kind.name == "corruption":
-        from advbench.robustness.report.corruption_plot import render_corruptions
-
-        written = render_corruptions(frame, out_dir, baseline=baseline)
-    else:
-        from advbench.robustness.report.plot import print_tables, render_all
-        from advbench.robustness.report.shards import missing_shards, mixed_shards
-        from advbench.robustness.report.table3 import summary_table, with_categories
-
-        mixed = mixed_shards(frame)
-        if mixed:
-            raise AdvbenchError(mixed[0] + (f" (and {len(mixed) - 1} more)" if len(mixed) > 1 else ""))
-        for line in missing_shards(frame):
-            click.echo(f"warning: {line}", err=True)
-        written = render_all(frame, out_dir, group_by=group_by)
-        print_tables(summary_table(with_categories(frame)), console, by_category=group_by == "category")
+    if baseline is not None and "corruption" not in found:
+        raise AdvbenchError(f"--baseline applies to corruption records (advbench run threat=corruptions), not "
+                            f"{KINDS_BY_NAME[next(iter(found))].label}")
+    console, written = Console(), []
+    for name, frame in found.items():
+        written += render(name, frame, out_dir, group_by, baseline, console)
     for path in written:
         console.print(f"wrote {path}")
 
