@@ -189,12 +189,62 @@ def test_the_rand_version_averages_every_gradient_over_twenty_passes(tiny_model,
     assert auto.params()["version"] == "rand"
 
 
+class Noisy(nn.Module):
+    """The tiny model behind Gaussian input noise, fresh on every pass: a randomized model."""
+
+    randomized = True
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model(x + 0.3 * torch.randn_like(x))
+
+
+def test_rand_records_its_twenty_passes_and_which_judge_made_the_number(tiny_model, batch) -> None:
+    """The default judges rand by the engine's vote (judge_draws 20), judge=original by its own rule;
+    attack_params say which, and the 20 EOT passes."""
+    x, y = batch
+    short = {"apgd_ce": {"n_iter": 2}, "apgd_dlr": {"n_iter": 2}}
+    frames = {judge: advbench.evaluate(Noisy(tiny_model).eval(), (x[:6], y[:6]), eps=0.1, randomized=True,
+                                       overrides=["search.enabled=false"],
+                                       attack=AutoAttack(version="rand", member_params=short, judge=judge))
+              for judge in ("vote", "original")}
+    for judge, frame in frames.items():
+        params = json.loads(frame["attack_params"].iloc[0])
+        assert (params["judge"], params["eot_passes"]) == (judge, 20)
+    assert set(frames["vote"]["judge_draws"]) == {20}
+    default = instantiate(compose_config("config", ["attack=autoattack", "attack.version=rand"]).attack.params)
+    assert default.params()["judge"] == "vote" and not default.judges_itself
+
+
+def test_original_judge_keeps_the_last_iterate_a_single_pass_called_adversarial(tiny_model, batch) -> None:
+    """judge=original: a broken sample's example is the last iterate one pass met the goal at, and
+    one more pass there agreed; the extra passes are counted queries within the declared cost."""
+    x, y = batch
+    n, noisy = len(y), Noisy(tiny_model).eval()
+    auto = AutoAttack(version="rand", member_params={"apgd_ce": {"n_iter": 4}, "apgd_dlr": {"n_iter": 4}}, judge="original")
+    oracle = WhiteBoxOracle(noisy, n, draws=20)
+    torch.manual_seed(0)
+    res = auto(oracle, x, y, eps=torch.full((n,), 0.15), norm="linf")
+    assert bool(res.success.any()) and not bool(res.success.all())
+    with torch.no_grad():
+        fooled = torch.stack([noisy(res.x_adv).argmax(1) != y for _ in range(50)]).float().mean(0)
+    assert float(fooled[res.success].mean()) > float(fooled[~res.success].mean())
+    declared = auto.declared_cost("white", "untargeted", 10)
+    assert bool((oracle.queries <= declared.queries).all()) and bool((oracle.grad_evals <= declared.grad_evals).all())
+    assert bool((oracle.queries[~res.success] > 2 * 4).all()), "a pass at every iterate of both members"
+
+
 @pytest.mark.parametrize("overrides,match", [
     (["attack.version=custom"], "version=custom needs them"),
     (["attack.version=rand", "attack.members=[apgd_ce]"], "version=rand runs its own"),
     (["attack.version=extra"], "unknown version 'extra'"),
     (["attack.version=custom", "attack.members=[apgd_ce,square_autoattack,nope]"], "unknown ensemble member 'nope'"),
     (["attack.version=rand", "attack.params.member_params={fab_t: {n_iter: 3}}"], "not among the members"),
+    (["attack.judge=original"], "attack.judge=original is the rand version's rule"),
+    (["attack.version=rand", "attack.judge=count"], "judge"),
 ])
 def test_bad_versions_are_one_line_errors(overrides: list[str], match: str) -> None:
     with pytest.raises(AdvbenchError, match=match) as info:

@@ -22,6 +22,7 @@ import time
 import pytest
 import torch
 from test_apgd_crosscheck import EPS
+from torch import nn
 
 from advbench.core.catalog import option_data
 from advbench.core.steps import lp_norm
@@ -81,3 +82,44 @@ def test_every_adversarial_example_is_inside_the_ball_and_the_box(both) -> None:
     assert x_adv.min() >= 0 and x_adv.max() <= 1
     assert (lp_norm(x_adv - x, both["norm"]) <= both["eps"] * (1 + 1e-5) + 1e-6).all()
     assert torch.equal(~both["robust"], both["broken_by"] >= 0), "a sample is broken exactly where a member broke it"
+
+
+RAND_SAMPLES = 150
+SIGMA = 0.3
+
+
+class _GaussianNoise(nn.Module):
+    """The tiny model behind Gaussian input noise (σ 0.3), fresh on every pass: a randomized model."""
+
+    randomized = True
+
+    def __init__(self, net: nn.Module) -> None:
+        super().__init__()
+        self.net = net
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x + SIGMA * torch.randn_like(x))
+
+
+def test_rand_judged_as_the_original_reads_its_number(tiny_model, digits_tensors) -> None:
+    """version=rand with judge=original against the original's version='rand' (APGD-CE and APGD-DLR,
+    EOT over 20 passes) on the Gaussian-noise model, ℓ∞ ε 0.1, the first 150 test digits: robust
+    accuracy within 2 points. Each side's clean verdict is one noisy pass, as the engine takes it
+    under judge=original."""
+    original = pytest.importorskip("pyautoattack").AutoAttack
+    _, _, x, y = digits_tensors
+    x, y, eps = x[:RAND_SAMPLES], y[:RAND_SAMPLES], torch.full((RAND_SAMPLES,), EPS["linf"])
+    noisy = _GaussianNoise(tiny_model).eval()
+    torch.manual_seed(0)
+    _, their_pred = original(noisy, norm="Linf", eps=EPS["linf"], version="rand", seed=0).run_standard_evaluation(
+        x, y, batch_size=RAND_SAMPLES)
+    theirs = float((their_pred == y).float().mean())
+    with torch.no_grad():
+        clean = noisy(x).argmax(1) == y
+    res = AutoAttack(version="rand", judge="original")(WhiteBoxOracle(noisy, RAND_SAMPLES, draws=20), x, y, eps=eps,
+                                                       norm="linf")
+    ours = float((clean & ~res.success).float().mean())
+    print(f"rand judge=original: ours {ours:.2%}, original {theirs:.2%}")
+    assert 0.1 <= theirs <= 0.9, "the budget should leave some samples robust and break others"
+    assert abs(ours - theirs) <= 0.02 + 1e-6, f"robust accuracy {ours:.2%} vs the original's {theirs:.2%}"
+    assert (lp_norm(res.x_adv - x, "linf") <= EPS["linf"] + 1e-6).all()

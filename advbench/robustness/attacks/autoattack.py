@@ -7,8 +7,9 @@
   FAB-T (9 target classes, no final search), Square (5,000 iterations, p_init 0.8);
 - plus: APGD-CE and APGD-DLR with 5 restarts, FAB with 5 restarts, Square, APGD-T, FAB-T;
 - rand: APGD-CE and APGD-DLR, one start, every gradient an EOT mean over 20 passes, for
-  randomized models (success is the engine's vote over `judge.draws` passes, as for any
-  randomized model);
+  randomized models; `judge` says who decides success: `vote` (the default), the engine's vote
+  over `judge.draws` passes as for any randomized model; `original`, the original's own rule
+  (`_FirstPass`), so the number is the one the original (and RobustBench) reports;
 - custom: `members`, attack option names, in order; the original's six members keep the
   settings its constructor gives them (`ORIGINAL_DEFAULTS`: APGD-CE, APGD-DLR and FAB with
   5 restarts), as its custom version does, so a custom list reads the original's number.
@@ -26,11 +27,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import torch
+
 from advbench.core.errors import AdvbenchError
 from advbench.robustness.attacks import hyper
-from advbench.robustness.attacks.base import Attack, Cost
+from advbench.robustness.attacks.base import Attack, AttackResult, Cost
 from advbench.robustness.attacks.oracles import Oracle
 from advbench.robustness.attacks.worst_case import Ensemble, MemberNames, MemberParams
+from advbench.robustness.threat import goal_met
 
 _ONE_START = {"n_restarts": 1}
 _FIVE_STARTS = {"n_restarts": 5}
@@ -61,6 +65,8 @@ VERSIONS: dict[str, dict[str, dict[str, Any]]] = {
 """Each version's members, in the order they run, with the original's settings for them."""
 EOT_PASSES = {"rand": 20}
 """Passes per gradient (the original's `eot_iter`) where a version sets them; else the model's."""
+JUDGES = ("vote", "original")
+"""Who decides a randomized model's verdict: the engine's vote, or the original's own rule (rand only)."""
 
 
 class _CustomMembers(MemberNames):
@@ -73,11 +79,15 @@ class AutoAttack(Ensemble):
     """AutoAttack's `version`: its members and their settings, then the worst case over them."""
 
     hyperparameters = {"version": hyper.Choice((*VERSIONS, "custom")), "members": _CustomMembers(),
-                       "member_params": MemberParams(), "seed": hyper.Whole(None)}
+                       "member_params": MemberParams(), "seed": hyper.Whole(None), "judge": hyper.Choice(JUDGES)}
 
     def __init__(self, *, version: str = "standard", members: Sequence[str] | None = None,
-                 member_params: Mapping[str, Mapping[str, Any]] | None = None, seed: int = 0) -> None:
+                 member_params: Mapping[str, Mapping[str, Any]] | None = None, seed: int = 0,
+                 judge: str = "vote") -> None:
         self.set_hyperparameters(locals())
+        if judge == "original" and version != "rand":
+            raise AdvbenchError(f"AutoAttack: attack.judge=original is the rand version's rule; version={version} "
+                                "is judged by the engine (attack.judge=vote)")
         if (self.members is None) == (version == "custom"):
             raise AdvbenchError("AutoAttack: attack.members names the members of version=custom only; "
                                 f"version={version} " + ("needs them" if version == "custom" else "runs its own"))
@@ -86,21 +96,81 @@ class AutoAttack(Ensemble):
         self._assemble(self.members, {name: {**settings.get(name, {}), **(self.member_params.get(name) or {})}
                                       for name in {*settings, *self.member_params}})
 
+    @property
+    def judges_itself(self) -> bool:
+        """Whether success is this attack's own verdict (judge=original), which the engine then
+        takes as it is, judging clean inputs by one pass too, as the original does."""
+        return self.judge == "original"
+
     def params(self) -> dict[str, object]:
-        """The version first, then what an ensemble records (members, overrides, seed, resolved settings)."""
-        return {"version": self.version, **super().params()}
+        """The version, who judged and the EOT passes per gradient (None: the model's), then what
+        an ensemble records (members, overrides, seed, resolved settings)."""
+        return {"version": self.version, "judge": self.judge, "eot_passes": EOT_PASSES.get(self.version),
+                **super().params()}
 
     def _member_oracle(self, attack: Attack, view: Oracle) -> Oracle:
-        """The ensemble's view, with the version's EOT passes per gradient where it sets them."""
+        """The ensemble's view, with the version's EOT passes per gradient where it sets them, and
+        judged by single passes under judge=original."""
         view = super()._member_oracle(attack, view)
         passes = EOT_PASSES.get(self.version)
-        return view if passes is None or view.knowledge != "white" else view.with_eot(passes)
+        view = view if passes is None or view.knowledge != "white" else view.with_eot(passes)
+        return _FirstPass(view) if self.judges_itself else view
+
+    def _member_won(self, view: Oracle, res: AttackResult, y: torch.Tensor,
+                    target: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Under judge=original: the iterate a single pass last called adversarial, confirmed by one more pass."""
+        if not isinstance(view, _FirstPass):
+            return super()._member_won(view, res, y, target)
+        return view.confirmed(y, target), torch.where(view.hit.view(-1, *[1] * (res.x_adv.dim() - 1)), view.kept, res.x_adv)
 
     def _member_cost(self, attack: Attack, knowledge: str, goal: str, num_classes: int) -> Cost:
-        """A member's cost with the version's EOT passes per white-box gradient, each one evaluation."""
+        """A member's cost with the version's EOT passes per white-box gradient, each one evaluation;
+        judge=original adds its forward passes: one an iterate and start, one at the clean input, one to
+        confirm, and the member's own at the clean input and each start's last iterate (APGD)."""
         cost = super()._member_cost(attack, knowledge, goal, num_classes)
         passes = EOT_PASSES.get(self.version) if knowledge == "white" else None
-        return cost if passes is None else Cost(cost.grad_evals * passes, cost.queries)
+        extra = attack.strength_budget + 2 * getattr(attack, "n_restarts", 1) + 3 if self.judges_itself else 0
+        return Cost(cost.grad_evals * (passes or 1), cost.queries + extra)
+
+
+class _FirstPass:
+    """A member's oracle under judge=original, the rule of the original's `run_standard_evaluation`
+    with its APGD under EOT (`pyautoattack/autopgd_base.py`): the iterate a member keeps is the
+    last one (the start included; the clean input where a pass already misclassifies it) at which
+    a single noisy pass met the goal, and the sample is broken when one more pass at that iterate
+    agrees (`confirmed`). The member runs its full course (`stops_on_hit` is False). Every pass
+    is a counted query; the rest is the wrapped view's."""
+
+    stops_on_hit = False
+
+    def __init__(self, view: Oracle) -> None:
+        self._view = view
+        self.kept: torch.Tensor | None = None
+        self.hit = torch.zeros(len(view), dtype=torch.bool, device=view.grad_evals.device)
+
+    def __len__(self) -> int:
+        return len(self._view)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._view, name)
+
+    def verdict(self, x: torch.Tensor, y: torch.Tensor, target: torch.Tensor | None, idx: torch.Tensor,
+                logits: torch.Tensor | None = None, undated: torch.Tensor | None = None) -> torch.Tensor:
+        """One fresh pass at every row of `x`; the rows it calls adversarial keep `x` as their iterate."""
+        met = goal_met(self._view.logits(x, idx).argmax(dim=1), y, target)
+        if self.kept is None:
+            self.kept = torch.zeros((len(self), *x.shape[1:]), dtype=x.dtype, device=x.device)
+        self.kept[idx[met]] = x[met]
+        self.hit[idx[met]] = True
+        return met
+
+    def confirmed(self, y: torch.Tensor, target: torch.Tensor | None) -> torch.Tensor:
+        """Whether one more pass at each sample's kept iterate meets the goal (False where none was kept)."""
+        won = torch.zeros_like(self.hit)
+        rows = self.hit.nonzero().squeeze(1)
+        if rows.numel():
+            won[rows] = self.verdict(self.kept[rows], y[rows], None if target is None else target[rows], rows)
+        return won
 
 
 def custom_settings(members: Sequence[str]) -> dict[str, dict[str, Any]]:

@@ -162,18 +162,23 @@ class Ensemble(Attack):
         for i, attack in enumerate(self._attacks):
             if active.numel() == 0:
                 break
-            res = attack(self._member_oracle(attack, oracle.subset(active)), x[active], y[active], eps=eps[active], norm=norm,
-                         target=None if target is None else target[active], sample_id=sample_id[active])
-            # first_success >= 0: adversarial within eps, for minimum-norm members too (their
-            # first_success dates the first example inside eps; x_adv is then inside as well).
-            won = res.success & (res.first_success >= 0)
+            view, t = self._member_oracle(attack, oracle.subset(active)), None if target is None else target[active]
+            res = attack(view, x[active], y[active], eps=eps[active], norm=norm, target=t, sample_id=sample_id[active])
+            won, example = self._member_won(view, res, y[active], t)
             keep = won if attack.kind == "minimizing" else torch.ones_like(won)
-            x_adv[active[keep]] = res.x_adv[keep]
+            x_adv[active[keep]] = example[keep]
             first[active[won]] = offset + res.first_success[won]
             broken_by[active[won]] = i
             active = active[~won]
             offset += attack.strength_budget
         return AttackResult(x_adv=x_adv, success=first >= 0, first_success=first, info={"broken_by": broken_by})
+
+    def _member_won(self, view: Oracle, res: AttackResult, y: torch.Tensor,
+                    target: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Which samples member's result `res` broke, and its examples. first_success >= 0:
+        adversarial within eps, for minimum-norm members too (their first_success dates the first
+        example inside eps; x_adv is then inside as well)."""
+        return res.success & (res.first_success >= 0), res.x_adv
 
     def _member_oracle(self, attack: Attack, view: Oracle) -> Oracle:
         """The oracle a member sees: `view`, or its score view where the member needs score access."""

@@ -58,7 +58,8 @@ def evaluate_batch(attack: Attack, model: torch.nn.Module, x: torch.Tensor, y: t
     measure = _MEASURES.get(attack.kind)
     if measure is None:
         raise AdvbenchError(f"{type(attack).__name__} has kind '{attack.kind}'; valid: {', '.join(_MEASURES)}")
-    draws = draws if getattr(model, "randomized", False) else 1
+    # An attack that judges itself (AutoAttack's judge=original) decides success; clean inputs get one pass, as there.
+    draws = draws if getattr(model, "randomized", False) and not getattr(attack, "judges_itself", False) else 1
     calls, everyone = RowCalls(ids), torch.arange(n, device=x.device)
     correct = pooled_vote(model, x, y, None, draws, calls=calls, rows=everyone, call_rows=call_rows)
     if not bool(torch.isfinite(correct.logits).all()):
@@ -83,7 +84,7 @@ def _measure_budgeted(b: Batch, search: SearchSettings) -> dict[str, torch.Tenso
         b.oracle.remember_clean(b.x)
     res = b.attack_at(everyone, budget)
     verdict = b.judge(res.x_adv, everyone)
-    won, margin = verdict.met, b.margin(verdict, everyone)
+    won, margin = res.success if getattr(b.attack, "judges_itself", False) else verdict.met, b.margin(verdict, everyone)
     clean_adv = b.clean.met
     zero, inf, nan = (torch.full_like(budget, v) for v in (0.0, math.inf, math.nan))
     hi = torch.where(clean_adv, zero, torch.where(won, budget, inf))
