@@ -51,7 +51,7 @@ from advbench.robustness.models.user_models import check_forward, check_randomiz
 from advbench.robustness.report.cell_report import report_cell
 from advbench.robustness.report.table3 import summary_table, with_categories
 from advbench.robustness.specs import AttackSpec, CellSpec
-from advbench.robustness.threat import CORRUPTION
+from advbench.robustness.threat import CORRUPTION, NORMS
 
 
 def evaluate(model: nn.Module, data: Any = None, *, attack: str | Attack | None = None, threat: str | None = None,
@@ -212,7 +212,7 @@ def _checked_budgets(budgets: Mapping[str, float] | None, data: Any) -> Mapping[
     """`budgets` as a preset on data held in memory needs them: a positive ε for each norm it sweeps."""
     if isinstance(data, str):
         return budgets
-    norms = ("linf", "l2")
+    norms = NORMS
     if budgets is None or set(budgets) != set(norms) or not all(
             isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in budgets.values()):
         raise AdvbenchError(f"data held in memory has no budgets of its own: give budgets={{'linf': ..., 'l2': ...}}, "

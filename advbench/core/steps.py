@@ -1,5 +1,5 @@
-"""Norm-specific primitives every gradient attack shares, in both halves: norms, step directions,
-projections, momentum, Adam.
+"""Primitives every gradient attack shares, in both halves: norms, step directions and projections
+(by name or `core.norms` object), momentum, Adam.
 
 Every function works on a batch with a per-sample budget `eps` of shape (N,), so one call
 can carry samples at different budgets (the minimum-ε search and the budget sweeps of
@@ -12,48 +12,30 @@ import math
 
 import torch
 
+from advbench.core.norms import L1_NORM, Norm, per_sample
+from advbench.core.norms import norm as norm_of
+
 _TINY = 1e-12
 
 
-def per_sample(v: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """Reshape a (N,) tensor to broadcast against `like` (N, ...)."""
-    return v.reshape(-1, *([1] * (like.dim() - 1)))
+def lp_norm(v: torch.Tensor, norm: str | Norm) -> torch.Tensor:
+    """Per-sample norm of a batch; `norm` is a `core.norms` object or its name."""
+    return norm_of(norm).size(v)
 
 
-def lp_norm(v: torch.Tensor, norm: str) -> torch.Tensor:
-    flat = v.flatten(1)
-    if norm == "linf":
-        return flat.abs().amax(dim=1)
-    if norm == "l2":
-        return flat.norm(p=2, dim=1)
-    if norm == "l1":
-        return flat.abs().sum(dim=1)
-    raise ValueError(f"unknown norm '{norm}'; valid: linf, l2, l1")
-
-
-def unit_direction(g: torch.Tensor, norm: str) -> torch.Tensor:
-    """Steepest-ascent direction of unit `norm`: sign for ℓ∞, g/‖g‖₂ for ℓ2."""
-    if norm == "linf":
-        return g.sign()
-    return g / per_sample(lp_norm(g, norm).clamp_min(_TINY), g)
+def unit_direction(g: torch.Tensor, norm: str | Norm) -> torch.Tensor:
+    """Steepest-ascent direction of unit `norm` (`Norm.direction`): sign for ℓ∞, g/‖g‖₂ for ℓ2."""
+    return norm_of(norm).direction(g)
 
 
 def accumulate_momentum(momentum: torch.Tensor, grad: torch.Tensor, decay: float) -> torch.Tensor:
     """MI-FGSM's velocity (Dong et al. 2018): decay·m + g/‖g‖₁, per sample, so steps of any scale weigh alike."""
-    return decay * momentum + grad / per_sample(lp_norm(grad, "l1").clamp_min(_TINY), grad)
+    return decay * momentum + grad / per_sample(L1_NORM.size(grad).clamp_min(_TINY), grad)
 
 
-def project(x_adv: torch.Tensor, x: torch.Tensor, eps: torch.Tensor, norm: str) -> torch.Tensor:
-    """Project onto the `norm` ball of radius eps (per sample) around x."""
-    delta = x_adv - x
-    if norm == "linf":
-        e = per_sample(eps, delta)
-        delta = torch.maximum(torch.minimum(delta, e), -e)
-    else:
-        n = lp_norm(delta, norm)
-        factor = torch.where(n > eps, eps / n.clamp_min(_TINY), torch.ones_like(n))
-        delta = delta * per_sample(factor, delta)
-    return x + delta
+def project(x_adv: torch.Tensor, x: torch.Tensor, eps: torch.Tensor, norm: str | Norm) -> torch.Tensor:
+    """Project onto the `norm` ball of radius eps (per sample) around x (`Norm.project_ball`)."""
+    return norm_of(norm).project_ball(x_adv, x, eps)
 
 
 def cosine_anneal(i: int, steps: int, first: float, last: float) -> float:
@@ -86,14 +68,10 @@ def step_in_box(x_adv: torch.Tensor, direction: torch.Tensor, alpha: torch.Tenso
 
 
 def ascend(x_adv: torch.Tensor, x: torch.Tensor, direction: torch.Tensor, alpha: torch.Tensor,
-           eps: torch.Tensor, norm: str, bounds: tuple[float, float]) -> torch.Tensor:
-    """One projected step: x_adv + α·d, back into the ε-ball, then into bounds."""
+           eps: torch.Tensor, norm: str | Norm, bounds: tuple[float, float]) -> torch.Tensor:
+    """One projected step: x_adv + α·d, back into the ε-ball intersected with bounds (`Norm.project`)."""
     stepped = x_adv + per_sample(alpha, x_adv) * direction
-    return clip(project(stepped, x, eps, norm), bounds)
-
-
-DUAL_NORM = {"linf": "l1", "l2": "l2", "l1": "linf"}
-"""The dual of each norm: |⟨g, δ⟩| ≤ ‖g‖_dual·‖δ‖, so a linear boundary at f lies |f|/‖g‖_dual away."""
+    return norm_of(norm).project(stepped, x, eps, bounds)
 
 
 def adam_step(grad: torch.Tensor, m: torch.Tensor, v: torch.Tensor, t: int | torch.Tensor, lr: float,

@@ -17,7 +17,8 @@ from dataclasses import dataclass, fields
 import torch
 
 from advbench.core.errors import AdvbenchError
-from advbench.core.steps import clip, lp_norm, per_sample, rmsprop_step
+from advbench.core.norms import L2_NORM
+from advbench.core.steps import clip, per_sample, rmsprop_step
 from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.base import Attack, AttackResult
 from advbench.robustness.attacks.minimum_norm import SmallestAdversarial, goal_margin
@@ -162,7 +163,7 @@ class ALMA(Attack):
         s.found = s.found | hit
         delta = s.x_adv - s.x
         grad = per_sample(p2_slope(c, s.rho, s.mu), grad_c) * grad_c
-        grad += delta / per_sample(lp_norm(delta, "l2").clamp_min(1e-12), delta)  # d‖δ‖₂/dδ, 0 at δ = 0
+        grad += delta / per_sample(L2_NORM.size(delta).clamp_min(1e-12), delta)  # d‖δ‖₂/dδ, 0 at δ = 0
         decayed = torch.where(s.found, (i - s.step_found) / (self.steps - s.step_found), torch.zeros_like(s.mu))
         lr = self.lr_init * self.lr_reduction ** decayed
         s.x_adv = clip(s.x_adv - rmsprop_step(grad, s.square_avg, s.buffer, lr, self.alpha, self.alpha, RMS_EPS), bounds)

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import torch
 
 from advbench.core.draws import normal
-from advbench.core.steps import lp_norm
+from advbench.core.norms import L2_NORM
 from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.base import AttackResult
 from advbench.robustness.attacks.oracles import DecisionOracle
@@ -128,7 +128,7 @@ class Boundary(DecisionAttack):
             src[s] = self._adapted(src[s], ratio[m:]).clamp(max=1)
             ready = o[found[:m]]
             pool[ready], pool_ok[ready], orthogonal[ready] = cand[:m][found[:m]], hit[:m][found[:m]], False
-            dist = torch.where(hit[m:], lp_norm(moved.flatten(0, 1) - x[s].repeat_interleave(k, 0), "l2").reshape(-1, k),
+            dist = torch.where(hit[m:], L2_NORM.size(moved.flatten(0, 1) - x[s].repeat_interleave(k, 0)).reshape(-1, k),
                                torch.inf)
             won = found[m:]
             best = moved[won, dist[won].argmin(1)]
@@ -151,7 +151,7 @@ class Boundary(DecisionAttack):
             cand, on_sphere = self._proposals(x[active], cur[active], sph[active], source[active],
                                               sample_id[active], step, bounds)
             adv = log.adversarial(cand, active)
-            closer = lp_norm(cand - x[active], "l2") < lp_norm(cur[active] - x[active], "l2")
+            closer = L2_NORM.size(cand - x[active]) < L2_NORM.size(cur[active] - x[active])
             better = adv & closer
             cur[active[better]] = cand[better]
             log.offer(active, cand, better)

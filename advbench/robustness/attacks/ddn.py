@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from advbench.core.steps import clip, cosine_anneal, lp_norm, per_sample
+from advbench.core.norms import L2_NORM
+from advbench.core.steps import clip, cosine_anneal, per_sample
 from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.base import Attack, AttackResult
 from advbench.robustness.attacks.minimum_norm import SmallestAdversarial, unit_l2
@@ -60,7 +61,7 @@ class DDN(Attack):
         n = x.shape[0]
         best = SmallestAdversarial(x, eps, norm)
         lo, hi = oracle.bounds
-        worst = lp_norm(torch.maximum(x - lo, hi - x), "l2")
+        worst = L2_NORM.size(torch.maximum(x - lo, hi - x))
         radius = torch.full((n,), float(self.init_epsilon), dtype=x.dtype, device=x.device)
         delta = torch.zeros_like(x)
         labels = y if target is None else target
@@ -78,6 +79,6 @@ class DDN(Attack):
             step = delta[active] + cosine_anneal(i, self.steps, 1.0, FINAL_STEPSIZE) * unit_l2(grad, i, sample_id[active])
             radius[active] = torch.where(hit, radius[active] * (1 - self.gamma),
                                          radius[active] * (1 + self.gamma)).minimum(worst[active])
-            step = step * per_sample(radius[active] / lp_norm(step, "l2").clamp_min(1e-12), step)
+            step = step * per_sample(radius[active] / L2_NORM.size(step).clamp_min(1e-12), step)
             delta[active] = clip(x[active] + step, oracle.bounds) - x[active]
         return best.result()

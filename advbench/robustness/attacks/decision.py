@@ -25,6 +25,8 @@ from collections.abc import Sequence
 import torch
 
 from advbench.core.draws import normal, uniform
+from advbench.core.norms import L2_NORM, LINF
+from advbench.core.norms import norm as norm_of
 from advbench.core.runtime import PROBE_ELEMENTS
 from advbench.core.steps import clip, lp_norm, per_sample
 from advbench.robustness.attacks import hyper
@@ -65,9 +67,9 @@ class HopSkipJump(DecisionAttack):
                                     sample_id=sample_id, tries=self.init_tries)
         active = torch.nonzero(ok).squeeze(1)
         if target is None:  # the authors' blend search from the noise towards x
-            start[active], _ = bisect(log, x[active], start[active], active, "l2", 1e-3)
-        d = x[0].numel()
-        theta = self.gamma / (d * math.sqrt(d) if norm == "l2" else d * d)
+            start[active], _ = bisect(log, x[active], start[active], active, L2_NORM, 1e-3)
+        d, box = x[0].numel(), norm_of(norm) is LINF
+        theta = self.gamma / (d * d if box else d * math.sqrt(d))
         cur = x.clone()
         dist_post = torch.zeros(x.shape[0], dtype=x.dtype, device=x.device)
         cur[active], dist_post[active] = bisect(log, x[active], start[active], active, norm, theta)
@@ -79,10 +81,10 @@ class HopSkipJump(DecisionAttack):
                 break
             j += 1
             delta = (0.1 * (oracle.bounds[1] - oracle.bounds[0]) * torch.ones_like(dist_post[active]) if j == 1
-                     else (math.sqrt(d) if norm == "l2" else d) * theta * dist_post[active])
+                     else (d if box else math.sqrt(d)) * theta * dist_post[active])
             evals = min(int(self.init_evals * math.sqrt(j)), self.max_evals)
             grad = self._gradient(log, cur[active], active, delta, evals, norm, oracle.bounds, sample_id[active], j)
-            update = grad.sign() if norm == "linf" else grad
+            update = grad.sign() if box else grad
             size, found = self._geometric(log, cur[active], update, active, j, lp_norm(cur[active] - x[active], norm),
                                           oracle.bounds)
             moved = active[found]
@@ -105,12 +107,12 @@ class HopSkipJump(DecisionAttack):
         for s in range(0, m, chunk):
             sl = slice(s, s + chunk)
             k = torch.clamp(log.left(idx[sl]), max=evals)
-            if norm == "linf":
+            if norm_of(norm) is LINF:
                 rv = uniform(self.seed, sample_id[sl], (evals, *shape), j, device=xb.device, dtype=xb.dtype) * 2 - 1
             else:
                 rv = normal(self.seed, sample_id[sl], (evals, *shape), j, device=xb.device, dtype=xb.dtype)
             # In place on the draw's own tensor: each probe-sized temporary is megabytes to fault in.
-            rv.div_(lp_norm(rv.flatten(0, 1), "l2").clamp_min(1e-12).reshape(rv.shape[0], evals, *([1] * len(shape))))
+            rv.div_(L2_NORM.size(rv.flatten(0, 1)).clamp_min(1e-12).reshape(rv.shape[0], evals, *([1] * len(shape))))
             base = xb[sl][:, None]
             dl = delta[sl].reshape(-1, 1, *([1] * len(shape)))
             probes = rv.mul_(dl).add_(base).clamp_(*bounds)  # clip(x + δ·u)
@@ -125,7 +127,7 @@ class HopSkipJump(DecisionAttack):
             same = mean.abs() == 1  # all probes agree: the authors average the directions
             weight = torch.where(same[:, None], fval, (fval - mean[:, None]) * use)
             g = rv.mul_(weight.reshape(*weight.shape, *([1] * len(shape)))).sum(1) / per_sample(k.clamp_min(1), xb[sl])
-            out[sl] = g / per_sample(lp_norm(g, "l2").clamp_min(1e-12), g)
+            out[sl] = g / per_sample(L2_NORM.size(g).clamp_min(1e-12), g)
         return out
 
     def _geometric(self, log: QueryLog, xb: torch.Tensor, update: torch.Tensor, idx: torch.Tensor, j: int,

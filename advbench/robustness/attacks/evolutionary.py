@@ -19,7 +19,8 @@ import torch
 import torch.nn.functional as F
 
 from advbench.core.draws import normal, uniform
-from advbench.core.steps import clip, lp_norm, per_sample
+from advbench.core.norms import L2_NORM
+from advbench.core.steps import clip, per_sample
 from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.base import AttackResult
 from advbench.robustness.attacks.oracles import DecisionOracle
@@ -108,10 +109,10 @@ class Evolutionary(DecisionAttack):
         """Each row's mutation of `cur`: μ towards x, the upsampled noise scaled to σ·distance, then
         back onto the sphere of the biased point's distance around x, clipped."""
         src = x - cur
-        dist = lp_norm(src, "l2")
+        dist = L2_NORM.size(src)
         biased = cur + per_sample(mu, x) * src
         up = F.interpolate(z, size=tuple(x.shape[2:]), mode="bilinear", align_corners=False)
-        up = up / per_sample(lp_norm(up, "l2").clamp_min(_TINY), up)
+        up = up / per_sample(L2_NORM.size(up).clamp_min(_TINY), up)
         cand = biased + per_sample(self.sigma * dist, x) * up
-        radius = lp_norm(x - biased, "l2") / lp_norm(x - cand, "l2").clamp_min(_TINY)
+        radius = L2_NORM.size(x - biased) / L2_NORM.size(x - cand).clamp_min(_TINY)
         return clip(x - (x - cand) * per_sample(radius, x), bounds)

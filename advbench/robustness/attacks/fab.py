@@ -20,7 +20,8 @@ from __future__ import annotations
 import torch
 
 from advbench.core.errors import AdvbenchError
-from advbench.core.steps import DUAL_NORM, clip, lp_norm, per_sample
+from advbench.core.norms import norm as norm_of
+from advbench.core.steps import clip, lp_norm, per_sample
 from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.base import Attack, AttackResult, Cost
 from advbench.robustness.attacks.hyperplane import PROJECTIONS
@@ -129,11 +130,11 @@ class FAB(Attack):
         """One FAB step: project the iterate and the clean input onto the nearest linearised boundary
         f_k + w_k·(z − cur) = 0 within the box, and combine the two overshot projections."""
         m, k = f.shape
-        dist = f.abs() / (lp_norm(grad.flatten(0, 1), DUAL_NORM[norm]).reshape(m, k) + 1e-12)
+        dist = f.abs() / (lp_norm(grad.flatten(0, 1), norm_of(norm).dual).reshape(m, k) + 1e-12)
         nearest = dist.argmin(dim=1)
         w = grad[torch.arange(m, device=f.device), nearest].flatten(1)
         b = (w * cur.flatten(1)).sum(dim=1) - f.gather(1, nearest[:, None]).squeeze(1)
-        both = PROJECTIONS[norm](torch.cat([cur.flatten(1), x0.flatten(1)]), torch.cat([w, w]), torch.cat([b, b]), bounds)
+        both = PROJECTIONS[norm_of(norm)](torch.cat([cur.flatten(1), x0.flatten(1)]), torch.cat([w, w]), torch.cat([b, b]), bounds)
         size = lp_norm(both, norm).clamp_min(1e-8)
         alpha = per_sample((size[:m] / (size[:m] + size[m:])).clamp(0, self.alpha_max), cur)
         d_cur, d_x0 = both[:m].view_as(cur), both[m:].view_as(cur)

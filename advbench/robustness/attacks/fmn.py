@@ -5,7 +5,7 @@ takes one normalised step down the logit margin and projects it onto the ℓp ba
 ε around the input. While an iterate is adversarial ε shrinks by (1 − γ), never above the
 smallest adversarial norm found; while it is not, ε grows by (1 + γ), and before a first
 adversarial iterate to at least the linearised boundary's distance, ‖δ‖ + |margin|/‖∇‖_dual
-(`DUAL_NORM`), so the first projections already aim at the boundary. It returns per sample
+(`Norm.dual`), so the first projections already aim at the boundary. It returns per sample
 the smallest adversarial iterate it judged, the input itself where it judged none.
 """
 
@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import torch
 
-from advbench.core.steps import DUAL_NORM, clip, cosine_anneal, lp_norm, project
+from advbench.core.norms import norm as norm_of
+from advbench.core.steps import clip, cosine_anneal, lp_norm, project
 from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.base import Attack, AttackResult
 from advbench.robustness.attacks.minimum_norm import SmallestAdversarial, goal_margin, unit_l2
@@ -100,7 +101,7 @@ class FMN(Attack):
             hit = oracle.verdict(xa, ya, goal, active, logits)
             best.offer(active, xa, hit, i)
             xo = x[active]
-            dual = lp_norm(grad, DUAL_NORM[norm]).clamp_min(1e-12)
+            dual = lp_norm(grad, norm_of(norm).dual).clamp_min(1e-12)
             reach = lp_norm(xa - xo, norm) + goal_margin(logits, ya, goal).abs() / dual
             gamma = cosine_anneal(i, self.steps, self.gamma, FINAL_GAMMA)
             radius[active] = next_radius(radius[active], hit, best.best[active], reach, gamma).minimum(worst[active])

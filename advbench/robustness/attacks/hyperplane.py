@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import torch
 
+from advbench.core.norms import L2_NORM, LINF
+
 
 def _oriented(t: torch.Tensor, w: torch.Tensor, b: torch.Tensor,
               bounds: tuple[float, float]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -83,4 +85,5 @@ def project_l2(t: torch.Tensor, w: torch.Tensor, b: torch.Tensor, bounds: tuple[
     return w.sign() * torch.minimum(reach, room)
 
 
-PROJECTIONS = {"linf": project_linf, "l2": project_l2}
+PROJECTIONS = {LINF: project_linf, L2_NORM: project_l2}
+"""FAB's box-aware step onto a linearised boundary, per `core.norms` object."""

@@ -19,8 +19,10 @@ import math
 import torch
 
 from advbench.core.draws import normal
+from advbench.core.norms import L2_NORM
+from advbench.core.norms import norm as norm_of
 from advbench.core.runtime import grad_rows, pieces
-from advbench.core.steps import DUAL_NORM, adam_step, clip, lp_norm, per_sample, unit_direction
+from advbench.core.steps import adam_step, clip, lp_norm, per_sample, unit_direction
 from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.base import Attack, AttackResult, Cost
 from advbench.robustness.attacks.oracles import Objective, Oracle, TransferOracle
@@ -64,12 +66,12 @@ recompute cells to the same numbers."""
 def unit_l2(grad: torch.Tensor, i: int, sample_id: torch.Tensor) -> torch.Tensor:
     """The gradients at unit ℓ2 norm; a zero one (a saturated loss, a flat region of the model) is
     replaced by a Gaussian direction keyed by sample and iteration, so the iterate still moves."""
-    norms = lp_norm(grad, "l2")
+    norms = L2_NORM.size(grad)
     zero = (norms == 0).nonzero().squeeze(1)
     if zero.numel():
         grad = grad.clone()
         grad[zero] = normal(ZERO_GRAD_SEED, sample_id[zero], tuple(grad.shape[1:]), i, device=grad.device, dtype=grad.dtype)
-        norms = lp_norm(grad, "l2")
+        norms = L2_NORM.size(grad)
     return grad / per_sample(norms.clamp_min(1e-12), grad)
 
 
@@ -217,7 +219,7 @@ def nearest_boundary_step(f: torch.Tensor, grad: torch.Tensor, norm: str) -> tor
     DeepDefense's training regulariser unrolls the same step with second-order gradients.
     """
     m, k = f.shape
-    dist = f.abs() / lp_norm(grad.flatten(0, 1), DUAL_NORM[norm]).reshape(m, k).clamp_min(1e-8)
+    dist = f.abs() / lp_norm(grad.flatten(0, 1), norm_of(norm).dual).reshape(m, k).clamp_min(1e-8)
     nearest = dist.argmin(dim=1)
     rows = torch.arange(m, device=f.device)
     w = grad[rows, nearest]
@@ -380,7 +382,7 @@ class CarliniWagnerL2(Attack):
             adv = self._adversarial(oracle, xa, logits, ya, ta, act)
             best.offer(act, xa, adv, spent[act])
             found[pos] |= adv
-            loss = lp_norm(xa - xo, "l2") ** 2 + penalty(logits)
+            loss = L2_NORM.size(xa - xo) ** 2 + penalty(logits)
             g_w = box.chain(w, xo, oracle.bounds, g + 2 * (xa - xo))
             w -= adam_step(g_w, m, v, i + 1, self.stepsize)
             spent[act] += 1

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 import torch
 
 from advbench.core.draws import uniform
+from advbench.core.norms import L2_NORM, LINF
+from advbench.core.norms import norm as norm_of
 from advbench.core.runtime import pieces, probe_rows
 from advbench.core.steps import lp_norm, per_sample
 from advbench.robustness.attacks import hyper
@@ -98,7 +100,7 @@ def starting_points(log: QueryLog, x: torch.Tensor, y: torch.Tensor, target: tor
     ok = torch.zeros(n, dtype=torch.bool, device=x.device)
     if target is not None:
         pool = (labels == y)[None, :] & (y[None, :] == target[:, None])  # (sample, candidate)
-        dist = torch.cdist(x.flatten(1).double(), x.flatten(1).double(), p=math.inf if norm == "linf" else 2.0)
+        dist = torch.cdist(x.flatten(1).double(), x.flatten(1).double(), p=norm_of(norm).p)
         nearest = dist.masked_fill(~pool, math.inf).argmin(dim=1)
         ok = pool.any(dim=1) & ~clean_adv
         starts[ok] = x[nearest[ok]]
@@ -121,7 +123,7 @@ def starting_points(log: QueryLog, x: torch.Tensor, y: torch.Tensor, target: tor
 def toward(x: torch.Tensor, x_adv: torch.Tensor, alpha: torch.Tensor, norm: str) -> torch.Tensor:
     """HopSkipJump's projection: ℓ2 blends (1−α)x + αx_adv; ℓ∞ clips x_adv to the α-box around x."""
     a = per_sample(alpha, x)
-    if norm == "linf":
+    if norm_of(norm) is LINF:
         return torch.minimum(torch.maximum(x_adv, x - a), x + a)
     return (1 - a) * x + a * x_adv
 
@@ -135,7 +137,8 @@ def bisect(log: QueryLog, x: torch.Tensor, x_adv: torch.Tensor, idx: torch.Tenso
     out. Returns the last adversarial point of each row and ‖x_adv − x‖ (HopSkipJump's δ uses it).
     """
     dist_in = lp_norm(x_adv - x, norm)
-    if norm == "linf":
+    box = norm_of(norm) is LINF
+    if box:
         high = dist_in.clone()
         thr = torch.minimum(dist_in * theta, torch.full_like(dist_in, theta))
     else:
@@ -153,7 +156,7 @@ def bisect(log: QueryLog, x: torch.Tensor, x_adv: torch.Tensor, idx: torch.Tenso
         high[rows[hit]] = mid[hit]
         low[rows[~hit]] = mid[~hit]
     moved = toward(x, x_adv, high, norm)
-    unmoved = high == (dist_in if norm == "linf" else 1.0)
+    unmoved = high == (dist_in if box else 1.0)
     return torch.where(per_sample(unmoved, x), x_adv, moved), dist_in
 
 
@@ -188,7 +191,7 @@ class DecisionAttack(Attack):
                                     sample_id=sample_id, tries=self.init_tries)
         active = torch.nonzero(ok).squeeze(1)
         cur = x.clone()
-        cur[active], _ = bisect(log, x[active], start[active], active, "l2", 1e-3)
+        cur[active], _ = bisect(log, x[active], start[active], active, L2_NORM, 1e-3)
         log.offer(active, cur[active], torch.ones_like(active, dtype=torch.bool))
         return log, torch.where(per_sample(ok, x), start, x), cur, active
 

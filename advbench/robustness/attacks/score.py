@@ -22,8 +22,10 @@ import torch
 
 from advbench.core.draws import rademacher, signs
 from advbench.core.errors import AdvbenchError
+from advbench.core.norms import L2_NORM, LINF
+from advbench.core.norms import norm as norm_of
 from advbench.core.square import SquareDraws, linf_draws, linf_step, p_schedule, recoloured, window
-from advbench.core.steps import clip, lp_norm, per_sample
+from advbench.core.steps import clip, per_sample
 from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.base import Attack, AttackResult
 from advbench.robustness.attacks.minimum_norm import goal_margin
@@ -132,7 +134,7 @@ class Square(ScoreAttack):
         loss = goal_margin(logits, y, target)
         first = torch.where(oracle.verdict(start, y, target, everyone, logits), 1, -1)
         rows = everyone[first < 0]
-        linf = norm == "linf"
+        linf = norm_of(norm) is LINF
         step = self._linf_step if linf else self._l2_step
         draws = linf_draws(self.seed, sample_id, x, self.n_queries - 1) if linf else \
             SquareDraws(self.seed, sample_id, 5, (x.shape[1], 1, 1), x, self.n_queries - 1, lambda u: signs(u, x))
@@ -167,7 +169,7 @@ class Square(ScoreAttack):
                sample_id: torch.Tensor) -> torch.Tensor:
         """ℓ∞: vertical stripes of ±ε per channel and column. ℓ2: a grid of ±bumps of side h//5, norm ε."""
         n, c, h, w = x.shape
-        if norm == "linf":
+        if norm_of(norm) is LINF:
             sign = rademacher(self.seed, sample_id, (c, 1, w), 0, x)
             return clip(x + sign * per_sample(eps, x), bounds)
         s = max(h // 5, 1)
@@ -202,7 +204,7 @@ class Square(ScoreAttack):
         delta = x_best - x
         window_norm = (delta * mask1).square().sum(dim=(2, 3), keepdim=True).sqrt()
         both_norm = (delta * both).square().sum(dim=(2, 3), keepdim=True).sqrt()
-        free = (per_sample(eps, x).square() - per_sample(lp_norm(delta, "l2"), x).square()).clamp_min(0)
+        free = (per_sample(eps, x).square() - per_sample(L2_NORM.size(delta), x).square()).clamp_min(0)
         new = bump * sign + delta * mask1 / (window_norm + _TINY)
         new = new / (new.square().sum(dim=(2, 3), keepdim=True).sqrt() + _TINY) * (free / c + both_norm.square()).sqrt()
         delta = delta * ~both + new * mask1
@@ -219,4 +221,4 @@ class AutoAttackSquare(Square):
 
 def _to_radius(delta: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
     """δ rescaled to ℓ2 norm ε per sample (the authors keep Square's ℓ2 iterates on the sphere)."""
-    return delta / per_sample(lp_norm(delta, "l2").clamp_min(_TINY), delta) * per_sample(eps, delta)
+    return delta / per_sample(L2_NORM.size(delta).clamp_min(_TINY), delta) * per_sample(eps, delta)

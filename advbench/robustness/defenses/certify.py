@@ -27,6 +27,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from advbench.core.errors import AdvbenchError
+from advbench.core.norms import LINF
+from advbench.core.norms import norm as norm_of
 from advbench.core.steps import per_sample
 from advbench.robustness.models.base import Classifier
 from advbench.robustness.models.pool import PoolTo
@@ -193,7 +195,7 @@ def certified(model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: float | t
 def certified_column(model: nn.Module, x: torch.Tensor, y: torch.Tensor, norm: str, eps: float) -> torch.Tensor:
     """The records' `certified` column: 1.0 where IBP verifies the ℓ∞ ball of radius `eps`
     (raw units), 0.0 where it does not, NaN for ℓ2 threats and models it cannot bound."""
-    if norm != "linf" or not supports(model):
+    if norm_of(norm) is not LINF or not supports(model):
         return torch.full((x.shape[0],), math.nan, dtype=torch.float64)
     return certified(model, x, y, eps).double().cpu()
 

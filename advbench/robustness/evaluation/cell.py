@@ -32,6 +32,7 @@ from advbench.core.construct import construct
 from advbench.core.digests import module_digest
 from advbench.core.errors import AdvbenchError
 from advbench.core.keys import content_key, plain
+from advbench.core.norms import norm as norm_of
 from advbench.core.resume import CellFiles, sample_ids
 from advbench.core.runtime import (
     as_input,
@@ -138,7 +139,7 @@ def build_threat(spec: CellSpec, budgets: dict[str, Any]) -> ThreatModel:
         if t.norm not in budgets:
             raise AdvbenchError(f"dataset '{spec.dataset.name}' has no default {t.norm} budget; set threat.eps")
         eps = budgets[t.norm]
-    normalized = bool(budgets.get("l2_normalized", False)) if t.norm == "l2" else False
+    normalized = bool(budgets.get(f"{t.norm}_normalized", False)) and norm_of(t.norm).normalizable
     return ThreatModel(norm=t.norm, goal=t.goal, knowledge=t.knowledge, eps=float(eps), normalized_l2=normalized)
 
 

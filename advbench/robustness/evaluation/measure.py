@@ -163,9 +163,7 @@ def _columns(b: Batch, res: AttackResult, at_budget: tuple[torch.Tensor, torch.T
         "search_queries": b.oracle.queries - budget_cost[1],
         "grad_reuses": b.oracle.grad_reuses,
         "judge_draws": torch.full_like(b.oracle.grad_reuses, b.oracle.draws),
-        "dist_linf": d["linf"],
-        "dist_l2": d["l2"],
-        "dist_l2_norm": d["l2_norm"],
+        **{f"dist_{name}": v for name, v in d.items()},
     }
     clash = sorted(set(res.info) & {*out, *_FRAME_COLUMNS, "min_eps_source", "grad_mode"})
     if clash:

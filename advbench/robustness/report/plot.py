@@ -26,6 +26,7 @@ from rich.console import Console
 from rich.table import Table
 
 from advbench.core.errors import AdvbenchError
+from advbench.core.norms import label as norm_label
 from advbench.core.terminal import print_table
 from advbench.robustness.report.curves import (
     STRENGTH_UNITS,
@@ -43,7 +44,6 @@ FIGURE_KEY = ["dataset", "norm", "goal", "knowledge"]
 """One figure per threat model and data set; panels are attacks, lines are model rows (a defense, or a
 labelled model with its defense: `shards.ROW`)."""
 
-NORM_LABELS = {"linf": "ℓ∞", "l2": "ℓ₂"}
 KNOWLEDGE_LABELS = {"white": "white-box", "transfer": "transfer-based", "score": "score-based", "decision": "decision-based"}
 GROUP_BY = ("defense", "category")
 """What the legend is grouped by: nothing (one entry per defense), or defense category (the
@@ -187,7 +187,7 @@ def _figure(curves: pd.DataFrame, x: str, xlabel: str, styles: dict, show_budget
              "query checkpoint": (marked, Line2D([], [], linestyle="none", marker="o", markerfacecolor="white", color="0.35"))}
     extra = [(handle, label) for label, (shown, handle) in marks.items() if shown]
     # 'digits · ℓ∞ · untargeted · white-box'
-    fig.suptitle(" · ".join([dataset, NORM_LABELS.get(norm, norm), goal, KNOWLEDGE_LABELS.get(knowledge, knowledge)]), fontsize=13)
+    fig.suptitle(" · ".join([dataset, norm_label(norm), goal, KNOWLEDGE_LABELS.get(knowledge, knowledge)]), fontsize=13)
     groups = _legend_groups(sorted(curves[ROW].unique()), styles, categories, extra)
     _legend(fig, groups, "defense" if categories is None else "category / defense",
             (PANEL_SIZE[0] * ncols + 0.6, PANEL_SIZE[1] * rows + 0.5))
@@ -240,7 +240,7 @@ def budget_figure(curves: pd.DataFrame, styles: dict | None = None, categories: 
     """Accuracy (untargeted) / ASR (targeted) vs. ε for one (dataset, norm, goal, knowledge)."""
     norm = _single_key(curves)[FIGURE_KEY.index("norm")]
     styles = styles or defense_styles(curves[ROW], categories)
-    return _figure(curves, "eps", f"{NORM_LABELS.get(norm, norm)} budget ε", styles, show_budget=True,
+    return _figure(curves, "eps", f"{norm_label(norm)} budget ε", styles, show_budget=True,
                    categories=categories)
 
 
@@ -302,7 +302,7 @@ def plot_strength_curves(curves: pd.DataFrame, out_dir: Path | str, formats: Seq
 def _caption(tidy: pd.DataFrame, norm: str, goal: str) -> str:
     """Says what the two numbers are and at which budget, as the seed's caption does."""
     budgets = ", ".join(f"{b:.4g}" for b in np.sort(tidy["eps_budget"].unique()))
-    label = NORM_LABELS.get(norm, norm)
+    label = norm_label(norm)
     return f"Table 3 · {label} · {goal}: median minimal {label} perturbation / {RATE[goal][1]} at ε = {budgets}"
 
 

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from advbench.core.norms import L2_NORM
 from advbench.core.steps import per_sample
 from advbench.robustness.attacks.minimum_norm import goal_margin, nearest_boundary_step
 from advbench.robustness.defenses.inner import eval_mode
@@ -46,7 +47,7 @@ def unrolled_deepfool(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps:
             xt.requires_grad_(True)
         f = -goal_margin(model(xt), flat, flat)
         (grad,) = torch.autograd.grad(f.sum(), xt, create_graph=True)
-        step = nearest_boundary_step(f.view(n, k), grad.view(n, k, *x.shape[1:]), "l2")
+        step = nearest_boundary_step(f.view(n, k), grad.view(n, k, *x.shape[1:]), L2_NORM)
         r = r + per_sample(moving, x) * step
         with torch.no_grad():
             now = model(x + (1 + overshoot) * r).argmax(1)

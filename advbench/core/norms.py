@@ -1,0 +1,222 @@
+"""The ℓp norms a threat model's ball is measured in, one class each, and the registry `norm(name)`.
+
+A norm is the only place that knows what its name means: the projection onto the ε-ball
+intersected with the input box, the steepest-ascent step, the random starts, the per-sample
+distance, the dual norm (a linear boundary at margin f lies |f|/‖g‖_dual away: DeepFool, FAB,
+FMN) and the factor a normalised budget is scaled by. Attacks, the oracle, the records, the
+minimum-ε search, the curves and the report call these methods instead of comparing names, so
+a new norm is one class here plus its threat YAMLs. Every method takes a batch (N, ...) with a
+per-sample budget `eps` of shape (N,).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+import torch
+
+from advbench.core.draws import normal, uniform
+from advbench.core.errors import AdvbenchError
+
+_TINY = 1e-12
+
+
+def per_sample(v: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """Reshape a (N,) tensor to broadcast against `like` (N, ...)."""
+    return v.reshape(-1, *([1] * (like.dim() - 1)))
+
+
+def _clip(x: torch.Tensor, bounds: tuple[float, float]) -> torch.Tensor:
+    return x.clamp(bounds[0], bounds[1])
+
+
+class Norm:
+    """One ℓp norm. Instances are singletons (`norm(name)`), so they compare and hash by identity."""
+
+    name: ClassVar[str]
+    p: ClassVar[float]
+    """The exponent: torch.cdist's and torch.linalg.vector_norm's `p`."""
+    label: ClassVar[str]
+    """How figures and tables write the norm."""
+    dual_name: ClassVar[str]
+    normalizable: ClassVar[bool] = False
+    """Whether budgets may be given normalised by the input's size (`threat.normalized_l2`)."""
+
+    def __repr__(self) -> str:
+        return f"norm('{self.name}')"
+
+    @property
+    def dual(self) -> Norm:
+        """The dual norm: |⟨g, δ⟩| ≤ ‖g‖_dual·‖δ‖, so a linear boundary at f lies |f|/‖g‖_dual away."""
+        return norm(self.dual_name)
+
+    def size(self, v: torch.Tensor) -> torch.Tensor:
+        """Per-sample norm of a batch (N, ...)."""
+        raise NotImplementedError
+
+    def distance(self, x_adv: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """Per-sample ‖x_adv − x‖."""
+        return self.size(x_adv - x)
+
+    def normalized_scale(self, d: int) -> float:
+        """The factor from a normalised budget to the raw norm of a d-element perturbation."""
+        raise AdvbenchError(f"normalised budgets apply to the l2 norm only, not {self.name}")
+
+    def direction(self, g: torch.Tensor) -> torch.Tensor:
+        """Steepest-ascent direction of unit norm for gradient g."""
+        raise AdvbenchError(f"no attack takes steepest-ascent steps in {self.name} yet")
+
+    def project_ball(self, x_adv: torch.Tensor, x: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
+        """Project onto the ball of radius eps (per sample) around x, ignoring the input box."""
+        raise NotImplementedError
+
+    def project(self, x_adv: torch.Tensor, x: torch.Tensor, eps: torch.Tensor,
+                bounds: tuple[float, float]) -> torch.Tensor:
+        """Onto the ε-ball around x intersected with the box `bounds`."""
+        return _clip(self.project_ball(x_adv, x, eps), bounds)
+
+    def random_start(self, x: torch.Tensor, eps: torch.Tensor, bounds: tuple[float, float], *, seed: int,
+                     sample_id: torch.Tensor, stream: int = 0) -> torch.Tensor:
+        """A point drawn uniformly from the ε-ball, clipped to bounds, from (seed, sample_id, stream) only."""
+        raise AdvbenchError(f"no attack starts at random in the {self.name} ball yet")
+
+    def sphere_start(self, x: torch.Tensor, eps: torch.Tensor, bounds: tuple[float, float], *, seed: int,
+                     sample_id: torch.Tensor, stream: int = 0) -> torch.Tensor:
+        """A point on the ε-sphere (APGD's and FAB's start), clipped to bounds."""
+        raise AdvbenchError(f"no attack starts on the {self.name} sphere yet")
+
+
+class Linf(Norm):
+    name, p, label, dual_name = "linf", math.inf, "ℓ∞", "l1"
+
+    def size(self, v: torch.Tensor) -> torch.Tensor:
+        return v.flatten(1).abs().amax(dim=1)
+
+    def direction(self, g: torch.Tensor) -> torch.Tensor:
+        return g.sign()
+
+    def project_ball(self, x_adv: torch.Tensor, x: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
+        """Clamp each coordinate of δ to [−ε, ε]; with the box clip after it, the exact projection."""
+        delta = x_adv - x
+        e = per_sample(eps, delta)
+        return x + torch.maximum(torch.minimum(delta, e), -e)
+
+    def random_start(self, x: torch.Tensor, eps: torch.Tensor, bounds: tuple[float, float], *, seed: int,
+                     sample_id: torch.Tensor, stream: int = 0) -> torch.Tensor:
+        u = uniform(seed, sample_id, tuple(x.shape[1:]), stream, device=x.device, dtype=x.dtype) * 2 - 1
+        return _clip(x + u * per_sample(eps, x), bounds)
+
+    def sphere_start(self, x: torch.Tensor, eps: torch.Tensor, bounds: tuple[float, float], *, seed: int,
+                     sample_id: torch.Tensor, stream: int = 0) -> torch.Tensor:
+        """u ~ U[−1, 1]^d rescaled so that max|u_i| = 1, times ε."""
+        u = uniform(seed, sample_id, tuple(x.shape[1:]), stream, device=x.device, dtype=x.dtype) * 2 - 1
+        direction = u / per_sample(self.size(u).clamp_min(_TINY), u)
+        return _clip(x + direction * per_sample(eps, x), bounds)
+
+
+class L2(Norm):
+    name, p, label, dual_name = "l2", 2.0, "ℓ₂", "l2"
+    normalizable = True
+
+    def size(self, v: torch.Tensor) -> torch.Tensor:
+        return v.flatten(1).norm(p=2, dim=1)
+
+    def normalized_scale(self, d: int) -> float:
+        """‖δ‖₂/√d is the normalised ℓ2 budget."""
+        return math.sqrt(d)
+
+    def direction(self, g: torch.Tensor) -> torch.Tensor:
+        return g / per_sample(self.size(g).clamp_min(_TINY), g)
+
+    def project_ball(self, x_adv: torch.Tensor, x: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
+        """Rescale δ onto the sphere where it lies outside; `project` clips to the box after it (not the
+        exact projection onto the intersection, which the published ℓ2 attacks do not take either)."""
+        delta = x_adv - x
+        n = self.size(delta)
+        factor = torch.where(n > eps, eps / n.clamp_min(_TINY), torch.ones_like(n))
+        return x + delta * per_sample(factor, delta)
+
+    def random_start(self, x: torch.Tensor, eps: torch.Tensor, bounds: tuple[float, float], *, seed: int,
+                     sample_id: torch.Tensor, stream: int = 0) -> torch.Tensor:
+        """A Gaussian direction at radius ε·u^(1/d): uniform in the ball."""
+        g = normal(seed, sample_id, tuple(x.shape[1:]), stream, device=x.device, dtype=x.dtype)
+        u = uniform(seed, sample_id, (1,), stream, device=x.device, dtype=torch.float64).squeeze(1)
+        radius = (u ** (1.0 / x[0].numel())).to(x.dtype)
+        return _clip(x + self.direction(g) * per_sample(radius * eps, x), bounds)
+
+    def sphere_start(self, x: torch.Tensor, eps: torch.Tensor, bounds: tuple[float, float], *, seed: int,
+                     sample_id: torch.Tensor, stream: int = 0) -> torch.Tensor:
+        """A Gaussian direction of length ε (Croce & Hein's published start)."""
+        g = normal(seed, sample_id, tuple(x.shape[1:]), stream, device=x.device, dtype=x.dtype)
+        return _clip(x + self.direction(g) * per_sample(eps, x), bounds)
+
+
+class L1(Norm):
+    name, p, label, dual_name = "l1", 1.0, "ℓ₁", "linf"
+
+    def size(self, v: torch.Tensor) -> torch.Tensor:
+        return v.flatten(1).abs().sum(dim=1)
+
+    def project_ball(self, x_adv: torch.Tensor, x: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
+        inf = torch.full_like(x, math.inf)
+        return x + _l1_box_projection(x_adv - x, eps, -inf, inf)
+
+    def project(self, x_adv: torch.Tensor, x: torch.Tensor, eps: torch.Tensor,
+                bounds: tuple[float, float]) -> torch.Tensor:
+        """The exact Euclidean projection onto {‖δ‖₁ ≤ ε} ∩ {x + δ ∈ bounds} (Croce & Hein 2021, arXiv
+        2103.01208): clipping after an ℓ1 projection would leave budget unused on saturated pixels."""
+        return x + _l1_box_projection(x_adv - x, eps, bounds[0] - x, bounds[1] - x)
+
+
+def _l1_box_projection(y: torch.Tensor, eps: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor) -> torch.Tensor:
+    """argmin ‖δ − y‖₂ s.t. ‖δ‖₁ ≤ ε and lo ≤ δ ≤ hi (lo ≤ 0 ≤ hi), per sample.
+
+    KKT: δ_i = sign(y_i)·clamp(|y_i| − λ, 0, u_i), u_i the room towards y_i's side, with λ ≥ 0 the
+    root of S(λ) = Σ_i clamp(|y_i| − λ, 0, u_i) = ε (λ = 0 when S(0) ≤ ε). S is piecewise linear and
+    non-increasing with kinks at |y_i| − u_i and |y_i|: evaluated at every kink after one sort, the
+    root is interpolated exactly inside its segment.
+    """
+    shape, n = y.shape, y.shape[0]
+    y, lo, hi = y.flatten(1), lo.flatten(1), hi.flatten(1)
+    a = y.abs().double()
+    room = torch.where(y >= 0, hi, -lo).clamp_min(0).double()
+    # Past a_i − u_i coordinate i leaves its cap (S's slope −1 more); past a_i it is 0 (+1 back).
+    t, order = torch.cat([(a - room).clamp_min(0), a], dim=1).sort(dim=1)
+    turns = torch.cat([torch.full_like(a, -1.0), torch.ones_like(a)], dim=1)
+    slope = turns.gather(1, order).cumsum(dim=1)          # S's slope right after each kink
+    s0 = torch.minimum(a, room).sum(dim=1, keepdim=True)
+    gaps = torch.diff(t, dim=1, prepend=torch.zeros_like(t[:, :1]))
+    before = torch.cat([torch.zeros_like(slope[:, :1]), slope[:, :-1]], dim=1)
+    s_at = s0 + (before * gaps).cumsum(dim=1)             # S at each kink
+    e = eps.double().reshape(n, 1)
+    k = ((s_at > e).sum(dim=1, keepdim=True) - 1).clamp(0, t.shape[1] - 1)  # the last kink with S above ε
+    lam = t.gather(1, k) + (s_at.gather(1, k) - e) / (-slope.gather(1, k)).clamp_min(_TINY)
+    lam = torch.where(s0 > e, lam, torch.zeros_like(lam))
+    delta = torch.minimum((a - lam).clamp_min(0), room).to(y.dtype)
+    return (y.sign() * delta).reshape(shape)
+
+
+_NORMS: dict[str, Norm] = {n.name: n for n in (Linf(), L2(), L1())}
+LINF, L2_NORM, L1_NORM = _NORMS["linf"], _NORMS["l2"], _NORMS["l1"]
+
+
+def norm(name: str | Norm) -> Norm:
+    """The norm called `name` (a norm passes through); an unknown name is refused in one line."""
+    if isinstance(name, Norm):
+        return name
+    found = _NORMS.get(name)
+    if found is None:
+        raise AdvbenchError(f"unknown norm '{name}'; valid: {', '.join(_NORMS)}")
+    return found
+
+
+def label(name: str) -> str:
+    """How figures and tables write the norm called `name` (the name itself when none is registered)."""
+    found = _NORMS.get(name)
+    return name if found is None else found.label
+
+
+def names() -> tuple[str, ...]:
+    """Every registered norm's name."""
+    return tuple(_NORMS)
