@@ -1,0 +1,149 @@
+"""The norm objects: projections into the ball and the box, distances, duals, the registry's refusals,
+and that no module outside core/norms.py compares a norm's name."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from scipy.optimize import minimize
+
+from advbench.core.errors import AdvbenchError
+from advbench.core.norms import names, norm
+from advbench.core.steps import project
+from advbench.robustness.threat import ThreatModel
+
+PACKAGE = Path(__file__).resolve().parents[1] / "advbench"
+BOUNDS = (0.0, 1.0)
+
+
+def _batch(seed: int, n: int = 6, d: int = 12, spread: float = 0.8) -> tuple[torch.Tensor, torch.Tensor]:
+    """Clean points with some pixels at the box's faces, and perturbed points far outside the box."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(n, 1, d, generator=g, dtype=torch.float64)
+    x[:, :, :3] = torch.tensor([0.0, 1.0, 0.999], dtype=torch.float64)
+    return x, x + spread * torch.randn(n, 1, d, generator=g, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("name", names())
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_projection_lands_in_the_ball_and_the_box_and_is_idempotent(name: str, seed: int) -> None:
+    ball = norm(name)
+    x, x_adv = _batch(seed)
+    eps = torch.tensor([0.01, 0.1, 0.5, 1.0, 3.0, 50.0], dtype=torch.float64)
+    p = ball.project(x_adv, x, eps, BOUNDS)
+    assert (ball.distance(p, x) <= eps * (1 + 1e-9)).all()
+    assert p.min() >= 0 and p.max() <= 1
+    torch.testing.assert_close(ball.project(p, x, eps, BOUNDS), p, rtol=0, atol=1e-12)
+
+
+def _l1_reference(y: np.ndarray, x0: np.ndarray, eps: float) -> np.ndarray:
+    """argmin ‖z − y‖² over ‖z − x0‖₁ ≤ ε, 0 ≤ z ≤ 1 by a general solver: z = x0 + p − q, p, q ≥ 0."""
+    d = y.size
+
+    def objective(v: np.ndarray) -> float:
+        return float(((x0 + v[:d] - v[d:] - y) ** 2).sum())
+
+    constraints = [{"type": "ineq", "fun": lambda v: eps - v.sum()},
+                   {"type": "ineq", "fun": lambda v: x0 + v[:d] - v[d:]},
+                   {"type": "ineq", "fun": lambda v: 1 - (x0 + v[:d] - v[d:])}]
+    res = minimize(objective, np.zeros(2 * d), bounds=[(0, None)] * (2 * d), constraints=constraints,
+                   method="SLSQP", options={"ftol": 1e-15, "maxiter": 1000})
+    return x0 + res.x[:d] - res.x[d:]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_l1_projection_is_the_euclidean_projection_onto_ball_and_box(seed: int) -> None:
+    x, x_adv = _batch(seed, n=4, d=6)
+    eps = torch.tensor([0.2, 0.7, 1.5, 40.0], dtype=torch.float64)
+    got = norm("l1").project(x_adv, x, eps, BOUNDS)
+    for i in range(4):
+        y, x0 = x_adv[i].flatten().numpy(), x[i].flatten().numpy()
+        want = _l1_reference(y, x0, float(eps[i]))
+        assert ((got[i].flatten().numpy() - y) ** 2).sum() <= ((want - y) ** 2).sum() + 1e-8
+        np.testing.assert_allclose(got[i].flatten().numpy(), want, atol=1e-4)
+    saturated = (got == 0) | (got == 1)
+    assert bool(saturated[:, :, :2].any()), "the box must bind on some coordinates for the case to test it"
+
+
+def test_l1_ball_projection_is_exact_not_a_rescaling() -> None:
+    """steps.project took 'l1' and rescaled δ onto the sphere, which is not the nearest point of the ball."""
+    x = torch.zeros(1, 3, dtype=torch.float64)
+    x_adv = torch.tensor([[3.0, 1.0, 0.5]], dtype=torch.float64)
+    got = project(x_adv, x, torch.tensor([1.0], dtype=torch.float64), "l1")
+    torch.testing.assert_close(got, torch.tensor([[1.0, 0.0, 0.0]], dtype=torch.float64))
+
+
+@pytest.mark.parametrize("name", names())
+def test_distance_is_torch_linalg_norm(name: str) -> None:
+    ball = norm(name)
+    x, x_adv = _batch(3)
+    want = torch.linalg.vector_norm((x_adv - x).flatten(1), ord=ball.p, dim=1)
+    torch.testing.assert_close(ball.distance(x_adv, x), want)
+
+
+@pytest.mark.parametrize(("name", "dual"), [("linf", "l1"), ("l2", "l2"), ("l1", "linf")])
+def test_dual_norms_and_hoelder(name: str, dual: str) -> None:
+    ball = norm(name)
+    assert ball.dual is norm(dual) and ball.dual.dual is ball
+    g, delta = _batch(4)
+    bound = ball.dual.size(g) * ball.size(delta)
+    assert ((g * delta).flatten(1).sum(1).abs() <= bound * (1 + 1e-12)).all()
+
+
+@pytest.mark.parametrize("name", ["linf", "l2"])
+def test_steepest_ascent_direction_attains_the_dual_norm(name: str) -> None:
+    ball = norm(name)
+    g, _ = _batch(5)
+    d = ball.direction(g)
+    torch.testing.assert_close(ball.size(d), torch.ones(g.shape[0], dtype=g.dtype))
+    torch.testing.assert_close((g * d).flatten(1).sum(1), ball.dual.size(g))
+
+
+def test_unknown_norm_is_refused_in_one_line() -> None:
+    for build in (lambda: norm("l3"), lambda: ThreatModel(norm="l3", goal="untargeted", eps=1.0),
+                  lambda: project(torch.zeros(1, 2), torch.zeros(1, 2), torch.ones(1), "lp")):
+        with pytest.raises(AdvbenchError) as err:
+            build()
+        assert "\n" not in str(err.value) and "unknown norm" in str(err.value)
+
+
+def test_what_no_l1_attack_uses_yet_is_refused_in_one_line() -> None:
+    l1, x = norm("l1"), torch.rand(2, 4)
+    for use in (lambda: l1.direction(x), lambda: l1.normalized_scale(4),
+                lambda: l1.random_start(x, torch.ones(2), BOUNDS, seed=0, sample_id=torch.arange(2))):
+        with pytest.raises(AdvbenchError) as err:
+            use()
+        assert "\n" not in str(err.value) and "l1" in str(err.value)
+
+
+def _name_comparisons(source: str) -> list[int]:
+    """Lines comparing (==, !=, in, not in) or indexing with a literal norm name."""
+    found = []
+    literal = set(names())
+
+    def is_name(node: ast.AST) -> bool:
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return any(is_name(e) for e in node.elts)
+        return isinstance(node, ast.Constant) and node.value in literal
+
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare) and any(is_name(n) for n in (node.left, *node.comparators)):
+            found.append(node.lineno)
+        elif isinstance(node, ast.Subscript) and is_name(node.slice):
+            found.append(node.lineno)
+    return found
+
+
+def test_no_module_outside_the_norm_classes_compares_a_norm_name() -> None:
+    offenders = {str(p.relative_to(PACKAGE)): lines for p in sorted(PACKAGE.rglob("*.py"))
+                 if p.name != "norms.py" and (lines := _name_comparisons(p.read_text(encoding="utf-8")))}
+    assert not offenders, f"norm names compared outside core/norms.py (use the norm object): {offenders}"
+
+
+def test_the_name_comparison_finder_finds_them() -> None:
+    source = 'if norm == "linf":\n    pass\nok = norm in ("l2", "l1")\nv = d["l2"]\nw = norm is LINF\n'
+    assert _name_comparisons(source) == [1, 3, 4]
