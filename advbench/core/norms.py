@@ -18,6 +18,7 @@ import torch
 
 from advbench.core.draws import normal, uniform
 from advbench.core.errors import AdvbenchError
+from advbench.core.registry import Registry
 
 _TINY = 1e-12
 
@@ -25,6 +26,10 @@ _TINY = 1e-12
 def per_sample(v: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """Reshape a (N,) tensor to broadcast against `like` (N, ...)."""
     return v.reshape(-1, *([1] * (like.dim() - 1)))
+
+
+NORMS: Registry[Norm] = Registry("norm", make=lambda name, cls: cls())
+"""Every norm by name, one instance each, filled by `@NORMS.register(name)` beside its class."""
 
 
 def _clip(x: torch.Tensor, bounds: tuple[float, float]) -> torch.Tensor:
@@ -87,6 +92,7 @@ class Norm:
         raise AdvbenchError(f"no attack starts on the {self.name} sphere yet")
 
 
+@NORMS.register("linf")
 class Linf(Norm):
     name, p, label, dual_name = "linf", math.inf, "ℓ∞", "l1"
 
@@ -115,6 +121,7 @@ class Linf(Norm):
         return _clip(x + direction * per_sample(eps, x), bounds)
 
 
+@NORMS.register("l2")
 class L2(Norm):
     name, p, label, dual_name = "l2", 2.0, "ℓ₂", "l2"
     normalizable = True
@@ -152,6 +159,7 @@ class L2(Norm):
         return _clip(x + self.direction(g) * per_sample(eps, x), bounds)
 
 
+@NORMS.register("l1")
 class L1(Norm):
     name, p, label, dual_name = "l1", 1.0, "ℓ₁", "linf"
 
@@ -197,26 +205,21 @@ def _l1_box_projection(y: torch.Tensor, eps: torch.Tensor, lo: torch.Tensor, hi:
     return (y.sign() * delta).reshape(shape)
 
 
-_NORMS: dict[str, Norm] = {n.name: n for n in (Linf(), L2(), L1())}
-LINF, L2_NORM, L1_NORM = _NORMS["linf"], _NORMS["l2"], _NORMS["l1"]
+LINF, L2_NORM, L1_NORM = NORMS["linf"], NORMS["l2"], NORMS["l1"]
 
 
 def norm(name: str | Norm) -> Norm:
     """The norm called `name` (a norm passes through); an unknown name is refused in one line."""
     if isinstance(name, Norm):
         return name
-    found = _NORMS.get(name)
-    if found is None:
-        raise AdvbenchError(f"unknown norm '{name}'; valid: {', '.join(_NORMS)}")
-    return found
+    return NORMS.lookup(name)
 
 
 def label(name: str) -> str:
     """How figures and tables write the norm called `name` (the name itself when none is registered)."""
-    found = _NORMS.get(name)
-    return name if found is None else found.label
+    return NORMS[name].label if name in NORMS else name
 
 
 def names() -> tuple[str, ...]:
     """Every registered norm's name."""
-    return tuple(_NORMS)
+    return tuple(NORMS)
