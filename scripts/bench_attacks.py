@@ -470,9 +470,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     Console(width=160).print(render(result))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2))
-    print(f"wrote {args.out}", file=sys.stderr)
+    return write_result(args.out, result)
+
+
+def write_result(out: Path, result: dict[str, Any]) -> int:
+    """The benchmark's JSON at `out` (its folder made), said on stderr; the script's exit status."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    print(f"wrote {out}", file=sys.stderr)
     return 0
 
 

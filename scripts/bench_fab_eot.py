@@ -28,7 +28,6 @@ checkout (PYTHONPATH pointing at it) gives the before figures.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from collections.abc import Callable
@@ -37,7 +36,7 @@ from typing import Any
 
 import torch
 import torchattacks
-from bench_attacks import TINY_EPS, calibrate_batchnorm, environment, interleaved
+from bench_attacks import TINY_EPS, calibrate_batchnorm, environment, interleaved, write_result
 from torch import nn
 
 from advbench.core.runtime import resolve_device
@@ -152,11 +151,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    result = measure(args)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2))
-    print(f"wrote {args.out}", file=sys.stderr)
-    return 0
+    return write_result(args.out, measure(args))
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from click.testing import CliRunner
+from test_errors_part3 import one_line
 from torch import nn
 
 import advbench
@@ -59,16 +60,6 @@ def test_weights_list_shows_a_small_file_in_kb(tmp_path: Path, monkeypatch: pyte
 
 
 # ---- a user's data set or model failing while advbench runs it ------------------------------------------
-
-def one_line(result, *needles: str) -> str:  # noqa: ANN001
-    """The command failed with exit status 1 and one `Error:` line holding `needles`, no traceback."""
-    lines = [ln for ln in result.output.splitlines() if ln.strip()]
-    assert result.exit_code == 1, result.output
-    assert len(lines) == 1 and lines[0].startswith("Error: "), result.output
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
-
 
 @pytest.fixture
 def user_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:

@@ -125,10 +125,15 @@ def cell_key(identity: dict[str, Any]) -> str:
 
 def part_path(records_dir: Path, identity: dict[str, Any]) -> Path:
     i = identity
-    stem = f"{i['dataset']}_{i['defense']}_{i['attack']}_{i['norm']}_{i['goal']}_s{i['seed']}"
-    if i["shard"][1] > 1:
-        stem += f"_shard{i['shard'][0]}of{i['shard'][1]}"
-    return records_dir / f"{stem}_{cell_key(i)}.parquet"
+    return part_file(records_dir, f"{i['dataset']}_{i['defense']}_{i['attack']}_{i['norm']}_{i['goal']}_s{i['seed']}", i)
+
+
+def part_file(records_dir: Path, stem: str, identity: dict[str, Any]) -> Path:
+    """A cell's part file: its readable stem, the shard where the cell is one of several, and its key."""
+    shard, shards = identity["shard"]
+    if shards > 1:
+        stem += f"_shard{shard}of{shards}"
+    return records_dir / f"{stem}_{cell_key(identity)}.parquet"
 
 
 def build_threat(spec: CellSpec, budgets: dict[str, Any]) -> ThreatModel:

@@ -32,7 +32,7 @@ from advbench.robustness.attacks.draws import RowCalls
 from advbench.robustness.corruptions import CORRUPTIONS, NAMES, SEVERITIES, constants_name, corrupt, why_not
 from advbench.robustness.corruptions.released import read_released
 from advbench.robustness.evaluation.batch import pooled_vote
-from advbench.robustness.evaluation.cell import Given, built_identity, console, expected_ids, judge_identity, model_label
+from advbench.robustness.evaluation.cell import Given, built_identity, console, expected_ids, judge_identity, model_label, part_file
 from advbench.robustness.naming import category_label, row_name
 from advbench.robustness.specs import CellSpec
 from advbench.robustness.targets import check_checkpoint, load_target, weights_identity
@@ -92,10 +92,7 @@ def corruption_identity(spec: CellSpec, name: str, side: int) -> dict[str, Any]:
 
 def part_path(records_dir: Path, identity: dict[str, Any]) -> Path:
     i = identity
-    stem = f"{i['dataset']}_{i['defense']}_corruption-{i['corruption']}_s{i['seed']}"
-    if i["shard"][1] > 1:
-        stem += f"_shard{i['shard'][0]}of{i['shard'][1]}"
-    return records_dir / f"{stem}_{content_key(i)}.parquet"
+    return part_file(records_dir, f"{i['dataset']}_{i['defense']}_corruption-{i['corruption']}_s{i['seed']}", i)
 
 
 def run_corruptions(spec: CellSpec, given: Given | None = None) -> list[Path]:
