@@ -20,8 +20,9 @@ from typing import TypeVar
 import torch
 
 from advbench.core.errors import AdvbenchError, user_code_failed
+from advbench.core.norms import Norm
+from advbench.core.norms import norm as norm_of
 from advbench.core.runtime import call_slices
-from advbench.core.steps import lp_norm
 from advbench.robustness.attacks.base import Attack, AttackResult
 from advbench.robustness.attacks.draws import RowCalls
 from advbench.robustness.attacks.minimum_norm import goal_margin
@@ -104,7 +105,7 @@ class Batch:
 
     def norm(self, x_adv: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         """‖x_adv − x‖ in threat units, float64."""
-        return lp_norm(x_adv.double() - self.x[idx].double(), self.threat.norm) / self.scale
+        return self.threat.ball.distance(x_adv.double(), self.x[idx].double()) / self.scale
 
     def strength(self, first: torch.Tensor, success: torch.Tensor) -> torch.Tensor:
         """first_success_strength: the attack's own where it has one, the full strength for a
@@ -135,7 +136,7 @@ def pooled_vote(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, target
                    for s in call_slices(rows.shape[0], call_rows)])
 
 
-def check_contract(x_adv: torch.Tensor, x: torch.Tensor, eps: torch.Tensor | None, norm: str,
+def check_contract(x_adv: torch.Tensor, x: torch.Tensor, eps: torch.Tensor | None, norm: str | Norm,
                    bounds: tuple[float, float], name: str) -> None:
     """An attack may never leave the input bounds, nor its budget `eps` (None: a minimizing
     attack, which has none); if one does, stop loudly."""
@@ -146,6 +147,6 @@ def check_contract(x_adv: torch.Tensor, x: torch.Tensor, eps: torch.Tensor | Non
         raise AdvbenchError(f"{name} returned examples outside the input bounds {bounds}")
     if eps is None:
         return
-    over = lp_norm(x_adv - x, norm) > eps * (1 + _REL_TOL) + _ABS_TOL
+    over = norm_of(norm).distance(x_adv, x) > eps * (1 + _REL_TOL) + _ABS_TOL
     if bool(over.any()):
         raise AdvbenchError(f"{name} exceeded its {norm} budget on {int(over.sum())} samples")
