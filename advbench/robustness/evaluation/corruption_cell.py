@@ -1,12 +1,13 @@
 """`threat=corruptions`: the model on corrupted copies of its clean inputs, one cell per corruption.
 
 No attack runs and no budget applies: each sample is classified clean and at each severity 1-5 of
-the corruption, generated in process (`robustness.corruptions`) or read from RobustBench's released
-files (`threat.released`). A cell is dataset × model × defense × corruption × seed (× shard), keyed,
-locked, chunked and resumed as an ℓp cell is (`core.cells`); its records (kind `corruption`, marker
-`min_severity`) hold per sample the prediction at every severity, `min_severity` (the smallest
-severity whose prediction is wrong; 0 where the clean one is, inf where none is), and no attack,
-norm, budget or search columns, since none applied.
+the corruption, generated in process (`robustness.corruptions`) or read from the released files
+(`threat.released`: RobustBench's .npy files or ImageNet-C's folders, `corruptions.released`). A
+cell is dataset × model × defense × corruption × seed (× shard), keyed, locked, chunked and resumed
+as an ℓp cell is (`core.cells`); its records (kind `corruption`, marker `min_severity`) hold per
+sample the prediction at every severity, `min_severity` (the smallest severity whose prediction is
+wrong; 0 where the clean one is, inf where none is), and no attack, norm, budget or search columns,
+since none applied.
 """
 
 from __future__ import annotations
@@ -25,12 +26,12 @@ from advbench.core.cells import claim_cell, fill_cell
 from advbench.core.construct import construct
 from advbench.core.digests import module_digest
 from advbench.core.errors import AdvbenchError
-from advbench.core.keys import content_key, file_digest, plain
+from advbench.core.keys import content_key, plain
 from advbench.core.runtime import as_input, deploy, execution_identity, resolve_device, set_threads
 from advbench.core.version import __version__
 from advbench.robustness.attacks.draws import RowCalls
 from advbench.robustness.corruptions import CORRUPTIONS, NAMES, SEVERITIES, constants_name, corrupt, why_not
-from advbench.robustness.corruptions.released import read_released
+from advbench.robustness.corruptions.released import present, read_released, released_identity
 from advbench.robustness.evaluation.batch import pooled_vote
 from advbench.robustness.evaluation.cell import Given, built_identity, console, expected_ids, judge_identity, model_label, part_file
 from advbench.robustness.naming import category_label, row_name
@@ -53,29 +54,23 @@ def chosen(spec: CellSpec, side: int) -> list[str]:
     if named:
         return list(dict.fromkeys(named))
     if released:
-        return [n for n in NAMES if (Path(released).expanduser() / f"{n}.npy").is_file()] or list(NAMES)
+        return present(released) or list(NAMES)
     left = {n: why_not(n, side) for n in NAMES if why_not(n, side) is not None}
     if left:
         console.print(f"[dim]corruptions left out: {'; '.join(left.values())}[/dim]", soft_wrap=True)
     return [n for n in NAMES if n not in left]
 
 
-def source_identity(spec: CellSpec, name: str, side: int) -> dict[str, Any]:
+def source_identity(spec: CellSpec, name: str, side: int, dataset: Any) -> dict[str, Any]:
     """How the corrupted images come: generated (the algorithm's revision, the constants used) or
-    read (the sha256 of the released file and of its labels, so another copy of the same files reuses the cell)."""
+    read (`released.released_identity`: what of the released files the numbers depend on)."""
     released = spec.threat.released
     if not released:
         return {"source": "generated", "revision": REVISION, "constants": constants_name(side)}
-    folder = Path(released).expanduser()
-    for path in (folder / f"{name}.npy", folder / "labels.npy"):
-        if not path.is_file():
-            raise AdvbenchError(f"no released file '{path}' (RobustBench's layout: <folder>/<corruption>.npy and "
-                                "<folder>/labels.npy, e.g. CIFAR-10-C/)")
-    return {"source": "released", "file_sha256": file_digest(folder / f"{name}.npy"),
-            "labels_sha256": file_digest(folder / "labels.npy")}
+    return released_identity(released, name, dataset, expected_ids(spec, dataset))
 
 
-def corruption_identity(spec: CellSpec, name: str, side: int) -> dict[str, Any]:
+def corruption_identity(spec: CellSpec, name: str, side: int, dataset: Any) -> dict[str, Any]:
     """Everything that changes a corruption cell's numbers; its hash names the part file."""
     target, settings = spec.target, spec.settings
     return {
@@ -83,7 +78,7 @@ def corruption_identity(spec: CellSpec, name: str, side: int) -> dict[str, Any]:
         "model": target.model.name, "model_config": target.model.identity(),
         "defense": target.defense.name, "defense_config": target.defense.identity(),
         "weights": weights_identity(target), "threat": "corruptions", "corruption": name,
-        "corruption_source": source_identity(spec, name, side), "severities": list(SEVERITIES),
+        "corruption_source": source_identity(spec, name, side, dataset), "severities": list(SEVERITIES),
         "seed": settings.seed, "shard": list(settings.shard),
         **judge_identity(spec), **({"noise": "counter-v1"} if judge_identity(spec) else {}),
         **execution_identity(settings.precision, settings.channels_last),
@@ -108,7 +103,7 @@ def run_corruptions(spec: CellSpec, given: Given | None = None) -> list[Path]:
     model, parts = None, []
     row = row_name(model_label(spec), spec.target.defense.name)
     for name in names:
-        identity = {**corruption_identity(spec, name, side), **code, **(given.identity if given is not None else {})}
+        identity = {**corruption_identity(spec, name, side, dataset), **code, **(given.identity if given is not None else {})}
         out, label = part_path(Path(settings.records_dir), identity), f"{dataset.name}/{row}/{name}"
         with claim_cell(out, content_key(identity), expected_ids(spec, dataset), force=settings.force) as files:
             if files is None:
@@ -148,7 +143,7 @@ def _computer(spec: CellSpec, dataset: Any, model: torch.nn.Module, name: str, i
             x, y = as_input(model, x.to(device)), y.to(device)
             preds = {"clean_pred": pooled_vote(model, x, y, None, draws, calls=calls, rows=everyone, call_rows=None).pred}
             for s in SEVERITIES:
-                xs = read_released(released, name, s, sid, y) if released else corrupt(x.cpu(), sid, name, s, settings.seed)
+                xs = read_released(released, name, s, sid, y, dataset) if released else corrupt(x.cpu(), sid, name, s, settings.seed)
                 preds[f"pred_s{s}"] = pooled_vote(model, as_input(model, xs.to(device)), y, None, draws, calls=calls,
                                                   rows=everyone, call_rows=None).pred
             rows.append(_batch_frame(preds, y.cpu(), sid, (time.perf_counter() - tic) / len(y)))
