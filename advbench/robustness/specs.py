@@ -119,7 +119,7 @@ class ThreatSpec:
     """`conf/threat`: norm, goal, knowledge, and ε (None: the data set's budget for the norm).
 
     `threat=corruptions` (norm `corruption`): `corruptions` names those measured (None: all that
-    apply), `released` a folder of RobustBench's files to read them from (None: generated)."""
+    apply), `released` a folder of released files, RobustBench's or ImageNet-C's, to read them from (None: generated)."""
 
     norm: str
     goal: str
