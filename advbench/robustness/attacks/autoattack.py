@@ -103,10 +103,12 @@ class AutoAttack(Ensemble):
         return self.judge == "original"
 
     def params(self) -> dict[str, object]:
-        """The version, who judged and the EOT passes per gradient (None: the model's), then what
-        an ensemble records (members, overrides, seed, resolved settings)."""
-        return {"version": self.version, "judge": self.judge, "eot_passes": EOT_PASSES.get(self.version),
-                **super().params()}
+        """The version; for a version with EOT (rand) who judged and the EOT passes per gradient, which
+        the others do not have (their records stay as they were); then what an ensemble records
+        (members, overrides, seed, resolved settings)."""
+        passes = EOT_PASSES.get(self.version)
+        eot = {} if passes is None else {"judge": self.judge, "eot_passes": passes}
+        return {"version": self.version, **eot, **super().params()}
 
     def _member_oracle(self, attack: Attack, view: Oracle) -> Oracle:
         """The ensemble's view, with the version's EOT passes per gradient where it sets them, and
