@@ -5,9 +5,12 @@ Runs, interleaved so that load on the machine hits every command alike, `python 
 folder (the smoke writes its records under the working folder). The smoke's attack time is read
 from its records (`seconds` is a cell's time per sample). Prints each command's median and the
 smoke's ratio to the target, 1.5 x (import torch + attack time): of the medians, and the median
-of each round's own ratio (steadier on a loaded machine).
+of each round's own ratio (steadier on a loaded machine). `--imports` times only `import torch`
+against `import advbench; advbench.evaluate` (the API's first access), alternating, and prints
+their ratio the same two ways.
 
     python scripts/bench_startup.py --rounds 5
+    python scripts/bench_startup.py --imports --rounds 9
 """
 
 from __future__ import annotations
@@ -27,11 +30,13 @@ import pandas as pd
 ADVBENCH = [sys.executable, "-m", "advbench"]
 COMMANDS = {
     "import torch": [sys.executable, "-c", "import torch"],
+    "advbench.evaluate": [sys.executable, "-c", "import advbench; advbench.evaluate"],
     "advbench --help": [*ADVBENCH, "--help"],
     "advbench list": [*ADVBENCH, "list"],
     "advbench run experiment=smoke": [*ADVBENCH, "run", "experiment=smoke"],
 }
 TARGET = 1.5
+IMPORTS = ("import torch", "advbench.evaluate")
 
 
 def timed(command: list[str]) -> tuple[float, Path]:
@@ -50,13 +55,16 @@ def attack_seconds(folder: Path) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5, help="rounds of the four commands (at least 5 for a median)")
-    rounds = parser.parse_args().rounds
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of the commands (at least 5 for a median)")
+    parser.add_argument("--imports", action="store_true", help="only import torch against advbench.evaluate's access")
+    args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    times: dict[str, list[float]] = {name: [] for name in COMMANDS}
+    names = IMPORTS if args.imports else tuple(COMMANDS)
+    times: dict[str, list[float]] = {name: [] for name in names}
     attack: list[float] = []
-    for _ in range(rounds):
-        for name, command in COMMANDS.items():
+    for _ in range(args.rounds):
+        for name in names:
+            command = COMMANDS[name]
             seconds, folder = timed(command)
             times[name].append(seconds)
             if name.startswith("advbench run"):
@@ -65,6 +73,11 @@ def main() -> None:
     median = {name: statistics.median(values) for name, values in times.items()}
     for name, values in times.items():
         print(f"{name:32s} median {median[name]:5.2f} s   (min {min(values):.2f}, max {max(values):.2f}, n={len(values)})")
+    api, torch = times["advbench.evaluate"], times["import torch"]
+    print(f"advbench.evaluate / import torch = {median['advbench.evaluate'] / median['import torch']:.2f} (medians); "
+          f"median of the rounds' ratios {statistics.median(a / t for a, t in zip(api, torch)):.2f}")
+    if args.imports:
+        return
     floor = median["import torch"] + statistics.median(attack)
     smoke = median["advbench run experiment=smoke"]
     # Each round's own ratio too: the two commands of a round ran seconds apart, under the same load.

@@ -103,3 +103,41 @@ def test_the_digits_load_without_sklearn() -> None:
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
+
+
+# ---------------------------------------------------------------- the API's first access
+
+
+def _loaded(code: str, names: tuple[str, ...]) -> list[str]:
+    """Which of `names` (top-level packages or advbench modules) a fresh interpreter holds after `code`."""
+    probe = f"import json, sys\n{code}\nprint(json.dumps(sorted(m for m in {names!r} if m in sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_looking_up_evaluate_loads_no_heavy_library() -> None:
+    """`advbench.evaluate` is the function itself, its signature and docstring; the engine (`api.calls`),
+    torch, pandas and OmegaConf load on its first call, not on the look-up."""
+    assert _loaded("import advbench; advbench.evaluate; advbench.plot; advbench.options",
+                   (*HEAVY, "omegaconf", "advbench.api.calls", "advbench.api.metrics")) == []
+
+
+def test_the_engine_loads_the_corruption_cell_only_for_corruptions() -> None:
+    """`api.calls` imports the corruption cell (and torchvision with it) where a corruption cell runs."""
+    names = ("torchvision", "advbench.robustness.evaluation.corruption_cell")
+    assert _loaded("import advbench.api.calls", names) == []
+    assert _loaded("import advbench.api.calls, advbench.robustness.evaluation.corruption_cell", names) == sorted(names)
+
+
+def test_the_api_still_answers_every_name() -> None:
+    """The look-up stays the function `api.calls` runs, evaluate_metric included, and a wrong name fails as before."""
+    import inspect
+
+    import advbench
+    from advbench.api import metrics
+
+    assert advbench.evaluate_metric is metrics.evaluate_metric
+    assert list(inspect.signature(advbench.evaluate).parameters)[:3] == ["model", "data", "attack"]
+    with pytest.raises(AttributeError, match="evaluat"):
+        advbench.api.evaluat  # noqa: B018
+    assert advbench.options("attack")["fgsm"]

@@ -7,51 +7,40 @@ data or attack objects) to the same cell runner, and returns the records the CLI
 draws them as `advbench plot` does, `report` audits them as `advbench report` does; `options` lists a config
 group as `advbench list` does. `evaluate_preset` runs every cell of a preset sweep (`experiment=full_eval`) on a
 model object, and `preset_cost` states what its cells will spend. `evaluate_metric` is the quality half's.
+
+The functions here hold the signatures and docstrings; their bodies live in `api.calls`, loaded on a
+call's first line, so that looking up `advbench.evaluate` costs no more than `import torch` (pandas,
+OmegaConf, the engine and the catalogue load when a function runs; `scripts/bench_startup.py --imports`).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-import torch
-from omegaconf import open_dict
-from torch import nn
+if TYPE_CHECKING:  # annotations only: the modules load with `api.calls`
+    import pandas as pd
+    from torch import nn
 
-from advbench.api.metrics import evaluate_metric as evaluate_metric  # the quality half's, re-exported
-from advbench.cli.choices import api_config
-from advbench.cli.specs import cell_spec, refuse_attack_options
-from advbench.core.caller_state import caller_state_kept
-from advbench.core.catalog import describe, group_options, groups, keywords_said, refuse_twice_set
-from advbench.core.construct import construct
-from advbench.core.digests import code_digest, module_digest
-from advbench.core.errors import AdvbenchError
-from advbench.core.fingerprint import behaviour_digest
-from advbench.core.paths import writable_folder
-from advbench.core.records import KINDS_BY_NAME, RecordKind, check_frame, read_kind, read_kinds, record_kind
-from advbench.core.resume import python_warnings
-from advbench.robustness.attacks.base import Attack
-from advbench.robustness.data.tensors import TensorData
-from advbench.robustness.defenses.wrappers import wrap
-from advbench.robustness.evaluation.cell import Given, run_cell
-from advbench.robustness.evaluation.corruption_cell import run_corruptions
-from advbench.robustness.models.base import Classifier, evaluation_mode
-from advbench.robustness.models.given import (
-    AS_GIVEN_DEFENSE,
-    Normalisation,
-    applicable_wrapper,
-    refuse_inapplicable,
-)
-from advbench.robustness.models.user_models import check_forward, check_randomized, check_randomness, mark_randomized
-from advbench.robustness.report.cell_report import report_cell
-from advbench.robustness.report.table3 import summary_table, with_categories
-from advbench.robustness.specs import AttackSpec, CellSpec
-from advbench.robustness.threat import CORRUPTION, NORMS
+    from advbench.robustness.attacks.base import Attack
+
+
+def _calls() -> ModuleType:
+    """`api.calls`, where each function's body runs; a function passes it its arguments, `**locals()`."""
+    from advbench.api import calls
+
+    return calls
+
+
+def __getattr__(name: str) -> Any:
+    """`evaluate_metric`, the quality half's (`api.metrics`), re-exported on first access."""
+    if name == "evaluate_metric":
+        from advbench.api.metrics import evaluate_metric
+
+        return evaluate_metric
+    raise AttributeError(f"module 'advbench.api' has no attribute '{name}'")
 
 
 def evaluate(model: nn.Module, data: Any = None, *, attack: str | Attack | None = None, threat: str | None = None,
@@ -79,25 +68,7 @@ def evaluate(model: nn.Module, data: Any = None, *, attack: str | Attack | None 
     The model is handed back as it came: every module's `training` flag and torch's global
     random state are restored, whether the call succeeds or not.
     """
-    if eps is not None and (isinstance(eps, bool) or not isinstance(eps, (int, float))):
-        raise AdvbenchError(f"eps must be one number, the budget, got {eps!r}: records give each sample's minimum ε, "
-                            "so one call draws the whole accuracy-vs-ε curve (advbench.plot)")
-    refuse_twice_set(_said(data=data, attack=attack, threat=threat, eps=eps, attack_params=attack_params, label=label,
-                           defense=defense), overrides)
-    attack_said = [f"{k}={v!r}" for k, v in (("attack", attack), ("attack_params", attack_params), ("eps", eps))
-                   if v is not None]
-    data, attack, threat = "digits" if data is None else data, "bim" if attack is None else attack, threat or "linf"
-    subject = _subject(model, data, label, Normalisation(mean, std), (randomized, eot_samples), num_classes, defense,
-                       overrides, out_dir)
-    with tempfile.TemporaryDirectory(prefix="advbench-") as scratch, caller_state_kept(model, device), \
-            python_warnings():
-        cfg = api_config(_choices(data, attack, threat, defense),
-                         _values(subject.name, attack, eps, attack_params,
-                                 Path(out_dir) if out_dir is not None else Path(scratch), device, seed, randomized),
-                         overrides)
-        if cfg.threat.norm == CORRUPTION:
-            refuse_attack_options([*attack_said, *overrides])
-        return _evaluate_config(cfg, subject, _data_object(data, subject), attack)
+    return _calls().evaluate(**locals())
 
 
 def evaluate_preset(model: nn.Module, data: Any = None, preset: str = "full_eval", *,
@@ -116,29 +87,7 @@ def evaluate_preset(model: nn.Module, data: Any = None, preset: str = "full_eval
     Before any cell runs, every transfer cell's substitute is checked for weights; the declared
     cost of the cells (`preset_cost`) comes with the records as `records.attrs["cost"]`.
     """
-    from advbench.cli.presets import preset_configs, sweep_cost  # Hydra composes the preset's cells
-
-    refuse_twice_set(_said(data=data, label=label, defense=defense), overrides)
-    data = "digits" if data is None else data
-    subject = _subject(model, data, label, Normalisation(mean, std), (randomized, eot_samples), num_classes, defense,
-                       overrides, out_dir)
-    with tempfile.TemporaryDirectory(prefix="advbench-") as scratch, caller_state_kept(model, device), \
-            python_warnings():
-        values = _values(subject.name, "preset", None, None, Path(out_dir) if out_dir is not None else Path(scratch),
-                         device, seed, randomized)
-        held = _data_object(data, subject, _checked_budgets(budgets, data))
-        if held is not None:  # the cost counts the samples handed in
-            values["dataset.n_samples"] = len(held.labels)
-        picked = {"model": "python", **({"dataset": data} if isinstance(data, str) else {}),
-                  **({"defense": defense} if defense is not None else {})}
-        cfgs = preset_configs(preset, [*(f"{g}={o}" for g, o in picked.items()),
-                                       *(f"{k}={json.dumps(v)}" for k, v in values.items()), *overrides])
-        cost = sweep_cost(cfgs)
-        if held is not None:
-            _refuse_cached_substitutes(cfgs)
-        records = pd.concat([_evaluate_config(cfg, subject, held, "preset") for cfg in cfgs], ignore_index=True)
-        records.attrs["cost"] = cost
-        return records
+    return _calls().evaluate_preset(**locals())
 
 
 def preset_cost(preset: str = "full_eval", overrides: Sequence[str] = ()) -> pd.DataFrame:
@@ -148,177 +97,7 @@ def preset_cost(preset: str = "full_eval", overrides: Sequence[str] = ()) -> pd.
     evaluations and queries per run, per sample and in total over the cell's samples
     (`advbench.robustness.cost.COST_COLUMNS`). `overrides` as on the command line
     (`["full_eval.square_queries=200", "dataset.n_samples=20"]`)."""
-    from advbench.cli.presets import preset_configs, sweep_cost
-
-    return sweep_cost(preset_configs(preset, overrides))
-
-
-@dataclasses.dataclass(frozen=True)
-class _Subject:
-    """The model object of a call and what the call says about it: its name in the records, its
-    normalisation, randomness and classes, whether it runs as given (no defense in front)."""
-
-    model: nn.Module
-    name: str
-    normalisation: Normalisation
-    randomness: tuple[bool, int | None]
-    num_classes: int | None
-    as_given: bool
-    kept: bool
-
-
-def _subject(model: Any, data: Any, label: str | None, normalisation: Normalisation,
-             randomness: tuple[bool, int | None], num_classes: int | None, defense: str | None,
-             overrides: Sequence[str], out_dir: str | Path | None) -> _Subject:
-    """The call's model and what it says about it, once the model and `overrides` are checked
-    against what a model object combines with (`given.refuse_inapplicable`)."""
-    if not isinstance(model, nn.Module):
-        raise AdvbenchError(f"model must be a torch.nn.Module from NCHW floats in [0, 1] to logits, "
-                            f"got {type(model).__name__}")
-    check_randomness(*randomness)
-    refuse_inapplicable(overrides, data_object=not isinstance(data, str))
-    as_given = defense is None and not any(str(o).lstrip("+").startswith("defense") for o in overrides)
-    return _Subject(model, label or type(model).__name__, normalisation, randomness, num_classes, as_given,
-                    kept=out_dir is not None)
-
-
-_KEYWORD_KEYS = {"data": "dataset", "attack": "attack", "threat": "threat", "eps": "threat.eps", "label": "label", "defense": "defense"}
-"""The config key each keyword of `evaluate` sets (`attack_params` sets one per parameter)."""
-
-
-def _said(attack_params: Any = None, **keywords: Any) -> dict[str, str]:
-    """The config keys the keywords given set, and how the caller said each (for `refuse_twice_set`)."""
-    # data held in memory names no option: `refuse_inapplicable` refuses every `dataset*` override beside it
-    plain = {name: value for name, value in keywords.items()
-             if not isinstance(value, Attack) and (name != "data" or isinstance(value, str))}
-    said = keywords_said(_KEYWORD_KEYS, plain, dict(attack_params) if isinstance(attack_params, Mapping) else None)
-    if isinstance(keywords.get("attack"), Attack):  # an object holds its parameters too
-        said.update({"attack": "an Attack object", "attack.params": "an Attack object"})
-    return said
-
-
-def _refuse_cached_substitutes(cfgs: Sequence[Any]) -> None:
-    """On data held in memory a transfer cell's substitute needs an explicit checkpoint: a cached one
-    was trained on a data set option, which the cache does not take for this data."""
-    for cfg in cfgs:
-        sub = cfg.get("substitute") or {}
-        if cfg.threat.knowledge == "transfer" and sub.get("model") is not None and not sub.get("checkpoint"):
-            raise AdvbenchError(f"on data held in memory the transfer cells' substitute '{sub.get('name')}' needs its "
-                                f"weights: overrides=['substitute.checkpoint=PATH'] (a state dict of its "
-                                f"{sub.model.name} for this data), or another substitute=<option> with them")
-
-
-def _checked_budgets(budgets: Mapping[str, float] | None, data: Any) -> Mapping[str, float] | None:
-    """`budgets` as a preset on data held in memory needs them: a positive ε for each norm it sweeps."""
-    if isinstance(data, str):
-        return budgets
-    norms = NORMS
-    if budgets is None or set(budgets) != set(norms) or not all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in budgets.values()):
-        raise AdvbenchError(f"data held in memory has no budgets of its own: give budgets={{'linf': ..., 'l2': ...}}, "
-                            f"a positive ε for each norm the preset sweeps, got {budgets!r}")
-    return budgets
-
-
-def _data_object(data: Any, subject: _Subject, budgets: Mapping[str, float] | None = None) -> TensorData | None:
-    """The data handed in as an `ImageDataset`, with its `budgets` (ε per norm) if given; None where
-    `data` names a data set option, which has its own."""
-    if isinstance(data, str):
-        if budgets is not None:
-            raise AdvbenchError(f"budgets= are for data held in memory; data set '{data}' has its own "
-                                "(change them with overrides=['dataset.budgets.linf=...'])")
-        return None
-    return TensorData.of(data, num_classes=subject.num_classes or _classes_of(subject.model, data), budgets=budgets)
-
-
-def _evaluate_config(cfg: Any, subject: _Subject, held: TensorData | None, attack: str | Attack) -> pd.DataFrame:
-    """One cell of a composed run config on the call's model (and data held in memory, attack object): its records."""
-    wrapper = applicable_wrapper(cfg.defense)
-    if subject.as_given:
-        with open_dict(cfg):
-            cfg.defense = dict(AS_GIVEN_DEFENSE)
-    spec = cell_spec(cfg)
-    if isinstance(attack, Attack):
-        spec = dataclasses.replace(spec, attack=AttackSpec(type(attack).__name__.lower(), attack.params()))
-    dataset = construct(spec.dataset.config) if held is None else held
-    given = _given(spec, subject.model, dataset, attack, subject.normalisation, subject.randomness, subject.name,
-                   wrapper)
-    if spec.threat.norm == CORRUPTION:
-        return read_kind(run_corruptions(spec, dataclasses.replace(given, kept=subject.kept)), kinds=("corruption",))[1]
-    run = run_cell(spec, dataclasses.replace(given, kept=subject.kept))
-    if run is None:  # only a sweep skips a cell, and these run one at a time
-        raise AdvbenchError("the cell was skipped")
-    part = report_cell(run, spec.settings.gate, in_sweep=spec.settings.in_sweep)
-    return read_kind([part], kinds=("benchmark",))[1]
-
-
-def _choices(data: Any, attack: str | Attack, threat: str, defense: str | None) -> dict[str, str]:
-    """The options these arguments name, by config group."""
-    picked = {"threat": threat, "model": "python", **({"dataset": data} if isinstance(data, str) else {}),
-              **({"defense": defense} if defense is not None else {})}
-    if isinstance(attack, str):
-        picked["attack"] = attack
-    elif not isinstance(attack, Attack):
-        raise AdvbenchError(f"attack must be an attack option name or an Attack object, got {type(attack).__name__}")
-    return picked
-
-
-def _values(name: str, attack: str | Attack, eps: float | None, attack_params: Mapping[str, Any] | None,
-            out_dir: Path, device: str, seed: int, randomized: bool) -> dict[str, Any]:
-    """The values these arguments set, by dotted key."""
-    values: dict[str, Any] = {"device": device, "seed": seed, "label": name, "out_dir": str(out_dir),
-                              "model.randomized": bool(randomized)}
-    if isinstance(attack, str):
-        values.update({f"attack.params.{k}": v for k, v in (attack_params or {}).items()})
-    elif attack_params:
-        raise AdvbenchError("attack_params go with an attack option name; an Attack object holds its own")
-    if eps is not None:
-        values["threat.eps"] = float(eps)
-    return values
-
-
-def _given(spec: CellSpec, model: nn.Module, dataset: Any, attack: str | Attack, normalisation: Normalisation,
-           randomness: tuple[bool, int | None], name: str, wrapper: dict[str, Any] | None) -> Given:
-    """The objects and what stands for them in the cell key: the model's code (its files and those of the
-    user's modules it imports) and behaviour (`core.fingerprint`), its weights, the data's content.
-
-    The model is put behind the defense's `wrapper` (None: as given), as `advbench run` puts
-    a zoo model behind it, so the records' defense is the one applied.
-    """
-    net = Classifier(model, name, dataset.input_shape[0], normalisation.mean, normalisation.std, user_code=True)
-    net = evaluation_mode(mark_randomized(net, *randomness))
-    identity: dict[str, Any] = {"model": "python",
-                                "model_config": {"class": type(model).__qualname__, "code_sha256": code_digest(model),
-                                                 "mean": list(net.mean.flatten().tolist()),
-                                                 "std": list(net.std.flatten().tolist()),
-                                                 "randomized": net.randomized,
-                                                 **({"eot_samples": net.eot_samples} if net.randomized else {})},
-                                "weights": {"module_sha256": module_digest(model)}}
-    check_forward(net, dataset.input_shape, dataset.num_classes, f"'{name}'")
-    check_randomized(net, dataset.input_shape, f"'{name}'")
-    identity["model_config"]["behaviour_sha256"] = behaviour_digest(net, dataset.input_shape, f"model '{name}'")
-    if isinstance(dataset, TensorData):
-        identity.update(dataset=dataset.name, dataset_config=dataset.identity())
-    if isinstance(attack, Attack):
-        identity.update(attack=spec.attack.name, attack_params=attack.params())
-    return Given(model=wrap(net, wrapper, seed=spec.settings.seed), identity=identity, dataset=dataset,
-                 attack=attack if isinstance(attack, Attack) else None)
-
-
-def _classes_of(model: nn.Module, data: Any) -> int | None:
-    """The number of classes a model's logits have, from one pass on the data's first image (None: left to the labels).
-
-    Run in eval mode, inside `caller_state_kept`, which gives the caller's modes back."""
-    images = data[0] if isinstance(data, (tuple, list)) and len(data) == 2 else None
-    if not isinstance(images, torch.Tensor) or images.dim() != 4 or not len(images):
-        return None
-    first = images[:1]
-    try:
-        with torch.no_grad():
-            out = model.eval()(first.float())
-    except Exception:  # the model's own failure is reported by check_forward, in one line
-        return None
-    return int(out.shape[1]) if isinstance(out, torch.Tensor) and out.dim() == 2 else None
+    return _calls().preset_cost(**locals())
 
 
 def plot(records: pd.DataFrame | str | Path, out: str | Path = "plots", group_by: str = "defense") -> list[Path]:
@@ -327,17 +106,7 @@ def plot(records: pd.DataFrame | str | Path, out: str | Path = "plots", group_by
     `group_by` colours benchmark curves per defense or category; iqa records (of
     `evaluate_metric`) give the MSU score table, the ranking and the gain curves, and with judges the
     transfer matrix between metrics."""
-    kind, frame, _ = _records(records, ("benchmark", "iqa"))
-    if group_by not in ("defense", "category"):
-        raise AdvbenchError(f"group_by must be defense or category, got {group_by!r}")
-    folder = writable_folder(out, "out")
-    if kind.name == "iqa":
-        from advbench.quality.iqa.report import render_iqa  # matplotlib: only when drawing
-
-        return render_iqa(frame, folder)
-    from advbench.robustness.report.plot import render_all  # matplotlib: only when drawing
-
-    return render_all(frame, folder, group_by=group_by)
+    return _calls().plot(**locals())
 
 
 def report(records: pd.DataFrame | str | Path | Sequence[str | Path], out_dir: str | Path = "report",
@@ -346,54 +115,14 @@ def report(records: pd.DataFrame | str | Path | Sequence[str | Path], out_dir: s
     report.json and report.html into `out_dir`; returns their paths. Corruption records among the parts, or
     `corruptions` (as `evaluate(..., threat="corruptions")` returns them), put each model row's mean accuracy
     over corruptions × severities beside its verdicts."""
-    if isinstance(records, pd.DataFrame):
-        _, frame, sources = _records(records, ("benchmark",))
-        found = {}
-    else:
-        sources = _paths(records)
-        found = read_kinds(sources, kinds=("benchmark",), together=("benchmark", "corruption"))
-        frame = found["benchmark"]
-    if corruptions is not None:
-        given = [found.get("corruption"), _records(corruptions, ("corruption",))[1]]
-        found["corruption"] = pd.concat([f for f in given if f is not None], ignore_index=True)
-    folder = writable_folder(out_dir, "out_dir")
-    from advbench.robustness.audit import write_report  # matplotlib: only when drawing
-
-    return write_report(frame, folder, sources, found.get("corruption"))
-
-
-def _records(records: Any, kinds: tuple[str, ...]) -> tuple[RecordKind, pd.DataFrame, list[Any]]:
-    """Records of one of `kinds` handed in as a DataFrame (checked as a part file is) or as files or
-    folders of parts; with the sources a report names."""
-    if isinstance(records, pd.DataFrame):
-        kind = record_kind(records.columns)
-        if kind is None or kind.name not in kinds:
-            raise AdvbenchError(f"records must be a DataFrame of {' or '.join(KINDS_BY_NAME[k].label for k in kinds)} "
-                                f"(as the API returns them), got columns {', '.join(map(str, records.columns[:6]))}")
-        check_frame(records, kind)
-        return kind, records, ["a DataFrame"]
-    sources = _paths(records)
-    return (*read_kind(sources, kinds=kinds), sources)
-
-
-def _paths(records: Any) -> list[Path]:
-    """Files or folders of parts, given as one or a list."""
-    paths = [records] if isinstance(records, (str, Path)) else records if isinstance(records, (list, tuple)) else [None]
-    if not all(isinstance(p, (str, Path)) for p in paths):
-        raise AdvbenchError(f"records must be a DataFrame of records, or a file or folder of parts (or a list of "
-                            f"them), got {type(records).__name__}")
-    return [Path(p) for p in paths]
+    return _calls().report(**locals())
 
 
 def summary(records: pd.DataFrame) -> pd.DataFrame:
     """Table 3 of the records: per cell, accuracy / attack success rate and median minimum ε at the budget."""
-    return summary_table(with_categories(records))
+    return _calls().summary(**locals())
 
 
 def options(group: str | None = None) -> dict[str, str]:
     """The catalogue, as `advbench list`: the groups (None), or a group's options with their descriptions."""
-    if group is None:
-        return {g: ", ".join(group_options(g)) for g in groups()}
-    if group not in groups():
-        raise AdvbenchError(f"unknown config group '{group}'; valid: {', '.join(groups())}")
-    return {option: describe(group, option) for option in group_options(group)}
+    return _calls().options(**locals())
