@@ -6,8 +6,8 @@ folder (the smoke writes its records under the working folder). The smoke's atta
 from its records (`seconds` is a cell's time per sample). Prints each command's median and the
 smoke's ratio to the target, 1.5 x (import torch + attack time): of the medians, and the median
 of each round's own ratio (steadier on a loaded machine). `--imports` times only `import torch`
-against `import advbench; advbench.evaluate` (the API's first access), alternating, and prints
-their ratio the same two ways.
+against `import advbench; advbench.evaluate` (the API's look-up) and against what the API's first
+call imports on top of torch (`advbench.api.calls`), alternating, and prints their ratios the same two ways.
 
     python scripts/bench_startup.py --rounds 5
     python scripts/bench_startup.py --imports --rounds 9
@@ -31,12 +31,13 @@ ADVBENCH = [sys.executable, "-m", "advbench"]
 COMMANDS = {
     "import torch": [sys.executable, "-c", "import torch"],
     "advbench.evaluate": [sys.executable, "-c", "import advbench; advbench.evaluate"],
+    "torch + the API's first call": [sys.executable, "-c", "import torch, advbench.api.calls"],
     "advbench --help": [*ADVBENCH, "--help"],
     "advbench list": [*ADVBENCH, "list"],
     "advbench run experiment=smoke": [*ADVBENCH, "run", "experiment=smoke"],
 }
 TARGET = 1.5
-IMPORTS = ("import torch", "advbench.evaluate")
+IMPORTS = ("import torch", "advbench.evaluate", "torch + the API's first call")
 
 
 def timed(command: list[str]) -> tuple[float, Path]:
@@ -73,9 +74,10 @@ def main() -> None:
     median = {name: statistics.median(values) for name, values in times.items()}
     for name, values in times.items():
         print(f"{name:32s} median {median[name]:5.2f} s   (min {min(values):.2f}, max {max(values):.2f}, n={len(values)})")
-    api, torch = times["advbench.evaluate"], times["import torch"]
-    print(f"advbench.evaluate / import torch = {median['advbench.evaluate'] / median['import torch']:.2f} (medians); "
-          f"median of the rounds' ratios {statistics.median(a / t for a, t in zip(api, torch)):.2f}")
+    for name in IMPORTS[1:]:
+        ratios = (a / t for a, t in zip(times[name], times["import torch"]))
+        print(f"{name} / import torch = {median[name] / median['import torch']:.2f} (medians); "
+              f"median of the rounds' ratios {statistics.median(ratios):.2f}")
     if args.imports:
         return
     floor = median["import torch"] + statistics.median(attack)
