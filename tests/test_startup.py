@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -108,10 +109,10 @@ def test_the_digits_load_without_sklearn() -> None:
 # ---------------------------------------------------------------- the API's first access
 
 
-def _loaded(code: str, names: tuple[str, ...]) -> list[str]:
+def _loaded(code: str, names: tuple[str, ...], cwd: Path | None = None) -> list[str]:
     """Which of `names` (top-level packages or advbench modules) a fresh interpreter holds after `code`."""
     probe = f"import json, sys\n{code}\nprint(json.dumps(sorted(m for m in {names!r} if m in sys.modules)))"
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=cwd)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -141,3 +142,11 @@ def test_the_api_still_answers_every_name() -> None:
     with pytest.raises(AttributeError, match="evaluat"):
         advbench.api.evaluat  # noqa: B018
     assert advbench.options("attack")["fgsm"]
+
+
+def test_an_lp_run_leaves_the_corruption_cell_out(tmp_path: Path) -> None:
+    """`advbench run` on an ℓp cell does not import the corruption cell, nor torchvision with it (about 1 s)."""
+    code = ("from advbench.cli.main import main\ntry:\n    main(['run', 'experiment=smoke', 'dataset.n_samples=8'], "
+            "standalone_mode=False)\nexcept SystemExit:\n    pass")
+    names = ("torchvision", "advbench.robustness.evaluation.corruption_cell", "advbench.robustness.evaluation.cell")
+    assert _loaded(code, names, cwd=tmp_path) == ["advbench.robustness.evaluation.cell"]

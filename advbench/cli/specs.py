@@ -201,7 +201,6 @@ def run_main(cfg: DictConfig) -> Path | list[Path] | None:
     """Hydra task of `advbench run`: one cell, records to parquet (skipped if present); under
     `threat=corruptions` one cell per corruption, where an attack's options given are refused."""
     from advbench.robustness.evaluation.cell import run_cell  # imports torch
-    from advbench.robustness.evaluation.corruption_cell import run_corruptions
     from advbench.robustness.report.cell_report import report_cell
     from advbench.robustness.threat import CORRUPTION
 
@@ -212,6 +211,8 @@ def run_main(cfg: DictConfig) -> Path | list[Path] | None:
     job = _hydra_job()
     typed = OmegaConf.to_container(job.overrides.task) if job is not None else []
     refuse_attack_options(typed)
+    from advbench.robustness.evaluation.corruption_cell import run_corruptions  # torchvision: only for corruptions
+
     return run_corruptions(cell_spec(cfg))
 
 
