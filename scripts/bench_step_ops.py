@@ -18,7 +18,6 @@ there the host waits for the verdict alone, not for the backward queued after it
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections import Counter
 from collections.abc import Callable
@@ -27,7 +26,7 @@ from typing import Any
 
 import torch
 import torchattacks
-from bench_attacks import TINY_EPS, calibrate_batchnorm, forward_backward
+from bench_attacks import TINY_EPS, calibrate_batchnorm, forward_backward, write_result
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from advbench.robustness.attacks.gradient import PGD
@@ -113,10 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if not 1 <= args.low < args.high:
         p.error("need 1 <= --low < --high")
-    result = measure(args)
-    args.out.write_text(json.dumps(result, indent=2))
-    print(f"wrote {args.out}", file=sys.stderr)
-    return 0
+    return write_result(args.out, measure(args))
 
 
 if __name__ == "__main__":
