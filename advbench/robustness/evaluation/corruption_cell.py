@@ -61,26 +61,26 @@ def chosen(spec: CellSpec, side: int) -> list[str]:
     return [n for n in NAMES if n not in left]
 
 
-def source_identity(spec: CellSpec, name: str, side: int, dataset: Any) -> dict[str, Any]:
+def source_identity(spec: CellSpec, name: str, side: int, dataset: Any, ids: list[int]) -> dict[str, Any]:
     """How the corrupted images come: generated (the algorithm's revision, the constants used) or
     read (`released.released_identity`: what of the released files the numbers depend on)."""
     released = spec.threat.released
     if not released:
         return {"source": "generated", "revision": REVISION, "constants": constants_name(side)}
-    return released_identity(released, name, dataset, expected_ids(spec, dataset))
+    return released_identity(released, name, dataset, ids)
 
 
-def corruption_identity(spec: CellSpec, name: str, side: int, dataset: Any) -> dict[str, Any]:
-    """Everything that changes a corruption cell's numbers; its hash names the part file."""
-    target, settings = spec.target, spec.settings
+def corruption_identity(spec: CellSpec, name: str, side: int, dataset: Any, ids: list[int]) -> dict[str, Any]:
+    """Everything that changes a corruption cell's numbers (`ids`: the cell's samples); its hash names the part file."""
+    target, settings, judge = spec.target, spec.settings, judge_identity(spec)
     return {
         "dataset": spec.dataset.name, "dataset_config": spec.dataset.identity(evaluation=True),
         "model": target.model.name, "model_config": target.model.identity(),
         "defense": target.defense.name, "defense_config": target.defense.identity(),
         "weights": weights_identity(target), "threat": "corruptions", "corruption": name,
-        "corruption_source": source_identity(spec, name, side, dataset), "severities": list(SEVERITIES),
+        "corruption_source": source_identity(spec, name, side, dataset, ids), "severities": list(SEVERITIES),
         "seed": settings.seed, "shard": list(settings.shard),
-        **judge_identity(spec), **({"noise": "counter-v1"} if judge_identity(spec) else {}),
+        **judge, **({"noise": "counter-v1"} if judge else {}),
         **execution_identity(settings.precision, settings.channels_last),
     }
 
@@ -98,14 +98,14 @@ def run_corruptions(spec: CellSpec, given: Given | None = None) -> list[Path]:
     check_checkpoint(spec.target)
     dataset = given.dataset if given is not None and given.dataset is not None else construct(spec.dataset.config)
     side = min(dataset.input_shape[-2:])
-    names = chosen(spec, side)
+    names, ids = chosen(spec, side), expected_ids(spec, dataset)
     built, code = (None, {}) if given is not None else built_identity(spec, dataset)
     model, parts = None, []
     row = row_name(model_label(spec), spec.target.defense.name)
     for name in names:
-        identity = {**corruption_identity(spec, name, side, dataset), **code, **(given.identity if given is not None else {})}
+        identity = {**corruption_identity(spec, name, side, dataset, ids), **code, **(given.identity if given is not None else {})}
         out, label = part_path(Path(settings.records_dir), identity), f"{dataset.name}/{row}/{name}"
-        with claim_cell(out, content_key(identity), expected_ids(spec, dataset), force=settings.force) as files:
+        with claim_cell(out, content_key(identity), ids, force=settings.force) as files:
             if files is None:
                 console.print(f"[dim]skip {label}: records exist at {out} (force=true to redo)[/dim]", soft_wrap=True)
                 parts.append(out)
@@ -114,8 +114,8 @@ def run_corruptions(spec: CellSpec, given: Given | None = None) -> list[Path]:
                 model = given.model if given is not None else built if built is not None else load_target(spec.target,
                                                                                                            dataset)
                 model = deploy(model.to(device), precision=settings.precision, channels_last=settings.channels_last)
-            frame = fill_cell(files, content_key(identity), __version__, expected_ids(spec, dataset),
-                              settings.chunk_size, _computer(spec, dataset, model, name, identity, device))
+            frame = fill_cell(files, content_key(identity), __version__, ids,
+                              settings.chunk_size, _computer(spec, dataset, model, name, identity, device, len(ids)))
         _summarize(frame, label, out if given is None or given.kept else None)
         parts.append(out)
     if len(parts) > 1:
@@ -124,13 +124,13 @@ def run_corruptions(spec: CellSpec, given: Given | None = None) -> list[Path]:
 
 
 def _computer(spec: CellSpec, dataset: Any, model: torch.nn.Module, name: str, identity: dict[str, Any],
-              device: torch.device) -> Any:
+              device: torch.device, cell_samples: int) -> Any:
     """`compute(ids)` for `fill_cell`: the records of those samples under corruption `name`."""
     settings, released = spec.settings, spec.threat.released
     eval_set = dataset.eval_set()
     positions = list(range(settings.shard[0], len(eval_set), settings.shard[1]))  # `expected_ids`' order
     static = {**_static_columns(spec, identity, model, device, name, min(dataset.input_shape[-2:])),
-              "cell_samples": len(expected_ids(spec, dataset))}
+              "cell_samples": cell_samples}
     draws = settings.judge_draws if getattr(model, "randomized", False) else 1
 
     def compute(todo: list[int]) -> pd.DataFrame:
