@@ -19,6 +19,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from advbench.cli.options import load_option
+from advbench.core.catalog import override_key
 from advbench.core.errors import AdvbenchError
 from advbench.core.keys import plain
 from advbench.robustness.specs import (
@@ -223,7 +224,7 @@ ATTACK_ONLY = ("attack", "search", "substitute", "threat.eps", "threat.steps", "
 def refuse_attack_options(given: list[str]) -> None:
     """One line naming the first override that sets an attack's option under `threat=corruptions`."""
     for override in given:
-        key = override.lstrip("+~").partition("=")[0]
+        key = override_key(override)
         if key.split(".")[0] in ATTACK_ONLY or key in ATTACK_ONLY:
             raise AdvbenchError(f"'{override}' does not apply to threat=corruptions, which runs no attack: "
                                 "it classifies corrupted copies of the clean inputs")
