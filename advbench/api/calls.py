@@ -166,8 +166,7 @@ def _checked_budgets(budgets: Mapping[str, float] | None, data: Any) -> Mapping[
     """`budgets` as a preset on data held in memory needs them: a positive ε for each norm it sweeps."""
     if isinstance(data, str):
         return budgets
-    norms = NORMS
-    if budgets is None or set(budgets) != set(norms) or not all(
+    if budgets is None or set(budgets) != set(NORMS) or not all(
             isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in budgets.values()):
         raise AdvbenchError(f"data held in memory has no budgets of its own: give budgets={{'linf': ..., 'l2': ...}}, "
                             f"a positive ε for each norm the preset sweeps, got {budgets!r}")
