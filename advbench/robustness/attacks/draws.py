@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from advbench.core.draws import GOLDEN, M1, MASK64, as_int64, mix
+from advbench.core.runtime import pieces
 
 # Draws of randomized models (`defenses.wrappers`), keyed per row by (sample id, call index): the
 # k-th forward pass that includes a sample draws the same noise whatever the batch, the chunk, the
@@ -112,3 +113,13 @@ def eot_copies(model: object, passes: int, rows: int, cap: int, device: torch.de
             getattr(model, "randomized", False) and not getattr(model, "keyed_draws", False)):
         return 1
     return max(1, min(passes, cap // rows))
+
+
+def copy_counts(passes: int, copies: int) -> list[int]:
+    """The copies each call stacks when `passes` passes go `copies` a call at most (`pieces`' near-equal split)."""
+    return [min(s.stop, passes) - s.start for s in pieces(passes, copies)]
+
+
+def stacked(t: torch.Tensor, copies: int) -> torch.Tensor:
+    """`copies` copies of `t` one after another along its first dimension; `t` itself for one."""
+    return t if copies == 1 else t.repeat(copies, *[1] * (t.dim() - 1))

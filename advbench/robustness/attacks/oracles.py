@@ -36,9 +36,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from advbench.core.errors import AdvbenchError
-from advbench.core.runtime import call_slices, forward, grad_rows, pieces
+from advbench.core.runtime import call_slices, forward, grad_rows
 from advbench.robustness.attacks.clean_gradients import CleanGradients
-from advbench.robustness.attacks.draws import RowCalls, eot_copies
+from advbench.robustness.attacks.draws import RowCalls, copy_counts, eot_copies, stacked
 from advbench.robustness.attacks.votes import logits_of, vote
 from advbench.robustness.threat import goal_met
 
@@ -258,8 +258,7 @@ class WhiteBoxOracle(Oracle):
         rows, m = self._counted_rows(x, idx), x.shape[0]
         cap = grad_rows(len(self), x.device) if self.call_rows is None else min(self.call_rows, grad_rows(len(self), x.device))
         logits_sum = grad_sum = None
-        for group in pieces(passes, eot_copies(self._white, passes, m, cap, x.device)):
-            copies = min(group.stop, passes) - group.start
+        for copies in copy_counts(passes, eot_copies(self._white, passes, m, cap, x.device)):
             logits, grads = self._passes(x, objectives, rows, copies, screen if passes == 1 else None)
             for lg, gr in zip(logits.split(m), grads.split(m)):  # summed pass by pass, as separate calls would be
                 logits_sum, grad_sum = (lg, gr) if logits_sum is None else (logits_sum + lg, grad_sum + gr)
@@ -269,8 +268,8 @@ class WhiteBoxOracle(Oracle):
                 screen: Screen | None) -> tuple[torch.Tensor, torch.Tensor]:
         """`copies` passes at x in one call: logits (copies·m, K) and gradients (copies·m, k, ...)."""
         m = x.shape[0]
-        xr = (x if copies == 1 else x.repeat(copies, *[1] * (x.dim() - 1))).detach().requires_grad_(True)
-        with self.calls.pass_of(self._white, rows if copies == 1 else rows.repeat(copies)), torch.enable_grad():
+        xr = stacked(x, copies).detach().requires_grad_(True)
+        with self.calls.pass_of(self._white, stacked(rows, copies)), torch.enable_grad():
             logits = forward(self._white, xr)
             if screen is not None:
                 screen(logits.detach())

@@ -13,8 +13,8 @@ import torch
 from torch import nn
 
 from advbench.core.errors import AdvbenchError
-from advbench.core.runtime import forward, pieces, probe_rows
-from advbench.robustness.attacks.draws import Drawing, RowCalls, eot_copies
+from advbench.core.runtime import forward, probe_rows
+from advbench.robustness.attacks.draws import Drawing, RowCalls, copy_counts, eot_copies, stacked
 from advbench.robustness.threat import goal_met
 
 
@@ -71,8 +71,6 @@ def _passes(model: nn.Module, x: torch.Tensor, draws: int, calls: RowCalls | Non
     n = x.shape[0]
     copies = eot_copies(model, draws, n, probe_rows(x[0]), x.device) if calls is not None and n else 1
     out = []
-    for group in pieces(draws, copies):
-        c = min(group.stop, draws) - group.start
-        xr = x if c == 1 else x.repeat(c, *[1] * (x.dim() - 1))
-        out.append(logits_of(model, xr, None if calls is None else calls.pass_of(model, rows if c == 1 else rows.repeat(c))).view(c, n, -1))
+    for c in copy_counts(draws, copies):
+        out.append(logits_of(model, stacked(x, c), None if calls is None else calls.pass_of(model, stacked(rows, c))).view(c, n, -1))
     return out[0] if len(out) == 1 else torch.cat(out)
