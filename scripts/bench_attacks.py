@@ -56,7 +56,7 @@ from advbench.core.runtime import as_input, deploy, resolve_device
 from advbench.core.runtime import autocast as runtime_autocast
 from advbench.core.steps import lp_norm
 from advbench.robustness.attacks.apgd import APGD
-from advbench.robustness.attacks.base import Attack
+from advbench.robustness.attacks.attack_contract import Attack
 from advbench.robustness.attacks.boundary import Boundary
 from advbench.robustness.attacks.evolutionary import Evolutionary
 from advbench.robustness.attacks.gradient import BIM

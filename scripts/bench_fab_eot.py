@@ -40,9 +40,9 @@ from bench_attacks import TINY_EPS, calibrate_batchnorm, environment, interleave
 from torch import nn
 
 from advbench.core.runtime import resolve_device
-from advbench.robustness.attacks.draws import RowCalls
 from advbench.robustness.attacks.fab import FAB
 from advbench.robustness.attacks.gradient import PGD
+from advbench.robustness.attacks.model_draws import RowCalls
 from advbench.robustness.attacks.oracles import WhiteBoxOracle
 from advbench.robustness.attacks.votes import vote
 from advbench.robustness.defenses.wrappers import RandomResizePad

@@ -48,8 +48,8 @@ from advbench.core.errors import AdvbenchError
 from advbench.core.runtime import PRECISIONS, deploy, resolve_device
 from advbench.core.runtime import forward as runtime_forward
 from advbench.robustness.attacks.apgd import APGD
+from advbench.robustness.attacks.attack_contract import Attack
 from advbench.robustness.attacks.autoattack import AutoAttack
-from advbench.robustness.attacks.base import Attack
 from advbench.robustness.attacks.fab import FAB
 from advbench.robustness.attacks.gradient import PGD
 from advbench.robustness.attacks.oracles import Oracle, ScoreOracle, WhiteBoxOracle

@@ -23,8 +23,8 @@ import torch
 
 import advbench.core.paths  # noqa: F401  (the ${advbench:cache} resolver of the metric YAML)
 from advbench.cli.metrics import build_metric
-from advbench.quality.attacks.base import score_and_grad
 from advbench.quality.attacks.iterative import IFGSM, MIFGSM, Korhonen
+from advbench.quality.attacks.metric_attack import score_and_grad
 from advbench.quality.images import as_batch, uap_images
 from advbench.quality.metrics.scoring import sync_device
 

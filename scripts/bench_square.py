@@ -45,7 +45,7 @@ from advbench.robustness.attacks import score
 from advbench.robustness.attacks.oracles import ScoreOracle
 from advbench.robustness.models import build_model
 
-_DRAWS = "advbench.robustness.attacks.draws"
+_DRAWS = "advbench.robustness.attacks.model_draws"
 _RENAMED = {"advbench.robustness.attacks.optimized": "advbench.robustness.attacks.minimum_norm",
             "advbench.robustness.attacks.zoo": "advbench.robustness.attacks.zeroth_order"}
 """Modules a committed score.py may import by the names they had before."""

@@ -26,8 +26,8 @@ import torch
 from advbench.cli.metrics import build_metric
 from advbench.quality.attacks.iterative import IFGSM, Korhonen
 from advbench.quality.images import as_batch, uap_images
-from advbench.quality.metrics.base import QualityMetric
 from advbench.quality.metrics.defended import DefendedMetric, DefenseSpec
+from advbench.quality.metrics.metric_contract import QualityMetric
 
 SETTINGS = [("jpeg", {"quality": 50}), ("jpeg", {"quality": 75}), ("jpeg", {"quality": 90}),
             ("bit_depth", {"bits": 3}), ("bit_depth", {"bits": 5})]

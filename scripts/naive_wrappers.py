@@ -23,7 +23,7 @@ import torch
 import advbench
 from advbench.robustness.defenses.trainer import build_defended_model
 from advbench.robustness.defenses.wrappers import JPEG, BitDepth, RandomResizePad
-from advbench.robustness.models.checkpoint import load_checkpoint
+from advbench.robustness.models.checkpoint_files import load_checkpoint
 
 SETTINGS = ["dataset.n_samples=200", "search.resolution=0.1", "search.max_probes=4", "threads=1"]
 ATTACKS = {"bim": ("linf", {}), "square": ("linf_score", {"n_queries": 500})}

@@ -92,7 +92,7 @@ def fake_cifar_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def trained_digits_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A cache folder holding a natural digits small_cnn, trained briefly once per session."""
     from advbench.cli.config import compose_config
-    from advbench.cli.specs import train_main
+    from advbench.cli.spec_builder import train_main
 
     cache = tmp_path_factory.mktemp("cache")
     cfg = compose_config("train", ["defense=natural", "defense.recipe.epochs=4", f"cache_dir={cache}"])

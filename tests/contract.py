@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from advbench.core.steps import lp_norm
-from advbench.robustness.attacks.base import Attack, AttackResult
+from advbench.robustness.attacks.attack_contract import Attack, AttackResult
 from advbench.robustness.attacks.oracles import Oracle, WhiteBoxOracle
 
 

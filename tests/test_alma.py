@@ -20,7 +20,7 @@ from advbench.core.steps import lp_norm
 from advbench.robustness.attacks.alma import ALMA, dlr_constraint, p2_slope
 from advbench.robustness.attacks.ddn import DDN
 from advbench.robustness.attacks.oracles import TransferOracle, WhiteBoxOracle
-from advbench.robustness.data.targets import target_classes
+from advbench.robustness.data.target_classes import target_classes
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -12,7 +12,7 @@ import advbench.robustness.attacks.apgd as apgd
 from advbench.core.errors import AdvbenchError
 from advbench.robustness.attacks.apgd import APGD, checkpoints, dlr_loss, halve_step
 from advbench.robustness.attacks.oracles import WhiteBoxOracle
-from advbench.robustness.data.targets import target_classes
+from advbench.robustness.data.target_classes import target_classes
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

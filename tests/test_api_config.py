@@ -18,7 +18,7 @@ import pytest
 import advbench.cli.config
 from advbench.cli.choices import api_config
 from advbench.cli.config import compose_config
-from advbench.cli.specs import cell_spec
+from advbench.cli.spec_builder import cell_spec
 from advbench.core.catalog import group_options
 from advbench.core.errors import AdvbenchError
 

@@ -30,7 +30,7 @@ from advbench.core.catalog import group_options, option_file
 from advbench.core.construct import target_of
 from advbench.core.errors import AdvbenchError
 from advbench.robustness.attacks import hyper
-from advbench.robustness.attacks.base import Attack
+from advbench.robustness.attacks.attack_contract import Attack
 from advbench.robustness.attacks.gradient import PGD
 
 OPTIONS = group_options("attack")

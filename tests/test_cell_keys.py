@@ -15,7 +15,7 @@ import pytest
 from hydra.utils import instantiate
 
 from advbench.cli.config import compose_config
-from advbench.cli.specs import cell_spec
+from advbench.cli.spec_builder import cell_spec
 from advbench.robustness.evaluation.cell import build_threat, cell_identity, part_path
 
 NET = """from torch import nn

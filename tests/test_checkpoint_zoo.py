@@ -17,10 +17,10 @@ from torchvision import models as tv
 
 from advbench.cli.config import compose_config
 from advbench.cli.main import main
-from advbench.cli.specs import target_spec
+from advbench.cli.spec_builder import target_spec
 from advbench.core.errors import AdvbenchError
 from advbench.robustness.models import ARCHITECTURES, build_model
-from advbench.robustness.models.checkpoint import load_checkpoint
+from advbench.robustness.models.checkpoint_files import load_checkpoint
 from advbench.robustness.targets import load_target
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -161,7 +161,7 @@ def test_another_defenses_checkpoint_at_a_cache_path_is_refused(tmp_path: Path, 
 
     import hydra.utils
 
-    from advbench.robustness.defenses.checkpoints import cache_entry
+    from advbench.robustness.defenses.checkpoint_cache import cache_entry
     from advbench.robustness.defenses.trained import ensure_checkpoint, load_trained_model
 
     cache = [f"cache_dir={tmp_path}", "defense.recipe.epochs=1"]

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from advbench.core import runtime
-from advbench.robustness.attacks.base import AttackResult
+from advbench.robustness.attacks.attack_contract import AttackResult
 from advbench.robustness.attacks.boundary import Boundary
 from advbench.robustness.attacks.decision import HopSkipJump
 from advbench.robustness.attacks.minimum_norm import DeepFool

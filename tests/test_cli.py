@@ -14,7 +14,7 @@ import torch
 from click.testing import CliRunner
 
 from advbench.cli.main import main
-from advbench.cli.specs import run_main
+from advbench.cli.spec_builder import run_main
 
 ADVBENCH = [sys.executable, "-m", "advbench"]
 
@@ -98,7 +98,7 @@ def test_missing_cifar_checkpoint_names_the_train_command(tmp_path: Path, fake_c
 
 def test_mismatched_checkpoint(tmp_path: Path) -> None:
     from advbench.robustness.models import build_model
-    from advbench.robustness.models.checkpoint import save_checkpoint
+    from advbench.robustness.models.checkpoint_files import save_checkpoint
 
     other = build_model("resnet56", num_classes=10, in_channels=3)
     ckpt = save_checkpoint(tmp_path / "wrong.pt", other, {

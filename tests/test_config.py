@@ -51,7 +51,7 @@ def test_option_composes_and_targets_accept_their_keys(group: str, option: str) 
 def test_attack_options_instantiate(option: str) -> None:
     from hydra.utils import instantiate
 
-    from advbench.robustness.attacks.base import Attack
+    from advbench.robustness.attacks.attack_contract import Attack
 
     cfg = compose_config("config", [f"attack={option}"])
     assert isinstance(instantiate(cfg.attack.params), Attack)

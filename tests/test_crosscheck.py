@@ -43,7 +43,7 @@ import torch
 import torchattacks
 from torch import nn
 
-from advbench.core.draws import uniform
+from advbench.core.sample_draws import uniform
 from advbench.robustness.attacks.gradient import (
     BIM,
     FGSM,

@@ -26,7 +26,7 @@ from test_crosscheck_minnorm import catalogue
 
 from advbench.core.steps import lp_norm
 from advbench.robustness.attacks.oracles import WhiteBoxOracle
-from advbench.robustness.data.targets import target_classes
+from advbench.robustness.data.target_classes import target_classes
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 

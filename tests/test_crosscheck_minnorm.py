@@ -29,7 +29,7 @@ from test_crosscheck import load_bench
 from advbench.core.catalog import conf_dir
 from advbench.core.steps import lp_norm
 from advbench.robustness.attacks.oracles import WhiteBoxOracle
-from advbench.robustness.data.targets import target_classes
+from advbench.robustness.data.target_classes import target_classes
 from advbench.robustness.evaluation.measure import evaluate_batch
 from advbench.robustness.evaluation.search import SearchSettings
 from advbench.robustness.threat import ThreatModel

@@ -19,7 +19,7 @@ from advbench.core.steps import cosine_anneal, lp_norm
 from advbench.robustness.attacks.ddn import DDN
 from advbench.robustness.attacks.minimum_norm import unit_l2
 from advbench.robustness.attacks.oracles import TransferOracle, WhiteBoxOracle
-from advbench.robustness.data.targets import target_classes
+from advbench.robustness.data.target_classes import target_classes
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -20,7 +20,7 @@ from advbench.core.steps import lp_norm
 from advbench.robustness.attacks.boundary import Boundary
 from advbench.robustness.attacks.decision import HopSkipJump
 from advbench.robustness.attacks.oracles import DecisionOracle, WhiteBoxOracle
-from advbench.robustness.data.targets import target_classes
+from advbench.robustness.data.target_classes import target_classes
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -117,7 +117,7 @@ def test_targeted_starts_from_the_batch_and_fails_cleanly_without_one(name: str,
 def test_end_to_end_under_the_decision_threat(tmp_path: Path, trained_digits_cache: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     from advbench.cli.config import compose_config
-    from advbench.cli.specs import run_main
+    from advbench.cli.spec_builder import run_main
 
     monkeypatch.setenv("ADVBENCH_CACHE", str(trained_digits_cache))
     overrides = ["attack=hsj", "attack.params.max_queries=300", "attack.params.checkpoints=[100,200]",

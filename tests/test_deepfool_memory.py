@@ -9,7 +9,7 @@ from test_chunked_probes import assert_same, rows_seen
 from torch import nn
 
 from advbench.robustness.attacks import minimum_norm
-from advbench.robustness.attacks.base import AttackResult
+from advbench.robustness.attacks.attack_contract import AttackResult
 from advbench.robustness.attacks.minimum_norm import DeepFool
 from advbench.robustness.attacks.oracles import WhiteBoxOracle
 

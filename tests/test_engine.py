@@ -13,15 +13,15 @@ import torch
 from omegaconf import OmegaConf
 
 from advbench.cli.config import compose_config
-from advbench.cli.specs import run_main
+from advbench.cli.spec_builder import run_main
 from advbench.core.catalog import conf_dir
 from advbench.core.errors import AdvbenchError
 from advbench.core.records import read_records
 from advbench.core.steps import clip, lp_norm, unit_direction
-from advbench.robustness.attacks.base import Attack, AttackResult
+from advbench.robustness.attacks.attack_contract import Attack, AttackResult
 from advbench.robustness.attacks.gradient import BIM, FGSM, MIM, PGD
 from advbench.robustness.attacks.oracles import WhiteBoxOracle
-from advbench.robustness.data.targets import target_classes
+from advbench.robustness.data.target_classes import target_classes
 from advbench.robustness.evaluation.cell import _batch_frame
 from advbench.robustness.evaluation.measure import evaluate_batch
 from advbench.robustness.evaluation.search import SearchSettings

@@ -13,7 +13,7 @@ from advbench.core.errors import AdvbenchError
 from advbench.core.steps import lp_norm
 from advbench.robustness.attacks.oracles import WhiteBoxOracle
 from advbench.robustness.attacks.worst_case import Ensemble, load_attack
-from advbench.robustness.data.targets import target_classes
+from advbench.robustness.data.target_classes import target_classes
 from advbench.robustness.evaluation.measure import evaluate_batch
 from advbench.robustness.evaluation.search import SearchSettings
 from advbench.robustness.threat import ThreatModel

@@ -4,7 +4,7 @@ A randomized model keyed per row (the defense wrappers) gets k passes as k stack
 rows in one call: `RowCalls` gives the j-th copy of a row the j-th call index, so the means and the
 vote are those of k calls of their own (up to the rounding of a larger call). A model on torch's generator keeps one call a
 pass: it may draw once a call, which stacked copies would share. The stacking runs on CUDA only
-(`draws.STACKED_ON`); the tests here turn it on for the CPU.
+(`model_draws.STACKED_ON`); the tests here turn it on for the CPU.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from advbench.robustness.attacks import draws
-from advbench.robustness.attacks.draws import RowCalls
+from advbench.robustness.attacks import model_draws
+from advbench.robustness.attacks.model_draws import RowCalls
 from advbench.robustness.attacks.oracles import WhiteBoxOracle
 from advbench.robustness.attacks.votes import logits_of, vote
 from advbench.robustness.defenses.wrappers import RandomResizePad
@@ -54,7 +54,7 @@ class BatchNoise(nn.Module):
 
 @pytest.fixture()
 def stacked_on_the_cpu(monkeypatch) -> None:
-    monkeypatch.setattr(draws, "STACKED_ON", ("cuda", "cpu"))
+    monkeypatch.setattr(model_draws, "STACKED_ON", ("cuda", "cpu"))
 
 
 @pytest.fixture()

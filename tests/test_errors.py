@@ -55,7 +55,7 @@ class Row:
 def cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A cache with a trained digits model, so run rows never train (and print) first."""
     from advbench.cli.config import compose_config
-    from advbench.cli.specs import train_main
+    from advbench.cli.spec_builder import train_main
 
     root = tmp_path_factory.mktemp("errors-cache")
     with pytest.MonkeyPatch.context() as mp:

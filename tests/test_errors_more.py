@@ -32,7 +32,7 @@ from advbench.quality.uap.perturbation import save_uap
 from advbench.robustness.attacks.gradient import BIM, MIM, PGD
 from advbench.robustness.data.folder import ImageFolderDataset
 from advbench.robustness.defenses.wrappers import check_wrapper
-from advbench.robustness.models.checkpoint import META_KEYS, save_checkpoint
+from advbench.robustness.models.checkpoint_files import META_KEYS, save_checkpoint
 
 SMOKE = ["run", "experiment=smoke", "dataset.n_samples=4", "search.enabled=false", "threads=1"]
 

@@ -21,7 +21,7 @@ import advbench
 from advbench.cli.config import compose_config
 from advbench.cli.main import main
 from advbench.core.errors import AdvbenchError
-from advbench.robustness.attacks.base import Attack
+from advbench.robustness.attacks.attack_contract import Attack
 
 QUIET = ["search.enabled=false"]
 

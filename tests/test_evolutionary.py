@@ -15,12 +15,12 @@ from contract import assert_decision_queries
 from torch import nn
 
 from advbench.cli.config import compose_config
-from advbench.core.draws import uniform
 from advbench.core.errors import AdvbenchError
+from advbench.core.sample_draws import uniform
 from advbench.core.steps import lp_norm
 from advbench.robustness.attacks.evolutionary import Evolutionary, weighted_choice
 from advbench.robustness.attacks.oracles import DecisionOracle, WhiteBoxOracle
-from advbench.robustness.data.targets import target_classes
+from advbench.robustness.data.target_classes import target_classes
 from advbench.robustness.evaluation.measure import evaluate_batch
 from advbench.robustness.evaluation.search import SearchSettings
 from advbench.robustness.threat import ThreatModel

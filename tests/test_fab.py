@@ -24,7 +24,7 @@ from advbench.core.steps import lp_norm
 from advbench.robustness.attacks.fab import FAB
 from advbench.robustness.attacks.hyperplane import project_l2, project_linf
 from advbench.robustness.attacks.oracles import TransferOracle, WhiteBoxOracle
-from advbench.robustness.data.targets import target_classes
+from advbench.robustness.data.target_classes import target_classes
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -14,7 +14,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from advbench.cli.config import compose_config
-from advbench.cli.specs import cell_spec, run_main
+from advbench.cli.spec_builder import cell_spec, run_main
 from advbench.core.errors import AdvbenchError
 from advbench.core.runtime import (
     CPU_AUTO_BATCH,

@@ -12,14 +12,14 @@ from torch import nn
 
 from advbench.cli.config import compose_config
 from advbench.cli.main import main
-from advbench.cli.specs import target_spec
+from advbench.cli.spec_builder import target_spec
 from advbench.core.errors import AdvbenchError
 from advbench.robustness.data.digits import Digits
-from advbench.robustness.defenses.checkpoints import checkpoint_key
+from advbench.robustness.defenses.checkpoint_cache import checkpoint_key
 from advbench.robustness.defenses.recipes import LOSSES, Recipe
 from advbench.robustness.defenses.trained import load_trained_model
 from advbench.robustness.models import build_model
-from advbench.robustness.models.checkpoint import load_checkpoint
+from advbench.robustness.models.checkpoint_files import load_checkpoint
 from advbench.robustness.models.denoise import DenoisingBlock
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -22,7 +22,7 @@ from advbench.core.errors import AdvbenchError
 from advbench.core.steps import lp_norm
 from advbench.robustness.attacks.fmn import FMN, next_radius
 from advbench.robustness.attacks.oracles import TransferOracle, WhiteBoxOracle
-from advbench.robustness.data.targets import target_classes
+from advbench.robustness.data.target_classes import target_classes
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from advbench.cli.config import compose_config
 from advbench.cli.main import main
-from advbench.cli.specs import target_spec
+from advbench.cli.spec_builder import target_spec
 from advbench.cli.validate import validate
 from advbench.core.errors import AdvbenchError
 from advbench.core.records import write_part

@@ -144,5 +144,27 @@ def test_the_private_import_finder_finds_one(tmp_path: Path, monkeypatch: pytest
     monkeypatch.setattr(f"{__name__}.PACKAGE", tmp_path / "advbench")
     (tmp_path / "advbench").mkdir()
     source = tmp_path / "advbench" / "user.py"
-    source.write_text("from advbench.core.draws import _mix, uniform\nfrom .batch import Batch, _hidden\nfrom os import _exit\n")
-    assert _private_imports(source) == ["advbench/user.py:1 advbench.core.draws._mix", "advbench/user.py:2 batch._hidden"]
+    source.write_text("from advbench.core.sample_draws import _mix, uniform\nfrom .batch import Batch, _hidden\nfrom os import _exit\n")
+    assert _private_imports(source) == ["advbench/user.py:1 advbench.core.sample_draws._mix", "advbench/user.py:2 batch._hidden"]
+
+
+def repeated_module_names(package: Path) -> dict[str, list[str]]:
+    """Module file names used by more than one module of `package` (`__init__.py` aside)."""
+    by_name: dict[str, list[str]] = {}
+    for path in sorted(package.rglob("*.py")):
+        if path.name != "__init__.py":
+            by_name.setdefault(path.name, []).append(str(path.relative_to(package)))
+    return {name: paths for name, paths in by_name.items() if len(paths) > 1}
+
+
+def test_every_module_name_is_said_once() -> None:
+    """A file name names one module: `base.py` in six folders makes every traceback, search and
+    import line ambiguous, so each module's name says what it holds."""
+    assert repeated_module_names(PACKAGE) == {}
+
+
+def test_the_repeat_finder_finds_one(tmp_path: Path) -> None:
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "base.py").write_text("")
+    assert repeated_module_names(tmp_path) == {"base.py": ["a/base.py", "b/base.py"]}

@@ -13,11 +13,11 @@ from test_seed_metrics import CATALOGUE, cases, small_metric
 from advbench.cli.config import compose_config
 from advbench.core.catalog import group_options
 from advbench.core.errors import AdvbenchError
-from advbench.quality.attacks.base import PrepareContext, check_gradient, score_and_grad
 from advbench.quality.attacks.iterative import activity_map
+from advbench.quality.attacks.metric_attack import PrepareContext, check_gradient, score_and_grad
 from advbench.quality.images import as_batch, uap_images
-from advbench.quality.metrics.base import QualityMetric
 from advbench.quality.metrics.learned import CNNQA, save_weights, train_cnnqa
+from advbench.quality.metrics.metric_contract import QualityMetric
 from advbench.quality.metrics.niqe import NIQE
 
 ATTACKS = group_options("iqa/attack")

@@ -20,16 +20,16 @@ from advbench.cli.config import compose_config
 from advbench.cli.quality_tasks import defense_spec
 from advbench.core import transforms
 from advbench.core.catalog import config_root, group_options
-from advbench.core.draws import row_keys
 from advbench.core.errors import AdvbenchError
 from advbench.core.jpeg_approx import differentiable_jpeg
+from advbench.core.sample_draws import row_keys
 from advbench.quality.attacks.iterative import IFGSM
 from advbench.quality.images import as_batch, uap_images
 from advbench.quality.iqa.defense_cost import clean_cost
 from advbench.quality.iqa.run import IqaSpec, iqa_cell
-from advbench.quality.metrics.base import QualityMetric
 from advbench.quality.metrics.defended import KINDS, DefendedMetric, DefenseSpec
 from advbench.quality.metrics.learned import CNNQA, save_weights, train_cnnqa
+from advbench.quality.metrics.metric_contract import QualityMetric
 from advbench.quality.metrics.niqe import NIQE
 
 

@@ -17,10 +17,10 @@ from test_cli import assert_one_line_error, run_cli
 
 from advbench.cli.config import compose_config
 from advbench.cli.quality import iqa
+from advbench.quality.iqa.iqa_report import _figures, missing_cells, ranking, render_iqa
+from advbench.quality.iqa.msu_scores import msu_scores
 from advbench.quality.iqa.progress import CellProgress
-from advbench.quality.iqa.report import _figures, missing_cells, ranking, render_iqa
 from advbench.quality.iqa.run import budget_label, summarize
-from advbench.quality.iqa.scores import msu_scores
 from advbench.quality.uap.training import loss_field, progress_columns
 
 

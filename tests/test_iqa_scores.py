@@ -11,7 +11,7 @@ import torch
 from skimage.metrics import peak_signal_noise_ratio, structural_similarity
 
 from advbench.quality.iqa.fidelity import psnr, ssim
-from advbench.quality.iqa.scores import gain_by_iteration, msu_scores, per_image_scores, t_interval
+from advbench.quality.iqa.msu_scores import gain_by_iteration, msu_scores, per_image_scores, t_interval
 
 
 def records(clean: list[float], attacked: list[float], higher_better: bool = True) -> pd.DataFrame:

@@ -13,7 +13,7 @@ from advbench.core.errors import AdvbenchError
 from advbench.quality.attacks.iterative import MetricFGSM
 from advbench.quality.attacks.square import MetricSquare
 from advbench.quality.iqa.run import IqaSpec, iqa_cell
-from advbench.quality.metrics.base import QualityMetric
+from advbench.quality.metrics.metric_contract import QualityMetric
 
 EPS = torch.tensor([2 / 255, 8 / 255])
 
@@ -109,7 +109,7 @@ def folder(tmp_path: Path) -> Path:
 
 
 def test_cell_records_queries_and_plots_them(tmp_path: Path, folder: Path, capsys: pytest.CaptureFixture) -> None:
-    from advbench.quality.iqa.report import render_iqa
+    from advbench.quality.iqa.iqa_report import render_iqa
 
     part = iqa_cell(spec(tmp_path, folder), Rounded(), MetricSquare(n_queries=25))
     frame = pd.read_parquet(part)

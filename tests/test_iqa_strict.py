@@ -20,11 +20,11 @@ import advbench
 from advbench.cli.main import main
 from advbench.core.errors import AdvbenchError
 from advbench.core.user_code import resolve_target
-from advbench.quality.attacks.base import check_attackable
+from advbench.quality.attacks.metric_attack import check_attackable
 from advbench.quality.iqa.guard import check_judged, is_user_metric
 from advbench.quality.iqa.run import summarize
-from advbench.quality.metrics.base import QualityMetric
 from advbench.quality.metrics.defended import DefendedMetric, DefenseSpec
+from advbench.quality.metrics.metric_contract import QualityMetric
 from advbench.quality.metrics.user import UserMetric
 from advbench.quality.stability.uap_rd import check_visible
 

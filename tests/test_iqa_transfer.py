@@ -25,11 +25,11 @@ from advbench.core.errors import AdvbenchError
 from advbench.core.records import read_kind
 from advbench.quality.attacks.iterative import IFGSM
 from advbench.quality.images import as_batch, sample_photos, uap_images
+from advbench.quality.iqa.metric_transfer import render_transfer, transfer_gains, transfer_matrix
+from advbench.quality.iqa.msu_scores import msu_scores
 from advbench.quality.iqa.run import IqaSpec, iqa_cell
-from advbench.quality.iqa.scores import msu_scores
-from advbench.quality.iqa.transfer import render_transfer, transfer_gains, transfer_matrix
-from advbench.quality.metrics.base import QualityMetric
 from advbench.quality.metrics.learned import CNNQA, save_weights, train_cnnqa
+from advbench.quality.metrics.metric_contract import QualityMetric
 from advbench.quality.metrics.niqe import NIQE
 from advbench.quality.metrics.niqe_pristine import FETCHED_FILE, fit_pristine_model
 from advbench.quality.metrics.user import UserMetric

@@ -21,8 +21,8 @@ from advbench.cli import quality_tasks as iqa_run
 from advbench.cli.config import compose_config
 from advbench.core.digests import tensor_digest
 from advbench.core.errors import AdvbenchError
-from advbench.quality.attacks.base import PrepareContext
-from advbench.quality.metrics.base import QualityMetric
+from advbench.quality.attacks.metric_attack import PrepareContext
+from advbench.quality.metrics.metric_contract import QualityMetric
 from advbench.quality.uap import attacks as universal
 from advbench.quality.uap.attacks import CumulativeUniversal, Universal
 from advbench.quality.uap.perturbation import save_uap

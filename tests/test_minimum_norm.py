@@ -22,7 +22,7 @@ from advbench.robustness.attacks.minimum_norm import (
     next_const,
 )
 from advbench.robustness.attacks.oracles import TransferOracle, WhiteBoxOracle
-from advbench.robustness.data.targets import target_classes
+from advbench.robustness.data.target_classes import target_classes
 from advbench.robustness.evaluation.measure import evaluate_batch
 from advbench.robustness.evaluation.search import SearchSettings
 from advbench.robustness.threat import ThreatModel

@@ -12,7 +12,7 @@ from torchvision import models as tv
 
 from advbench.core.errors import AdvbenchError
 from advbench.robustness.models import ARCHITECTURES, build_model, instantiate_model
-from advbench.robustness.models.checkpoint import load_checkpoint, save_checkpoint
+from advbench.robustness.models.checkpoint_files import load_checkpoint, save_checkpoint
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "model"
 # Small inputs (and a tiny WRN) keep the whole catalogue under a few seconds.

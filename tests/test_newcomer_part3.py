@@ -150,7 +150,7 @@ def test_a_missing_metric_weights_file_names_the_command_that_fetches_it(tmp_pat
 
 def test_the_metrics_named_for_a_fetch_are_those_the_catalogue_fetches() -> None:
     from advbench.cli.weights import catalogue
-    from advbench.quality.metrics.checkpoint import FETCHED
+    from advbench.quality.metrics.author_weights import FETCHED
 
     fetched = {e.metric for e in catalogue().values() if e.metric is not None and e.option == "weights"}
     assert set(FETCHED) == fetched

@@ -19,7 +19,7 @@ from advbench.core.errors import AdvbenchError
 from advbench.core.names import file_name
 from advbench.core.records import write_part
 from advbench.core.resume import CellFiles, sweep_orphans
-from advbench.quality.metrics.base import QualityMetric
+from advbench.quality.metrics.metric_contract import QualityMetric
 from advbench.quality.stability.clips import make_synthetic_videos
 from advbench.quality.stability.rd import part_path, run_rd
 from advbench.quality.uap.perturbation import save_uap

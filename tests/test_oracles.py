@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from advbench.core.errors import AdvbenchError
-from advbench.robustness.attacks.base import Attack, AttackResult
+from advbench.robustness.attacks.attack_contract import Attack, AttackResult
 from advbench.robustness.attacks.gradient import BIM
 from advbench.robustness.attacks.oracles import (
     ORACLES,

@@ -19,7 +19,7 @@ from advbench.robustness.attacks.autoattack import AutoAttack
 from advbench.robustness.attacks.fab import FAB
 from advbench.robustness.attacks.minimum_norm import DeepFool
 from advbench.robustness.attacks.oracles import WhiteBoxOracle
-from advbench.robustness.data.targets import target_classes
+from advbench.robustness.data.target_classes import target_classes
 from advbench.robustness.models import build_model
 
 BUDGETS = {"apgd_iterations": 3, "apgd_target_classes": 2, "fmn_steps": 5, "transfer_steps": 2,

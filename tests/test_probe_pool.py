@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from advbench.core.runtime import call_slices
-from advbench.robustness.attacks.base import AttackResult
+from advbench.robustness.attacks.attack_contract import AttackResult
 from advbench.robustness.attacks.gradient import BIM, PGD
 from advbench.robustness.attacks.score import Square
 from advbench.robustness.evaluation.batch import concat

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from advbench.core.draws import normal, uniform
+from advbench.core.sample_draws import normal, uniform
 
 IDS = torch.arange(2000)
 

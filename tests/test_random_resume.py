@@ -15,9 +15,9 @@ import torch
 from hydra.utils import instantiate
 
 from advbench.cli.config import compose_config
-from advbench.cli.specs import cell_spec, run_main
-from advbench.robustness.attacks.draws import RowCalls, call_keys
+from advbench.cli.spec_builder import cell_spec, run_main
 from advbench.robustness.attacks.gradient import BIM
+from advbench.robustness.attacks.model_draws import RowCalls, call_keys
 from advbench.robustness.attacks.score import Square
 from advbench.robustness.defenses.wrappers import wrap
 from advbench.robustness.evaluation import cell

@@ -12,10 +12,10 @@ from torch import nn
 
 from advbench.cli.config import compose_config
 from advbench.cli.main import main
-from advbench.cli.specs import target_spec
+from advbench.cli.spec_builder import target_spec
 from advbench.robustness.attacks.oracles import build_oracle
 from advbench.robustness.data.digits import Digits
-from advbench.robustness.defenses.checkpoints import cache_entry
+from advbench.robustness.defenses.checkpoint_cache import cache_entry
 from advbench.robustness.defenses.masking import cell_flags, gradient_flags
 from advbench.robustness.defenses.rse import conv_noise, inner_convolutions
 from advbench.robustness.defenses.trained import load_trained_model
@@ -26,7 +26,7 @@ from advbench.robustness.defenses.wrappers import (
     wrap,
 )
 from advbench.robustness.models import build_model
-from advbench.robustness.models.checkpoint import load_checkpoint
+from advbench.robustness.models.checkpoint_files import load_checkpoint
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

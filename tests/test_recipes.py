@@ -14,10 +14,10 @@ from torch import nn
 from torch.nn import functional as F
 
 from advbench.cli.config import compose_config
-from advbench.cli.specs import static_target, target_spec, train_main
+from advbench.cli.spec_builder import static_target, target_spec, train_main
 from advbench.core.catalog import group_options
 from advbench.core.errors import AdvbenchError
-from advbench.robustness.defenses.checkpoints import checkpoint_key
+from advbench.robustness.defenses.checkpoint_cache import checkpoint_key
 from advbench.robustness.defenses.inner import pgd_linf
 from advbench.robustness.defenses.recipes import LOSSES, REGISTRY, SINGLE_STEPS, Recipe
 from advbench.robustness.defenses.recipes.adp import adp_regularizer
@@ -26,7 +26,7 @@ from advbench.robustness.defenses.recipes.deepdefense import unrolled_deepfool
 from advbench.robustness.defenses.trained import load_trained_model
 from advbench.robustness.defenses.trainer import build_defended_model
 from advbench.robustness.models import instantiate_model
-from advbench.robustness.models.checkpoint import load_checkpoint
+from advbench.robustness.models.checkpoint_files import load_checkpoint
 from advbench.robustness.models.ensemble import Ensemble
 from advbench.robustness.specs import DefenseSpec
 from advbench.robustness.targets import load_target

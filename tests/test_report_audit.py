@@ -11,10 +11,10 @@ from audit_records import INF, cell, records
 
 from advbench.core.errors import AdvbenchError
 from advbench.robustness.audit.audit import audit
+from advbench.robustness.audit.best_known import CLEAN, NONE, robust_accuracy, worst_case
 from advbench.robustness.audit.groups import groups
 from advbench.robustness.audit.optimality import area_gaps, scores
 from advbench.robustness.audit.signs import FAILURE, REMEDIED, WEAK
-from advbench.robustness.audit.worst_case import CLEAN, NONE, robust_accuracy, worst_case
 
 CLEAN_RECORDS = [
     cell("bim", [0.05, 0.1, 0.15, 0.3], clean=[True, True, True, True]),

@@ -18,13 +18,13 @@ from click.testing import CliRunner
 from advbench.cli.main import main
 from advbench.core.records import write_part
 from advbench.robustness.audit.audit import ThreatAudit, audit
+from advbench.robustness.audit.best_known import worst_case
 from advbench.robustness.audit.card import card, verdict_lines
 from advbench.robustness.audit.figures import drawn_curve
 from advbench.robustness.audit.groups import groups
 from advbench.robustness.audit.html import page
 from advbench.robustness.audit.optimality import attackbench_optimality, scores
 from advbench.robustness.audit.signs import FAILURE, REMEDIED, WEAK
-from advbench.robustness.audit.worst_case import worst_case
 from advbench.robustness.report.curves import budget_curve
 
 RANDOM = {"defense": "rp", "grad_mode": "eot", "judge_draws": 20, "flag_randomized": True}

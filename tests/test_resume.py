@@ -22,11 +22,11 @@ import torch
 from hydra.utils import instantiate
 
 from advbench.cli.config import compose_config
-from advbench.cli.specs import cell_spec, run_main, target_spec
+from advbench.cli.spec_builder import cell_spec, run_main, target_spec
 from advbench.core.errors import AdvbenchError
 from advbench.core.records import write_part
 from advbench.core.resume import CellFiles, sample_ids
-from advbench.robustness.defenses.checkpoints import checkpoint_key
+from advbench.robustness.defenses.checkpoint_cache import checkpoint_key
 from advbench.robustness.defenses.trained import ensure_checkpoint
 from advbench.robustness.evaluation import cell
 
@@ -225,7 +225,7 @@ def test_cell_key_covers_the_data_root(tmp_path: Path, fake_cifar_root: Path) ->
 def test_cell_key_covers_the_checkpoint_content(tmp_path: Path) -> None:
     """Same `checkpoint=` path, new weights in it: the records of the old weights are stale."""
     from advbench.robustness.models import instantiate_model
-    from advbench.robustness.models.checkpoint import load_checkpoint, save_checkpoint
+    from advbench.robustness.models.checkpoint_files import load_checkpoint, save_checkpoint
 
     cfg = config(tmp_path)
     model = instantiate_model(cfg.model, 10, 1)

@@ -36,7 +36,7 @@ from hydra.utils import instantiate
 
 from advbench.cli.config import compose_config
 from advbench.cli.main import main
-from advbench.cli.specs import target_spec
+from advbench.cli.spec_builder import target_spec
 from advbench.core.errors import AdvbenchError
 from advbench.robustness.models import robustbench_zoo
 from advbench.robustness.models.user_models import source_identity

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from advbench.cli.config import compose_config
 from advbench.cli.main import main
-from advbench.cli.specs import run_main
+from advbench.cli.spec_builder import run_main
 from advbench.core.errors import AdvbenchError
 from advbench.core.records import write_part
 from advbench.robustness.report.curves import budget_curve, strength_curve

@@ -136,7 +136,7 @@ def test_engine_search_with_query_probes(tiny_model, batch) -> None:
 
 
 def test_score_threat_presets_run_square_via_run_main(tmp_path, trained_digits_cache, monkeypatch) -> None:
-    from advbench.cli.specs import run_main
+    from advbench.cli.spec_builder import run_main
 
     monkeypatch.setenv("ADVBENCH_CACHE", str(trained_digits_cache))
     overrides = ["attack=square", "attack.params.n_queries=100", "threat=linf_score", "dataset.n_samples=32",

@@ -12,7 +12,7 @@ import torch
 from sklearn.datasets import load_digits
 from torch import nn
 
-from advbench.cli.specs import cell_spec
+from advbench.cli.spec_builder import cell_spec
 from advbench.robustness.attacks.estimates import NES, SPSA
 from advbench.robustness.attacks.nattack import NATTACK
 from advbench.robustness.attacks.oracles import ScoreOracle

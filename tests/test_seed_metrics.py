@@ -28,10 +28,10 @@ from torch import nn
 from advbench.cli.metrics import build_metric, metric_config
 from advbench.core.errors import AdvbenchError
 from advbench.quality.metrics import pyiqa_backend
-from advbench.quality.metrics.base import QualityMetric
 from advbench.quality.metrics.common import PretrainedMetric, RandomWeightsWarning
+from advbench.quality.metrics.metric_catalogue import available_metrics
+from advbench.quality.metrics.metric_contract import QualityMetric
 from advbench.quality.metrics.pyiqa_backend import MissingDependencyError
-from advbench.quality.metrics.registry import available_metrics
 from advbench.quality.metrics.spaq import patch_starts
 from advbench.quality.metrics.vsfa import sitp
 

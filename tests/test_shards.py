@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from advbench.cli.config import compose_config
 from advbench.cli.main import main
-from advbench.cli.specs import run_main
+from advbench.cli.spec_builder import run_main
 from advbench.core.records import read_records
 from advbench.robustness.report.table3 import summary_table
 

@@ -14,10 +14,10 @@ import pytest
 import torch
 from sklearn.datasets import load_digits
 
-from advbench.core import draws as rng
-from advbench.core.square import RESAMPLES as _RESAMPLES
-from advbench.core.square import SquareDraws as _Draws
-from advbench.core.square import window as _window
+from advbench.core import sample_draws as rng
+from advbench.core.square_search import RESAMPLES as _RESAMPLES
+from advbench.core.square_search import SquareDraws as _Draws
+from advbench.core.square_search import window as _window
 from advbench.robustness.attacks.oracles import ScoreOracle
 from advbench.robustness.attacks.score import Square, _corner
 from advbench.robustness.models import build_model

@@ -120,7 +120,7 @@ def test_looking_up_evaluate_loads_no_heavy_library() -> None:
     """`advbench.evaluate` is the function itself, its signature and docstring; the engine (`api.calls`),
     torch, pandas and OmegaConf load on its first call, not on the look-up."""
     assert _loaded("import advbench; advbench.evaluate; advbench.plot; advbench.options",
-                   (*HEAVY, "omegaconf", "advbench.api.calls", "advbench.api.metrics")) == []
+                   (*HEAVY, "omegaconf", "advbench.api.calls", "advbench.api.metric_calls")) == []
 
 
 def test_the_engine_loads_the_corruption_cell_only_for_corruptions() -> None:
@@ -135,9 +135,9 @@ def test_the_api_still_answers_every_name() -> None:
     import inspect
 
     import advbench
-    from advbench.api import metrics
+    from advbench.api import metric_calls
 
-    assert advbench.evaluate_metric is metrics.evaluate_metric
+    assert advbench.evaluate_metric is metric_calls.evaluate_metric
     assert list(inspect.signature(advbench.evaluate).parameters)[:3] == ["model", "data", "attack"]
     with pytest.raises(AttributeError, match="evaluat"):
         advbench.api.evaluat  # noqa: B018

@@ -14,10 +14,10 @@ from torch.nn import functional as F
 from torchvision import models as tv_models
 
 from advbench.cli.config import compose_config
-from advbench.cli.specs import target_spec, train_main
+from advbench.cli.spec_builder import target_spec, train_main
 from advbench.core.errors import AdvbenchError
 from advbench.robustness.data.digits import Digits
-from advbench.robustness.defenses.checkpoints import checkpoint_key, checkpoint_path
+from advbench.robustness.defenses.checkpoint_cache import checkpoint_key, checkpoint_path
 from advbench.robustness.defenses.inner import (
     cross_entropy_objective,
     kl_objective,
@@ -27,7 +27,7 @@ from advbench.robustness.defenses.recipes import Recipe
 from advbench.robustness.defenses.trained import ensure_checkpoint, load_trained_model
 from advbench.robustness.defenses.trainer import evaluate_accuracy, train_defense
 from advbench.robustness.models import instantiate_model
-from advbench.robustness.models.checkpoint import load_checkpoint
+from advbench.robustness.models.checkpoint_files import load_checkpoint
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 EPS = 0.1
@@ -236,7 +236,7 @@ def test_pretrained_natural_model_needs_no_checkpoint(tmp_path: Path, fake_cifar
 
 def test_the_weights_do_not_depend_on_the_thread_count_of_the_command(tmp_path: Path) -> None:
     """`advbench train` (threads: null, one per core) and a benchmark preset (threads=1) train the same weights."""
-    from advbench.cli.specs import train_main
+    from advbench.cli.spec_builder import train_main
     from advbench.core.torchfile import read_torch_file
 
     states = []
@@ -252,7 +252,7 @@ def test_the_weights_do_not_depend_on_the_thread_count_of_the_command(tmp_path: 
 
 
 def test_the_training_thread_count_is_in_the_checkpoint_key() -> None:
-    from advbench.robustness.defenses.checkpoints import checkpoint_key
+    from advbench.robustness.defenses.checkpoint_cache import checkpoint_key
 
     one, two = (checkpoint_key(target_spec(compose_config("train", [f"training_threads={n}"]))) for n in (1, 2))
     assert one != two

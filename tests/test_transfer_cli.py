@@ -16,7 +16,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from advbench.cli.config import compose_config
-from advbench.cli.specs import cell_spec
+from advbench.cli.spec_builder import cell_spec
 from advbench.core.catalog import conf_dir
 from advbench.core.errors import AdvbenchError
 from advbench.robustness.evaluation.cell import build_threat, cell_identity
@@ -56,7 +56,7 @@ def test_transfer_run_end_to_end_via_the_cli(tmp_path: Path) -> None:
 
 def test_transfer_cell_in_process_then_skipped_when_done(tmp_path: Path, trained_digits_cache: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    from advbench.cli.specs import run_main
+    from advbench.cli.spec_builder import run_main
 
     monkeypatch.setenv("ADVBENCH_CACHE", str(trained_digits_cache))
     overrides = ["attack=bim", "threat=l2_transfer_targeted", "substitute=digits_seed1", "dataset.n_samples=32",
@@ -72,14 +72,14 @@ def test_transfer_cell_in_process_then_skipped_when_done(tmp_path: Path, trained
 
 
 def test_transfer_without_a_substitute_is_an_error(tmp_path: Path) -> None:
-    from advbench.cli.specs import run_main
+    from advbench.cli.spec_builder import run_main
 
     with pytest.raises(AdvbenchError, match="needs a substitute model; set substitute=.*digits_seed1"):
         run_main(compose_config("config", ["threat=linf_transfer", f"out_dir={tmp_path}"]))
 
 
 def test_missing_substitute_checkpoint_is_an_error_about_the_substitute(tmp_path: Path) -> None:
-    from advbench.cli.specs import run_main
+    from advbench.cli.spec_builder import run_main
 
     cfg = compose_config("config", ["threat=linf_transfer", "substitute=digits_seed1",
                                     f"substitute.checkpoint={tmp_path}/nope.pt", f"out_dir={tmp_path}"])
@@ -89,13 +89,13 @@ def test_missing_substitute_checkpoint_is_an_error_about_the_substitute(tmp_path
 
 def test_a_sweep_skips_cells_the_attack_does_not_support(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                           capsys: pytest.CaptureFixture) -> None:
-    from advbench.cli import specs
+    from advbench.cli import spec_builder
 
     cfg = compose_config("config", ["attack=cw", "threat=linf", f"out_dir={tmp_path}"])
     with pytest.raises(AdvbenchError, match="supports norms l2"):
-        specs.run_main(cfg)
-    monkeypatch.setattr(specs, "in_sweep", lambda: True)
-    assert specs.run_main(cfg) is None
+        spec_builder.run_main(cfg)
+    monkeypatch.setattr(spec_builder, "in_sweep", lambda: True)
+    assert spec_builder.run_main(cfg) is None
     assert "skip digits/natural/cw linf" in capsys.readouterr().err
     assert not (tmp_path / "records").exists()
 

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from advbench.core.errors import AdvbenchError
-from advbench.quality.metrics.base import QualityMetric
+from advbench.quality.metrics.metric_contract import QualityMetric
 from advbench.quality.metrics.scoring import signed_gain
 from advbench.quality.uap.ablation import ablation_figure, plot_ablation
 from advbench.quality.uap.evaluation import evaluate_uap, madc_attack

@@ -30,7 +30,7 @@ import torch
 
 from advbench.core.steps import ascend, unit_direction
 from advbench.robustness.attacks import hyper
-from advbench.robustness.attacks.base import Attack, AttackResult, success_of
+from advbench.robustness.attacks.attack_contract import Attack, AttackResult, success_of
 
 
 class OneStep(Attack):
@@ -132,7 +132,7 @@ def test_hydra_searches_conf_then_the_given_folders_then_advbench_conf(tmp_path:
 
 
 def test_an_attack_class_says_its_budget() -> None:
-    from advbench.robustness.attacks.base import Attack
+    from advbench.robustness.attacks.attack_contract import Attack
 
     with pytest.raises(TypeError, match="Silent has a run but does not say its strength_budget"):
         class Silent(Attack):

@@ -23,7 +23,7 @@ from torchvision import models as tv
 
 from advbench.cli.config import compose_config
 from advbench.cli.main import main
-from advbench.cli.specs import cell_spec, target_spec
+from advbench.cli.spec_builder import cell_spec, target_spec
 from advbench.core.errors import AdvbenchError
 from advbench.core.user_code import resolve_target
 from advbench.robustness.evaluation.cell import build_threat, cell_identity, cell_key, model_label

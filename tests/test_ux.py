@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from advbench.cli.config import compose_config
-from advbench.cli.specs import target_spec
+from advbench.cli.spec_builder import target_spec
 from advbench.robustness.defenses.trained import ensure_checkpoint
 
 README = Path(__file__).resolve().parents[1] / "README.md"

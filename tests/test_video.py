@@ -11,7 +11,7 @@ import torch
 
 from advbench.core.errors import AdvbenchError
 from advbench.core.records import read_records
-from advbench.quality.metrics.base import QualityMetric
+from advbench.quality.metrics.metric_contract import QualityMetric
 from advbench.quality.stability import video as V
 from advbench.quality.stability.clips import make_synthetic_videos
 from advbench.quality.stability.rd import Perturbation, RDRun, part_path, run_rd

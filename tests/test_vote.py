@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch import nn
 
-from advbench.cli.specs import cell_spec
+from advbench.cli.spec_builder import cell_spec
 from advbench.robustness.attacks.gradient import BIM, PGD
 from advbench.robustness.attacks.oracles import build_oracle
 from advbench.robustness.attacks.score import Square

@@ -13,7 +13,7 @@ from hydra.utils import instantiate
 from PIL import Image
 
 from advbench.cli.config import compose_config
-from advbench.cli.specs import cell_spec, run_main, target_spec
+from advbench.cli.spec_builder import cell_spec, run_main, target_spec
 from advbench.core.catalog import describe, group_options
 from advbench.core.errors import AdvbenchError
 from advbench.core.records import read_records
@@ -159,7 +159,7 @@ def test_every_defense_has_metadata_and_instantiates(tmp_path, tiny_model) -> No
 
 
 def test_a_wrapper_trains_and_loads_its_bases_checkpoint(tmp_path) -> None:
-    from advbench.robustness.defenses.checkpoints import cache_entry, train_command
+    from advbench.robustness.defenses.checkpoint_cache import cache_entry, train_command
 
     natural = compose_config("config", ["defense=natural", f"cache_dir={tmp_path}"])
     for name in ("jpeg", "bit_red", "rp", "randmix"):

@@ -22,7 +22,7 @@ from advbench.core.steps import lp_norm
 from advbench.robustness.attacks.nattack import NATTACK
 from advbench.robustness.attacks.oracles import ScoreOracle, WhiteBoxOracle
 from advbench.robustness.attacks.zeroth_order import ZOO
-from advbench.robustness.data.targets import target_classes
+from advbench.robustness.data.target_classes import target_classes
 
 BUDGETS = {"linf": 0.1, "l2": 0.8}
 

@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # annotations only: the modules load with `api.calls`
     import pandas as pd
     from torch import nn
 
-    from advbench.robustness.attacks.base import Attack
+    from advbench.robustness.attacks.attack_contract import Attack
 
 
 def _calls() -> ModuleType:
@@ -35,9 +35,9 @@ def _calls() -> ModuleType:
 
 
 def __getattr__(name: str) -> Any:
-    """`evaluate_metric`, the quality half's (`api.metrics`), re-exported on first access."""
+    """`evaluate_metric`, the quality half's (`api.metric_calls`), re-exported on first access."""
     if name == "evaluate_metric":
-        from advbench.api.metrics import evaluate_metric
+        from advbench.api.metric_calls import evaluate_metric
 
         return evaluate_metric
     raise AttributeError(f"module 'advbench.api' has no attribute '{name}'")

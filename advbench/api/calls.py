@@ -20,7 +20,7 @@ from omegaconf import open_dict
 from torch import nn
 
 from advbench.cli.choices import api_config
-from advbench.cli.specs import cell_spec, refuse_attack_options
+from advbench.cli.spec_builder import cell_spec, refuse_attack_options
 from advbench.core.caller_state import caller_state_kept
 from advbench.core.catalog import describe, group_options, groups, keywords_said, refuse_twice_set
 from advbench.core.construct import construct
@@ -30,11 +30,11 @@ from advbench.core.fingerprint import behaviour_digest
 from advbench.core.paths import writable_folder
 from advbench.core.records import KINDS_BY_NAME, RecordKind, check_frame, read_kind, read_kinds, record_kind
 from advbench.core.resume import python_warnings
-from advbench.robustness.attacks.base import Attack
+from advbench.robustness.attacks.attack_contract import Attack
 from advbench.robustness.data.tensors import TensorData
 from advbench.robustness.defenses.wrappers import wrap
 from advbench.robustness.evaluation.cell import Given, run_cell
-from advbench.robustness.models.base import Classifier, evaluation_mode
+from advbench.robustness.models.classifier import Classifier, evaluation_mode
 from advbench.robustness.models.given import (
     AS_GIVEN_DEFENSE,
     Normalisation,
@@ -283,7 +283,7 @@ def plot(*, records, out, group_by):
         raise AdvbenchError(f"group_by must be defense or category, got {group_by!r}")
     folder = writable_folder(out, "out")
     if kind.name == "iqa":
-        from advbench.quality.iqa.report import render_iqa  # matplotlib: only when drawing
+        from advbench.quality.iqa.iqa_report import render_iqa  # matplotlib: only when drawing
 
         return render_iqa(frame, folder)
     from advbench.robustness.report.plot import render_all  # matplotlib: only when drawing

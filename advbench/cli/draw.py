@@ -18,7 +18,7 @@ def render(kind: str, frame: pd.DataFrame, out_dir: Path, group_by: str, baselin
 
         return render_stability(frame, out_dir)
     if kind == "iqa":
-        from advbench.quality.iqa.report import render_iqa
+        from advbench.quality.iqa.iqa_report import render_iqa
 
         return render_iqa(frame, out_dir)
     if kind == "corruption":

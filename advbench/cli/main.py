@@ -90,7 +90,7 @@ def run(args: tuple[str, ...]) -> None:
     cell of the sweep has run.
     """
     args = tuple("force=true" if a == "--force" else a for a in args)
-    hydra_command("config", "advbench.cli.specs.run_main", "advbench run", around=_gate_verdicts,
+    hydra_command("config", "advbench.cli.spec_builder.run_main", "advbench run", around=_gate_verdicts,
                   before=_state_cost)(args)
 
 
@@ -118,7 +118,7 @@ def train(args: tuple[str, ...]) -> None:
 
     ARGS are Hydra overrides, e.g. `advbench train defense=pgd_at dataset=digits`.
     """
-    hydra_command("train", "advbench.cli.specs.train_main", "advbench train")(args)
+    hydra_command("train", "advbench.cli.spec_builder.train_main", "advbench train")(args)
 
 
 @main.command()

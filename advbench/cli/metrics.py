@@ -2,7 +2,7 @@
 
 The option files hold `${advbench:weights}` and `${advbench:cache}` folders, which only the
 command line resolves (`advbench.cli.options`); the quality half builds a metric from the
-resolved, plain config (`advbench.quality.metrics.registry.build_metric`). This is the way in
+resolved, plain config (`advbench.quality.metrics.metric_catalogue.build_metric`). This is the way in
 for the `uap` and `iqa` commands and for Python users: `build_metric("nima", weights=None)`.
 """
 
@@ -19,7 +19,7 @@ from advbench.core.catalog import group_options
 from advbench.core.errors import AdvbenchError
 
 if TYPE_CHECKING:
-    from advbench.quality.metrics.base import QualityMetric
+    from advbench.quality.metrics.metric_contract import QualityMetric
 
 GROUP = "metric"
 
@@ -49,6 +49,6 @@ def build_metric(cfg: str | Mapping[str, Any], **overrides: Any) -> QualityMetri
 
     Example: `build_metric("nima", weights=None)` gives a random-init NIMA for tests.
     """
-    from advbench.quality.metrics.registry import build_metric as build  # imports torch: only when building
+    from advbench.quality.metrics.metric_catalogue import build_metric as build  # imports torch: only when building
 
     return build(metric_spec(cfg, **overrides))

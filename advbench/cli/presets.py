@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from advbench.cli.config import compose_config
-from advbench.cli.specs import cell_spec
+from advbench.cli.spec_builder import cell_spec
 from advbench.core.catalog import group_options, option_data
 from advbench.core.errors import AdvbenchError
 from advbench.core.terminal import print_table

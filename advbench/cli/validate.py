@@ -342,9 +342,9 @@ def _check_attack(name: str, params: DictConfig, *, on_metrics: bool) -> None:
     """Build the attack once (cheap, no model): its own argument checks, and a `_target_` building no attack, up front.
     Only the half that runs is imported: a robustness run loads none of the quality half (tests/test_single_compose.py)."""
     if on_metrics:
-        from advbench.quality.attacks.base import MetricAttack as kind
+        from advbench.quality.attacks.metric_attack import MetricAttack as kind
     else:
-        from advbench.robustness.attacks.base import Attack as kind
+        from advbench.robustness.attacks.attack_contract import Attack as kind
 
     try:  # a module of one's own that raises or exits is one line of `construct`, named below
         built = construct(OmegaConf.to_container(params, resolve=True))

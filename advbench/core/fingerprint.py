@@ -48,7 +48,7 @@ def behaviour_digest(module: nn.Module, input_shape: Sequence[int], what: str, s
     """sha256 of `module`'s outputs, rounded, on `samples` uniform images of `input_shape` (C, H, W).
 
     `module` is run in the mode it is in: the caller puts it in the one its cell evaluates it in
-    (`robustness.models.base.evaluation_mode`, `QualityMetric.eval`). The inputs go to the device
+    (`robustness.models.classifier.evaluation_mode`, `QualityMetric.eval`). The inputs go to the device
     and dtype of its first floating tensor; `what` names it in the one-line error of a failing pass.
     """
     device, dtype = _placement(module)

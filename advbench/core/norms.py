@@ -16,9 +16,9 @@ from typing import ClassVar
 
 import torch
 
-from advbench.core.draws import normal, uniform
 from advbench.core.errors import AdvbenchError
 from advbench.core.registry import Registry
+from advbench.core.sample_draws import normal, uniform
 
 _TINY = 1e-12
 

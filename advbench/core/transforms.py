@@ -21,7 +21,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from advbench.core import draws
+from advbench.core import sample_draws
 from advbench.core.errors import AdvbenchError
 
 
@@ -118,7 +118,7 @@ def crop_flip(x: torch.Tensor, crop: float, seed: int, keys: torch.Tensor, strea
     (an indexing of the input)."""
     n, c, h, w = x.shape
     ch, cw = max(1, int(crop * h)), max(1, int(crop * w))
-    u = draws.uniform(seed, keys, (3,), stream, device=x.device, dtype=torch.float64)
+    u = sample_draws.uniform(seed, keys, (3,), stream, device=x.device, dtype=torch.float64)
     top = (u[:, 0] * (h - ch + 1)).long().clamp(max=h - ch)
     left = (u[:, 1] * (w - cw + 1)).long().clamp(max=w - cw)
     cols = torch.arange(cw, device=x.device)

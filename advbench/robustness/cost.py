@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 
 from advbench.core.construct import construct, target_of
-from advbench.robustness.attacks.base import Attack, Cost
+from advbench.robustness.attacks.attack_contract import Attack, Cost
 from advbench.robustness.specs import CellSpec
 
 COST_COLUMNS = ("attack", "knowledge", "norm", "goal", "runs", "grad_evals_per_run", "queries_per_run",

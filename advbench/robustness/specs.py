@@ -1,6 +1,6 @@
 """What a benchmark cell is, as frozen plain data: the target, its data, the attack and the settings.
 
-The command line builds these from Hydra's composed config (`advbench.cli.specs`), the Python
+The command line builds these from Hydra's composed config (`advbench.cli.spec_builder`), the Python
 API from its arguments; everything below reads them and nothing else, so no layer under the
 command line sees a config object, and a setting with no field here cannot reach a record.
 Each spec's `identity()` is what today's cell and checkpoint keys hash: the option YAML as

@@ -14,12 +14,12 @@ import torch
 
 from advbench.core.errors import AdvbenchError
 from advbench.core.keys import file_digest, plain
-from advbench.robustness.defenses.checkpoints import checkpoint_key
+from advbench.robustness.defenses.checkpoint_cache import checkpoint_key
 from advbench.robustness.defenses.trained import load_trained_model
 from advbench.robustness.defenses.trainer import build_defended_model
 from advbench.robustness.defenses.wrappers import wrap
-from advbench.robustness.models.base import evaluation_mode
-from advbench.robustness.models.checkpoint import load_checkpoint
+from advbench.robustness.models.checkpoint_files import load_checkpoint
+from advbench.robustness.models.classifier import evaluation_mode
 from advbench.robustness.models.user_models import check_forward, check_randomized, source_identity
 from advbench.robustness.specs import TargetSpec
 

@@ -19,8 +19,8 @@ import torch.nn.functional as F
 
 from advbench.core.errors import AdvbenchError
 from advbench.core.steps import accumulate_momentum, adam_step, linf_box, step_in_box
-from advbench.quality.attacks.base import BOUNDS, Attacked, MetricAttack, check_steps, final_scores, score_and_grad
-from advbench.quality.metrics.base import QualityMetric
+from advbench.quality.attacks.metric_attack import BOUNDS, Attacked, MetricAttack, check_steps, final_scores, score_and_grad
+from advbench.quality.metrics.metric_contract import QualityMetric
 
 _LUMA = torch.tensor([0.299, 0.587, 0.114])
 

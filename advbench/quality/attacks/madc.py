@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import torch
 
-from advbench.quality.attacks.base import Attacked, MetricAttack, check_finite_step, check_steps, final_scores
-from advbench.quality.metrics.base import QualityMetric
+from advbench.quality.attacks.metric_attack import Attacked, MetricAttack, check_finite_step, check_steps, final_scores
+from advbench.quality.metrics.metric_contract import QualityMetric
 from advbench.quality.metrics.scoring import goodness
 
 

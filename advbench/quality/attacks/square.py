@@ -4,7 +4,7 @@ Gradient attacks need a backward pass through the metric; classic NIQE or BRISQU
 them, a metric with a rounding or an argmax inside, or a defended metric have none worth
 following (BPDA would have to guess one). `MetricSquare` asks only for scores: every step
 recolours one random square of the best image so far with ±ε per channel (Andriushchenko et al.
-2020; the step, p's schedule and the block draws are `advbench.core.square`'s, the robustness
+2020; the step, p's schedule and the block draws are `advbench.core.square_search`'s, the robustness
 half's Square's) and keeps it when the metric's goodness rises. So the best score never moves
 towards the metric's worse end, whichever direction the metric calls better.
 
@@ -13,7 +13,7 @@ noise on every pixel, and a start of full-image noise would hand the search a wo
 from. The budget is `n_queries` metric forwards per image, the clean image's included, counted
 where they are spent (`queries` in the records); the trace holds the best raw score after each
 query, so its last entry is the score of the returned image. Random numbers are keyed by each
-row's own pixels (`advbench.core.draws.row_keys`) and the seed: a row's search does not depend on
+row's own pixels (`advbench.core.sample_draws.row_keys`) and the seed: a row's search does not depend on
 its batch, its chunk or a resume.
 """
 
@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import torch
 
-from advbench.core.draws import row_keys
 from advbench.core.errors import AdvbenchError
-from advbench.core.square import linf_draws, linf_step, p_schedule, recoloured
-from advbench.quality.attacks.base import BOUNDS, Attacked, MetricAttack
-from advbench.quality.metrics.base import QualityMetric
+from advbench.core.sample_draws import row_keys
+from advbench.core.square_search import linf_draws, linf_step, p_schedule, recoloured
+from advbench.quality.attacks.metric_attack import BOUNDS, Attacked, MetricAttack
+from advbench.quality.metrics.metric_contract import QualityMetric
 from advbench.quality.metrics.scoring import signed_gain
 
 

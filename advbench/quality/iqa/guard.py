@@ -1,6 +1,6 @@
 """A cell's rows checked before they are kept: a user's metric failing mid-cell, and scores that are no numbers.
 
-The up-front check (`advbench.quality.attacks.base.check_attackable`) sees the cell's first two
+The up-front check (`advbench.quality.attacks.metric_attack.check_attackable`) sees the cell's first two
 images once. A metric can still raise on another image or on an attack's iterate, or turn its
 scores NaN or infinite there. Such a row is no record, and a traceback (or a table of `+nan`) is
 no answer: the cell stops with one line naming the metric, the row's image (its position in the
@@ -19,9 +19,9 @@ import numpy as np
 import torch
 
 from advbench.core.errors import AdvbenchError, user_code_failed
-from advbench.quality.attacks.base import NonFinite
-from advbench.quality.metrics.base import QualityMetric
+from advbench.quality.attacks.metric_attack import NonFinite
 from advbench.quality.metrics.defended import DefendedMetric
+from advbench.quality.metrics.metric_contract import QualityMetric
 from advbench.quality.metrics.user import UserMetric
 
 NOT_WRITTEN = "no records are written for the cell"

@@ -11,7 +11,7 @@ the scores beside the attacked metric's own, as list columns aligned by position
 A judge that is the attacked metric itself (the same name and the same content digest) is left
 out: its scores are the record's own `score_clean` and `score_attacked`. Every judge joins the
 cell key with its name, content digest and direction, so other judges are another cell.
-`advbench.quality.iqa.transfer` turns the columns into the matrix of gains.
+`advbench.quality.iqa.metric_transfer` turns the columns into the matrix of gains.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import torch
 
 from advbench.core.digests import module_digest
 from advbench.core.errors import AdvbenchError
-from advbench.quality.attacks.base import checked_scores
-from advbench.quality.metrics.base import QualityMetric
+from advbench.quality.attacks.metric_attack import checked_scores
+from advbench.quality.metrics.metric_contract import QualityMetric
 
 UNBUILDABLE = ("python",)
 """Metric options that need settings a judge's name cannot carry (a user's network needs its `metric.target`)."""

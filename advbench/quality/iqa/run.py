@@ -30,16 +30,16 @@ from advbench.core.errors import AdvbenchError
 from advbench.core.keys import content_key
 from advbench.core.names import safe_name
 from advbench.core.version import __version__
-from advbench.quality.attacks.base import MetricAttack, PrepareContext, check_attackable, check_budgets
+from advbench.quality.attacks.metric_attack import MetricAttack, PrepareContext, check_attackable, check_budgets
 from advbench.quality.images import as_batch, uap_images
 from advbench.quality.iqa.defense_cost import cost_line, defense_columns, with_undefended
 from advbench.quality.iqa.fidelity import check_measurable, fidelity
 from advbench.quality.iqa.guard import check_attacked, check_finite, check_judged, user_failures
 from advbench.quality.iqa.judges import checked_judges, judge_columns, judge_identity
+from advbench.quality.iqa.msu_scores import clean_width, msu_scores, raw_gain
 from advbench.quality.iqa.progress import CellProgress
-from advbench.quality.iqa.scores import clean_width, msu_scores, raw_gain
-from advbench.quality.metrics.base import QualityMetric
 from advbench.quality.metrics.defended import DefendedMetric, DefenseSpec
+from advbench.quality.metrics.metric_contract import QualityMetric
 from advbench.quality.metrics.scoring import device_of
 from advbench.quality.metrics.user import user_identity
 

@@ -18,8 +18,8 @@ import torchvision
 from torch import nn
 
 from advbench.core.errors import AdvbenchError
-from advbench.quality.metrics.base import QualityMetric, check_images
-from advbench.quality.metrics.checkpoint import WeightFile, load_weight_file
+from advbench.quality.metrics.author_weights import WeightFile, load_weight_file
+from advbench.quality.metrics.metric_contract import QualityMetric, check_images
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)

@@ -25,7 +25,7 @@ differentiated is decided here, so attacks stay adaptive with no per-defense cod
   draws; a score without autograd (the records' clean and attacked scores, a score-based attack's
   queries) is the mean over `score_draws` draws, whatever `eot` is, so an adaptive and a naive run
   (`eot=1`: one draw per step) are judged by the same expectation. Draw k of an image is keyed by
-  the image's own bits (`core.draws.row_keys`) and k, so a score is a function of the image alone
+  the image's own bits (`core.sample_draws.row_keys`) and k, so a score is a function of the image alone
   (reproducible, whatever its batch), and every attack iterate, a new image, meets fresh draws.
 """
 
@@ -38,10 +38,10 @@ from typing import Any, Callable, Mapping
 import torch
 
 from advbench.core import transforms
-from advbench.core.draws import row_keys
 from advbench.core.errors import AdvbenchError
 from advbench.core.jpeg_approx import differentiable_jpeg
-from advbench.quality.metrics.base import QualityMetric
+from advbench.core.sample_draws import row_keys
+from advbench.quality.metrics.metric_contract import QualityMetric
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ from advbench.core.errors import AdvbenchError
 from advbench.core.paths import location
 from advbench.core.runtime import threads_for
 from advbench.quality.images import photo_crops
-from advbench.quality.metrics.base import QualityMetric
+from advbench.quality.metrics.metric_contract import QualityMetric
 
 WEIGHTS_FILE = "cnnqa/cnnqa-v1.pt"
 TARGETS = (0.9, 0.7, 0.45, 0.2)  # anchor quality of clean, mild, medium, strong

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from advbench.core.errors import AdvbenchError
-from advbench.quality.metrics.checkpoint import WeightFile, expand
+from advbench.quality.metrics.author_weights import WeightFile, expand
 from advbench.quality.metrics.common import (
     IMAGENET_MEAN,
     IMAGENET_STD,

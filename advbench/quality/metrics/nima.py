@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from advbench.quality.metrics.checkpoint import WeightFile
+from advbench.quality.metrics.author_weights import WeightFile
 from advbench.quality.metrics.common import (
     IMAGENET_MEAN,
     IMAGENET_STD,

@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 
 from advbench.core.paths import location
-from advbench.quality.metrics.base import QualityMetric
+from advbench.quality.metrics.metric_contract import QualityMetric
 from advbench.quality.metrics.niqe_features import nss_features
 from advbench.quality.metrics.niqe_pristine import REFERENCE, load_pristine
 

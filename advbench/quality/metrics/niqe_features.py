@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from advbench.core.errors import AdvbenchError
-from advbench.quality.metrics.base import check_images
+from advbench.quality.metrics.metric_contract import check_images
 
 BLOCK = 96
 _LUMA = (65.481, 128.553, 24.966)  # MATLAB rgb2ycbcr's Y row for RGB in [0, 1]; offset 16

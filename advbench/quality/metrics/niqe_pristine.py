@@ -30,7 +30,7 @@ import torch
 from advbench.core.errors import AdvbenchError
 from advbench.core.paths import location
 from advbench.quality.images import sample_photos
-from advbench.quality.metrics.base import MissingDependencyError
+from advbench.quality.metrics.metric_contract import MissingDependencyError
 from advbench.quality.metrics.niqe_features import nss_features
 
 REFERENCE, FITTED = "reference", "fitted"

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torchvision.ops import roi_pool
 
-from advbench.quality.metrics.checkpoint import WeightFile
+from advbench.quality.metrics.author_weights import WeightFile
 from advbench.quality.metrics.common import PretrainedMetric, WeightPath, resnet_trunk
 
 

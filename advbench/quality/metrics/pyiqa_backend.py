@@ -27,9 +27,9 @@ import torch
 
 from advbench.core.errors import AdvbenchError, first_line
 from advbench.core.torchfile import read_torch_file
-from advbench.quality.metrics.base import MissingDependencyError
-from advbench.quality.metrics.checkpoint import WeightFile
+from advbench.quality.metrics.author_weights import WeightFile
 from advbench.quality.metrics.common import PretrainedMetric, WeightPath
+from advbench.quality.metrics.metric_contract import MissingDependencyError
 
 
 def import_pyiqa() -> ModuleType:

@@ -11,7 +11,7 @@ import time
 import torch
 
 from advbench.core.runtime import resolve_device
-from advbench.quality.metrics.base import QualityMetric
+from advbench.quality.metrics.metric_contract import QualityMetric
 
 
 def device_of(name: str | torch.device | None) -> torch.device:

@@ -14,7 +14,7 @@ import torchvision
 from torch import nn
 
 from advbench.core.errors import AdvbenchError
-from advbench.quality.metrics.checkpoint import WeightFile
+from advbench.quality.metrics.author_weights import WeightFile
 from advbench.quality.metrics.common import (
     PretrainedMetric,
     WeightPath,

@@ -29,8 +29,8 @@ from advbench.core.fingerprint import behaviour_digest
 from advbench.core.keys import plain_value
 from advbench.core.torchfile import load_state_file
 from advbench.core.user_code import build_user_module, source_digest
-from advbench.quality.metrics.base import QualityMetric, check_images
-from advbench.quality.metrics.checkpoint import expand
+from advbench.quality.metrics.author_weights import expand
+from advbench.quality.metrics.metric_contract import QualityMetric, check_images
 
 
 class UserMetric(QualityMetric):

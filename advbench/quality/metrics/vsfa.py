@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from advbench.quality.metrics.checkpoint import WeightFile
+from advbench.quality.metrics.author_weights import WeightFile
 from advbench.quality.metrics.common import (
     IMAGENET_MEAN,
     IMAGENET_STD,

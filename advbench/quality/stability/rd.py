@@ -58,7 +58,7 @@ from advbench.core.keys import content_key, file_digest
 from advbench.core.names import file_name
 from advbench.core.paths import no_links
 from advbench.core.records import write_part
-from advbench.quality.metrics.base import QualityMetric
+from advbench.quality.metrics.metric_contract import QualityMetric
 from advbench.quality.stability.schema import rd_record
 from advbench.quality.stability.video import PSNR_KINDS, H264Transcoder, RawFormat, VideoInfo, iter_rgb24, probe, psnr, yuv_frames
 from advbench.quality.uap.perturbation import check_amplitude

@@ -15,7 +15,7 @@ import pandas as pd
 
 from advbench.core.errors import AdvbenchError
 from advbench.core.records import KINDS_BY_NAME
-from advbench.quality.metrics.base import QualityMetric
+from advbench.quality.metrics.metric_contract import QualityMetric
 
 RD_KIND = KINDS_BY_NAME["rd"]
 RD_MARKER_COLUMN = next(iter(RD_KIND.marker))

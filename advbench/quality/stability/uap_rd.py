@@ -18,7 +18,7 @@ from advbench.core.digests import tensor_digest
 from advbench.core.errors import AdvbenchError
 from advbench.core.paths import no_links
 from advbench.core.resume import warn
-from advbench.quality.metrics.base import QualityMetric
+from advbench.quality.metrics.metric_contract import QualityMetric
 from advbench.quality.metrics.scoring import device_of
 from advbench.quality.stability.clips import MOTIONS, make_synthetic_videos
 from advbench.quality.stability.rd import RDRun, run_rd

@@ -28,10 +28,10 @@ from advbench.core.digests import module_digest, tensor_digest
 from advbench.core.errors import AdvbenchError
 from advbench.core.keys import content_key
 from advbench.core.torchfile import read_torch_file
-from advbench.quality.attacks.base import Attacked, MetricAttack, PrepareContext, final_scores
+from advbench.quality.attacks.metric_attack import Attacked, MetricAttack, PrepareContext, final_scores
 from advbench.quality.images import uap_images
 from advbench.quality.iqa.guard import user_metric_failures
-from advbench.quality.metrics.base import QualityMetric
+from advbench.quality.metrics.metric_contract import QualityMetric
 from advbench.quality.uap.perturbation import CLAMP, SIZE, apply_uap, check_uap, load_uap, save_uap
 from advbench.quality.uap.training import train_uap, uap_loss
 

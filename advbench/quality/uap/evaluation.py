@@ -25,7 +25,7 @@ from advbench.core.terminal import print_table
 from advbench.quality.attacks.madc import MADC
 from advbench.quality.images import as_batch, uap_images
 from advbench.quality.iqa.guard import user_metric_failures
-from advbench.quality.metrics.base import QualityMetric
+from advbench.quality.metrics.metric_contract import QualityMetric
 from advbench.quality.metrics.scoring import device_of, score, signed_gain, sync_device
 from advbench.quality.uap.perturbation import apply_uap, check_amplitude, load_uap, uap_file
 

@@ -26,7 +26,7 @@ from advbench.core.errors import AdvbenchError
 from advbench.core.records import write_part
 from advbench.quality.images import as_batch, uap_images
 from advbench.quality.iqa.guard import user_metric_failures
-from advbench.quality.metrics.base import QualityMetric
+from advbench.quality.metrics.metric_contract import QualityMetric
 from advbench.quality.metrics.scoring import device_of, goodness, metric_throughput, signed_gain
 from advbench.quality.uap.evaluation import evaluate_uap
 from advbench.quality.uap.perturbation import CLAMP, SIZE, save_uap

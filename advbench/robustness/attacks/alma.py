@@ -20,7 +20,7 @@ from advbench.core.errors import AdvbenchError
 from advbench.core.norms import L2_NORM
 from advbench.core.steps import clip, per_sample, rmsprop_step
 from advbench.robustness.attacks import hyper
-from advbench.robustness.attacks.base import Attack, AttackResult
+from advbench.robustness.attacks.attack_contract import Attack, AttackResult
 from advbench.robustness.attacks.minimum_norm import SmallestAdversarial, goal_margin
 from advbench.robustness.attacks.oracles import Oracle
 

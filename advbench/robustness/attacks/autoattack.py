@@ -31,7 +31,7 @@ import torch
 
 from advbench.core.errors import AdvbenchError
 from advbench.robustness.attacks import hyper
-from advbench.robustness.attacks.base import Attack, AttackResult, Cost
+from advbench.robustness.attacks.attack_contract import Attack, AttackResult, Cost
 from advbench.robustness.attacks.oracles import Oracle
 from advbench.robustness.attacks.worst_case import Ensemble, MemberNames, MemberParams
 from advbench.robustness.threat import goal_met

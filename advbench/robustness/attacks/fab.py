@@ -23,7 +23,7 @@ from advbench.core.errors import AdvbenchError
 from advbench.core.norms import norm as norm_of
 from advbench.core.steps import clip, lp_norm, per_sample
 from advbench.robustness.attacks import hyper
-from advbench.robustness.attacks.base import Attack, AttackResult, Cost
+from advbench.robustness.attacks.attack_contract import Attack, AttackResult, Cost
 from advbench.robustness.attacks.hyperplane import PROJECTIONS
 from advbench.robustness.attacks.minimum_norm import (
     SmallestAdversarial,

@@ -14,7 +14,7 @@ import torch
 
 from advbench.core.steps import accumulate_momentum, ascend, unit_direction
 from advbench.robustness.attacks import hyper
-from advbench.robustness.attacks.base import Attack, AttackResult
+from advbench.robustness.attacks.attack_contract import Attack, AttackResult
 from advbench.robustness.attacks.oracles import TransferOracle, WhiteBoxOracle
 from advbench.robustness.attacks.starts import random_start
 

@@ -18,13 +18,13 @@ import math
 
 import torch
 
-from advbench.core.draws import normal
 from advbench.core.norms import L2_NORM
 from advbench.core.norms import norm as norm_of
 from advbench.core.runtime import grad_rows, pieces
+from advbench.core.sample_draws import normal
 from advbench.core.steps import adam_step, clip, lp_norm, per_sample, unit_direction
 from advbench.robustness.attacks import hyper
-from advbench.robustness.attacks.base import Attack, AttackResult, Cost
+from advbench.robustness.attacks.attack_contract import Attack, AttackResult, Cost
 from advbench.robustness.attacks.oracles import Objective, Oracle, TransferOracle
 
 CPU_GRAD_ELEMENTS = 1 << 18

@@ -38,7 +38,7 @@ from torch import nn
 from advbench.core.errors import AdvbenchError
 from advbench.core.runtime import call_slices, forward, grad_rows
 from advbench.robustness.attacks.clean_gradients import CleanGradients
-from advbench.robustness.attacks.draws import RowCalls, copy_counts, eot_copies, stacked
+from advbench.robustness.attacks.model_draws import RowCalls, copy_counts, eot_copies, stacked
 from advbench.robustness.attacks.votes import logits_of, vote
 from advbench.robustness.threat import goal_met
 

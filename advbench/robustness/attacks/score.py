@@ -4,8 +4,8 @@ Square (Andriushchenko et al. 2020) is random search over square-shaped updates,
 when they lower the margin loss. Every sample runs its own search, all in one tensor loop:
 each step is ONE oracle call carrying one candidate for every active sample, and a sample
 leaves the active set when it meets the goal or spends its query budget. Random numbers are
-drawn per (seed, sample_id, step) (advbench.core.draws), so a sample's search does not
-depend on its batch. The ℓ∞ step, p's schedule and the block draws are `advbench.core.square`'s,
+drawn per (seed, sample_id, step) (advbench.core.sample_draws), so a sample's search does not
+depend on its batch. The ℓ∞ step, p's schedule and the block draws are `advbench.core.square_search`'s,
 shared with the quality half's attack on metrics.
 
 Strength is queries: `steps` is the query budget and `first_success` is the number of
@@ -20,14 +20,14 @@ from typing import ClassVar
 
 import torch
 
-from advbench.core.draws import rademacher, signs
 from advbench.core.errors import AdvbenchError
 from advbench.core.norms import L2_NORM, LINF
 from advbench.core.norms import norm as norm_of
-from advbench.core.square import SquareDraws, linf_draws, linf_step, p_schedule, recoloured, window
+from advbench.core.sample_draws import rademacher, signs
+from advbench.core.square_search import SquareDraws, linf_draws, linf_step, p_schedule, recoloured, window
 from advbench.core.steps import clip, per_sample
 from advbench.robustness.attacks import hyper
-from advbench.robustness.attacks.base import Attack, AttackResult
+from advbench.robustness.attacks.attack_contract import Attack, AttackResult
 from advbench.robustness.attacks.minimum_norm import goal_margin
 from advbench.robustness.attacks.oracles import ScoreOracle
 
@@ -186,7 +186,7 @@ class Square(ScoreAttack):
     @staticmethod
     def _linf_step(moved: torch.Tensor, x_best: torch.Tensor, eps: torch.Tensor, p: float,
                    bounds: tuple[float, float], u: torch.Tensor, minus: torch.Tensor) -> torch.Tensor:
-        """`advbench.core.square.linf_step` in the ℓ2 step's signature (ε and the box are in `moved`)."""
+        """`advbench.core.square_search.linf_step` in the ℓ2 step's signature (ε and the box are in `moved`)."""
         return linf_step(moved, x_best, p, u, minus)
 
     def _l2_step(self, x: torch.Tensor, x_best: torch.Tensor, eps: torch.Tensor, p: float,

@@ -17,7 +17,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from advbench.core.draws import uniform
+from advbench.core.sample_draws import uniform
 from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.gradient import IterativeGradientAttack
 from advbench.robustness.attacks.oracles import WhiteBoxOracle

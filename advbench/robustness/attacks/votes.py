@@ -14,7 +14,7 @@ from torch import nn
 
 from advbench.core.errors import AdvbenchError
 from advbench.core.runtime import forward, probe_rows
-from advbench.robustness.attacks.draws import Drawing, RowCalls, copy_counts, eot_copies, stacked
+from advbench.robustness.attacks.model_draws import Drawing, RowCalls, copy_counts, eot_copies, stacked
 from advbench.robustness.threat import goal_met
 
 

@@ -29,7 +29,7 @@ from advbench.core.construct import construct
 from advbench.core.errors import AdvbenchError
 from advbench.core.keys import plain_value
 from advbench.robustness.attacks import hyper
-from advbench.robustness.attacks.base import Attack, AttackResult, Cost
+from advbench.robustness.attacks.attack_contract import Attack, AttackResult, Cost
 from advbench.robustness.attacks.oracles import Oracle
 
 

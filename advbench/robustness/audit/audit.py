@@ -12,11 +12,11 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from advbench.robustness.audit.best_known import WorstCase, measure, shown, worst_case
 from advbench.robustness.audit.groups import Group, groups, prepare
 from advbench.robustness.audit.optimality import AttackScore, scores
 from advbench.robustness.audit.signs import FAILURE, GROUP_CHECKS, REMEDIED, WEAK, Sign, settle
 from advbench.robustness.audit.trends import rising_accuracy
-from advbench.robustness.audit.worst_case import WorstCase, measure, shown, worst_case
 
 
 def _plural(count: int, word: str) -> str:

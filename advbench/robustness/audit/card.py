@@ -19,11 +19,11 @@ import pandas as pd
 
 from advbench.core.version import __version__
 from advbench.robustness.audit.audit import ModelAudit, ThreatAudit
+from advbench.robustness.audit.best_known import measure, robust_accuracy, setter_counts
 from advbench.robustness.audit.corruption import corruption_entries, model_key
 from advbench.robustness.audit.groups import AttackCell
 from advbench.robustness.audit.optimality import area_limit
 from advbench.robustness.audit.signs import FAILURE, REMEDIED, WEAK, Sign
-from advbench.robustness.audit.worst_case import measure, robust_accuracy, setter_counts
 
 FORMAT = 3
 """The version of report.json's layout."""

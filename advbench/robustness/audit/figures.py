@@ -18,7 +18,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import PercentFormatter
 
 from advbench.robustness.audit.audit import ThreatAudit
-from advbench.robustness.audit.worst_case import curve_grid, measure, robust_accuracy, shown
+from advbench.robustness.audit.best_known import curve_grid, measure, robust_accuracy, shown
 
 DPI = 110
 STYLES = {"white": "-", "transfer": "-.", "score": "--", "decision": ":"}

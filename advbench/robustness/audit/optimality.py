@@ -33,8 +33,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from advbench.robustness.audit.best_known import WorstCase, attack_accuracy_at_budget
 from advbench.robustness.audit.groups import Group
-from advbench.robustness.audit.worst_case import WorstCase, attack_accuracy_at_budget
 
 
 @dataclass(frozen=True)

@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from advbench.robustness.audit.best_known import WorstCase, attack_accuracy_at_budget, measure, shown
 from advbench.robustness.audit.groups import AttackCell, Group
-from advbench.robustness.audit.worst_case import WorstCase, attack_accuracy_at_budget, measure, shown
 
 CARLINI = "Carlini et al. 2019, On Evaluating Adversarial Robustness, checklist (section 7)"
 PINTOR = "Pintor et al. 2022, Indicators of Attack Failure"

@@ -19,9 +19,9 @@ import json
 
 import numpy as np
 
+from advbench.robustness.audit.best_known import measure
 from advbench.robustness.audit.groups import AttackCell, Group
 from advbench.robustness.audit.signs import CARLINI, FAILURE, PINTOR, SHOWN_IDS, WEAK, Sign
-from advbench.robustness.audit.worst_case import measure
 
 STRENGTH_KEYS = ("steps", "n_iter", "iterations", "max_queries", "n_queries", "queries", "max_iter", "n_restarts")
 """Attack parameters that set its strength: two cells differing only in them are one attack at two strengths."""

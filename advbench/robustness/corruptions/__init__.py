@@ -16,7 +16,7 @@ import torch
 
 from advbench.core.errors import AdvbenchError
 from advbench.robustness.corruptions import blur, digital, noise, weather  # noqa: F401 (they register)
-from advbench.robustness.corruptions.base import CORRUPTIONS, constants_name, generators
+from advbench.robustness.corruptions.families import CORRUPTIONS, constants_name, generators
 
 NAMES = ("gaussian_noise", "shot_noise", "impulse_noise", "defocus_blur", "glass_blur", "motion_blur", "zoom_blur",
          "snow", "frost", "fog", "brightness", "contrast", "elastic_transform", "pixelate", "jpeg_compression")

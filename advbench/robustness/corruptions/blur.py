@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from advbench.robustness.corruptions.base import (
+from advbench.robustness.corruptions.families import (
     CORRUPTIONS,
     clipped_zoom,
     filter2d,

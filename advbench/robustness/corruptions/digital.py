@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from advbench.core.transforms import jpeg_roundtrip
-from advbench.robustness.corruptions.base import CORRUPTIONS, gaussian, per_image
+from advbench.robustness.corruptions.families import CORRUPTIONS, gaussian, per_image
 
 
 @CORRUPTIONS.register("brightness", "digital", (0.05, 0.1, 0.15, 0.2, 0.3), (0.1, 0.2, 0.3, 0.4, 0.5))

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from advbench.robustness.corruptions.base import CORRUPTIONS, per_image
+from advbench.robustness.corruptions.families import CORRUPTIONS, per_image
 
 
 def _numpy(x: torch.Tensor) -> np.ndarray:

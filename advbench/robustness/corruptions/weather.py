@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from advbench.robustness.corruptions.base import CORRUPTIONS, clipped_zoom, gray, motion_blur, per_image
+from advbench.robustness.corruptions.families import CORRUPTIONS, clipped_zoom, gray, motion_blur, per_image
 
 FROST_WHY = ("it overlays ImageNet-C's frost photographs, which advbench does not ship: "
              "read the released files (threat.released=FOLDER)")

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from advbench.core.errors import DISK_ERRNOS, AdvbenchError, disk_error
-from advbench.robustness.data.base import ImageDataset, RandomShift, TensorImageSet
+from advbench.robustness.data.image_dataset import ImageDataset, RandomShift, TensorImageSet
 
 FOLDER = "cifar-10-batches-py"
 TRAIN_BATCHES = tuple(f"data_batch_{i}" for i in range(1, 6))

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from advbench.core.errors import AdvbenchError
-from advbench.robustness.data.base import ImageDataset, RandomShift, TensorImageSet
+from advbench.robustness.data.image_dataset import ImageDataset, RandomShift, TensorImageSet
 
 GREY_LEVELS = 16.0  # pixel values are integers 0..16
 

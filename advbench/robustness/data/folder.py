@@ -18,7 +18,7 @@ from torch.utils.data import Dataset
 from torchvision import transforms
 
 from advbench.core.errors import AdvbenchError
-from advbench.robustness.data.base import ImageDataset
+from advbench.robustness.data.image_dataset import ImageDataset
 
 IMAGE_EXTENSIONS = (".jpeg", ".jpg", ".png", ".bmp", ".ppm", ".webp", ".tif", ".tiff")
 

@@ -15,7 +15,7 @@ from torch.utils.data import Dataset
 
 from advbench.core.digests import tensor_digest
 from advbench.core.errors import AdvbenchError
-from advbench.robustness.data.base import ImageDataset, TensorImageSet
+from advbench.robustness.data.image_dataset import ImageDataset, TensorImageSet
 
 
 class TensorData(ImageDataset):

@@ -30,7 +30,7 @@ from advbench.core.errors import AdvbenchError
 from advbench.core.norms import LINF
 from advbench.core.norms import norm as norm_of
 from advbench.core.steps import per_sample
-from advbench.robustness.models.base import Classifier
+from advbench.robustness.models.classifier import Classifier
 from advbench.robustness.models.pool import PoolTo
 
 Box = tuple[torch.Tensor, torch.Tensor]

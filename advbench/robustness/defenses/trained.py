@@ -19,12 +19,12 @@ from advbench.core.construct import construct, target_of
 from advbench.core.errors import AdvbenchError
 from advbench.core.resume import file_lock
 from advbench.core.runtime import set_threads, threads_for
-from advbench.robustness.data.base import ImageDataset
-from advbench.robustness.defenses.checkpoints import cache_entry, train_command
+from advbench.robustness.data.image_dataset import ImageDataset
+from advbench.robustness.defenses.checkpoint_cache import cache_entry, train_command
 from advbench.robustness.defenses.recipes import LOSSES
 from advbench.robustness.defenses.trainer import build_defended_model, train_defense
-from advbench.robustness.models.base import evaluation_mode
-from advbench.robustness.models.checkpoint import load_checkpoint
+from advbench.robustness.models.checkpoint_files import load_checkpoint
+from advbench.robustness.models.classifier import evaluation_mode
 from advbench.robustness.models.user_models import own_weights
 from advbench.robustness.specs import TargetSpec
 

@@ -33,10 +33,10 @@ from advbench.core.errors import AdvbenchError
 from advbench.core.keys import plain
 from advbench.core.runtime import resolve_device
 from advbench.core.version import __version__
-from advbench.robustness.data.base import ImageDataset
+from advbench.robustness.data.image_dataset import ImageDataset
 from advbench.robustness.defenses.recipes import LOSSES, OPTIMIZERS, Recipe
 from advbench.robustness.models import instantiate_model
-from advbench.robustness.models.checkpoint import save_checkpoint
+from advbench.robustness.models.checkpoint_files import save_checkpoint
 from advbench.robustness.models.ensemble import Ensemble
 
 BatchLoss = Callable[[nn.Module, torch.Tensor, torch.Tensor, Recipe], torch.Tensor]

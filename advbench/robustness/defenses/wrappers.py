@@ -14,9 +14,9 @@ boundary, so attacks and the engine need no per-defense code (seed 4.2, adaptive
 `straight_through = False` on a BPDA module turns the approximation off (the plain autograd
 gradient, zero through a rounding): `advbench.robustness.defenses.masking` looks at that gradient.
 
-Random draws come from `advbench.core.draws`, keyed per row. In the engine each
+Random draws come from `advbench.core.sample_draws`, keyed per row. In the engine each
 pass is told its rows' keys, (sample id, how many passes that sample has been through)
-(`draws.RowCalls`, `draws.Drawing`), so a sample's draws, and its records, do not depend on its
+(`model_draws.RowCalls`, `model_draws.Drawing`), so a sample's draws, and its records, do not depend on its
 batch, its chunk, or on whether the run was killed and resumed. A direct call outside the engine
 keys a row by a hash of its values and the wrapper's pass counter: still independent of the
 batch, and reproducible within a process, but it restarts with the process.
@@ -31,12 +31,12 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from advbench.core import draws as rng
-from advbench.core.draws import member_keys, row_keys
+from advbench.core import sample_draws as rng
 from advbench.core.errors import AdvbenchError
 from advbench.core.registry import Registry
+from advbench.core.sample_draws import member_keys, row_keys
 from advbench.core.transforms import bit_depth, bpda, jpeg_roundtrip
-from advbench.robustness.attacks import draws
+from advbench.robustness.attacks import model_draws
 from advbench.robustness.attacks.transfer import diverse_inputs
 from advbench.robustness.defenses.rse import conv_noise, inner_convolutions
 
@@ -65,10 +65,10 @@ class InputTransform(nn.Module):
     def pass_keys(self, x: torch.Tensor, streams: int) -> tuple[torch.Tensor, int]:
         """Row keys of this pass and its first stream (a pass uses `streams` of them).
 
-        In the engine: the keys it set for the pass (`draws.draw_keys`), stream 0. A direct call:
+        In the engine: the keys it set for the pass (`model_draws.draw_keys`), stream 0. A direct call:
         each row's `row_keys` with the pass counter's streams, the counter moved on.
         """
-        keys = draws.draw_keys()
+        keys = model_draws.draw_keys()
         if keys is not None:
             if keys.shape[0] != x.shape[0]:
                 raise ValueError(f"{type(self).__name__} got {x.shape[0]} rows for {keys.shape[0]} row keys")
@@ -163,7 +163,7 @@ ENSEMBLE_ELEMENTS = 1 << 20
 class _Ensemble(InputTransform):
     """A randomized defense deployed as the mean logits of `ensemble` noisy passes, batched as
     one call of the model on every row repeated `ensemble` times. Each (row, member) draws with
-    its own key (`core.draws.member_keys` of the pass's row keys)."""
+    its own key (`core.sample_draws.member_keys` of the pass's row keys)."""
 
     grad_mode = "eot"
     randomized = True

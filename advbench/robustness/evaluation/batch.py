@@ -23,9 +23,9 @@ from advbench.core.errors import AdvbenchError, user_code_failed
 from advbench.core.norms import Norm
 from advbench.core.norms import norm as norm_of
 from advbench.core.runtime import call_slices
-from advbench.robustness.attacks.base import Attack, AttackResult
-from advbench.robustness.attacks.draws import RowCalls
+from advbench.robustness.attacks.attack_contract import Attack, AttackResult
 from advbench.robustness.attacks.minimum_norm import goal_margin
+from advbench.robustness.attacks.model_draws import RowCalls
 from advbench.robustness.attacks.oracles import Oracle
 from advbench.robustness.attacks.votes import Vote, vote
 from advbench.robustness.threat import ThreatModel

@@ -43,8 +43,8 @@ from advbench.core.runtime import (
     set_threads,
 )
 from advbench.core.version import __version__
-from advbench.robustness.attacks.base import Attack
-from advbench.robustness.data.targets import target_classes
+from advbench.robustness.attacks.attack_contract import Attack
+from advbench.robustness.data.target_classes import target_classes
 from advbench.robustness.defenses.masking import cell_flags
 from advbench.robustness.defenses.wrappers import WRAPPERS
 from advbench.robustness.evaluation.measure import evaluate_batch

@@ -29,7 +29,7 @@ from advbench.core.errors import AdvbenchError
 from advbench.core.keys import content_key, plain
 from advbench.core.runtime import as_input, deploy, execution_identity, resolve_device, set_threads
 from advbench.core.version import __version__
-from advbench.robustness.attacks.draws import RowCalls
+from advbench.robustness.attacks.model_draws import RowCalls
 from advbench.robustness.corruptions import CORRUPTIONS, NAMES, SEVERITIES, constants_name, corrupt, why_not
 from advbench.robustness.corruptions.released import present, read_released, released_identity
 from advbench.robustness.evaluation.batch import pooled_vote

@@ -14,8 +14,8 @@ import torch
 from advbench.core.errors import AdvbenchError
 from advbench.core.runtime import call_slices
 from advbench.core.steps import clip, per_sample, project
-from advbench.robustness.attacks.base import Attack, AttackResult
-from advbench.robustness.attacks.draws import RowCalls
+from advbench.robustness.attacks.attack_contract import Attack, AttackResult
+from advbench.robustness.attacks.model_draws import RowCalls
 from advbench.robustness.attacks.oracles import build_oracle
 from advbench.robustness.defenses.certify import certified_column
 from advbench.robustness.evaluation.batch import Batch, pooled_vote

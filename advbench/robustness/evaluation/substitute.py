@@ -2,7 +2,7 @@
 
 A `conf/substitute` option names a model, a defense, an optional explicit `checkpoint` and an
 optional training `seed`; the command line makes it a `TargetSpec` (after the seed's rule that
-a model is never its own substitute: see `advbench.cli.specs`), loaded exactly like a target
+a model is never its own substitute: see `advbench.cli.spec_builder`), loaded exactly like a target
 (explicit checkpoint, else the cache entry, trained on first use for digits).
 
 Only `threat.knowledge=transfer` reads the substitute; other threats ignore it, so their cell

@@ -36,7 +36,7 @@ from advbench.robustness.models.architectures import (
     IMAGENET_STD,
     Architecture,
 )
-from advbench.robustness.models.base import Classifier
+from advbench.robustness.models.classifier import Classifier
 from advbench.robustness.models.denoise import add_denoising
 
 # Keys of a conf/model YAML that describe the option rather than the constructor.

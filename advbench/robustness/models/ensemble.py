@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from advbench.robustness.models.base import Classifier
+from advbench.robustness.models.classifier import Classifier
 
 
 class Ensemble(nn.Module):

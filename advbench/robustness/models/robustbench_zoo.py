@@ -41,7 +41,7 @@ from typing import Any
 from advbench.core.errors import AdvbenchError, first_line
 from advbench.core.keys import file_digest
 from advbench.core.torchfile import read_torch_file
-from advbench.robustness.models.base import Classifier
+from advbench.robustness.models.classifier import Classifier
 
 TARGET = "advbench.robustness.models.robustbench_zoo.robustbench_model"
 INSTALL = "pip install -e '.[robustbench]'"

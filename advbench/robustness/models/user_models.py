@@ -30,7 +30,7 @@ from advbench.core.fingerprint import behaviour_digest
 from advbench.core.keys import plain_value
 from advbench.core.user_code import build_user_module, source_digest, split_target
 from advbench.robustness.models import IMAGENET_MEAN, IMAGENET_STD, robustbench_zoo
-from advbench.robustness.models.base import Classifier
+from advbench.robustness.models.classifier import Classifier
 from advbench.robustness.models.torchvision_nets import torchvision_net
 from advbench.robustness.specs import ModelSpec
 

@@ -21,11 +21,11 @@ from advbench.robustness.defenses.recipes import (  # noqa: F401 - each module r
     alp,
     ens_at,
     adp,
-    rse,
+    rse_noise,
     convex,
 )
 # isort: on
-from advbench.robustness.defenses.recipes.base import (
+from advbench.robustness.defenses.recipes.recipe_schema import (
     OPTIMIZERS,
     REGISTRY,
     SINGLE_STEPS,

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from advbench.robustness.defenses.recipes.base import REGISTRY, Recipe
+from advbench.robustness.defenses.recipes.recipe_schema import REGISTRY, Recipe
 
 # ADP's numerical guards, the authors' values: log(p + 1e-20) in the entropy, + 1e-6·I under the log-det.
 _LOG_OFFSET = 1e-20

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from advbench.robustness.defenses.certify import ibp_loss
-from advbench.robustness.defenses.recipes.base import REGISTRY, Recipe
+from advbench.robustness.defenses.recipes.recipe_schema import REGISTRY, Recipe
 
 
 @REGISTRY.register("convex")

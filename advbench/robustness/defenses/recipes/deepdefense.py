@@ -15,7 +15,7 @@ from advbench.core.norms import L2_NORM
 from advbench.core.steps import per_sample
 from advbench.robustness.attacks.minimum_norm import goal_margin, nearest_boundary_step
 from advbench.robustness.defenses.inner import eval_mode
-from advbench.robustness.defenses.recipes.base import REGISTRY, Recipe
+from advbench.robustness.defenses.recipes.recipe_schema import REGISTRY, Recipe
 
 
 def unrolled_deepfool(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int,

@@ -15,7 +15,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from advbench.robustness.defenses.inner import SINGLE_STEPS, eval_mode, pgd_linf
-from advbench.robustness.defenses.recipes.base import REGISTRY, Recipe
+from advbench.robustness.defenses.recipes.recipe_schema import REGISTRY, Recipe
 
 
 @REGISTRY.register("ens_at", inner_attack=True)

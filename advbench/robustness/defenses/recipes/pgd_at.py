@@ -11,7 +11,7 @@ from advbench.robustness.defenses.inner import (
     eval_mode,
     pgd_linf,
 )
-from advbench.robustness.defenses.recipes.base import REGISTRY, Recipe
+from advbench.robustness.defenses.recipes.recipe_schema import REGISTRY, Recipe
 
 
 @REGISTRY.register("pgd_at", inner_attack=True)

@@ -7,7 +7,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from advbench.robustness.defenses.inner import eval_mode, kl_objective, pgd_linf
-from advbench.robustness.defenses.recipes.base import REGISTRY, Recipe
+from advbench.robustness.defenses.recipes.recipe_schema import REGISTRY, Recipe
 
 
 @REGISTRY.register("trades", inner_attack=True)

@@ -23,7 +23,7 @@ from advbench.core.errors import AdvbenchError
 from advbench.core.names import safe_name
 from advbench.core.records import read_kind
 from advbench.core.resume import python_warnings
-from advbench.quality.attacks.base import check_budgets
+from advbench.quality.attacks.metric_attack import check_budgets
 from advbench.quality.images import given_images
 from advbench.quality.metrics.user import UserMetric
 

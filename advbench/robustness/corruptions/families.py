@@ -54,7 +54,7 @@ def constants_name(side: int) -> str:
 
 def generators(seed: int, sample_id: torch.Tensor, stream: int) -> list[np.random.Generator]:
     """One generator per sample, a pure function of (seed, sample id, stream): a sample's corruption
-    does not depend on its batch. NumPy's rather than `core.draws`' counters because the corruptions
+    does not depend on its batch. NumPy's rather than `core.sample_draws`' counters because the corruptions
     need Poisson, integer and plasma-fractal draws; `stream` is the corruption's, the same at every
     severity, so the severities of a sample share their noise and differ only by the constant."""
     return [np.random.default_rng([seed, int(i), stream]) for i in sample_id.tolist()]

@@ -3,7 +3,7 @@
 Is an attacked image really better, or only better to the metric it was attacked on? For each
 attack and ε, row A is the metric attacked and column B a metric judging A's clean and
 attacked images (`advbench.quality.iqa.judges`). A cell is B's mean absolute gain on A's
-images in B's own direction, with the gain of `advbench.quality.iqa.scores`: B's scores flipped
+images in B's own direction, with the gain of `advbench.quality.iqa.msu_scores`: B's scores flipped
 so that higher is better and MinMax-scaled on B's clean scores of A's cell, s_a − s_c. So 1
 is a change as large as the spread of B's verdicts on the clean images, whatever B's units,
 and cells of different metrics compare. Positive: B also thinks the images got better; near
@@ -26,7 +26,7 @@ from matplotlib.colors import Normalize, SymLogNorm
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from advbench.quality.iqa.scores import scaled, t_interval
+from advbench.quality.iqa.msu_scores import scaled, t_interval
 
 KEYS = ["metric", "attack", "eps", "image_id", "cell_key"]
 AS_JUDGE = {"judges": "judge", "judge_higher_better": "higher_better", "judge_clean": "score_clean",

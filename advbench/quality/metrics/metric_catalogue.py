@@ -17,7 +17,7 @@ from advbench.core.catalog import group_options
 from advbench.core.construct import target_of
 from advbench.core.errors import AdvbenchError
 from advbench.core.keys import plain
-from advbench.quality.metrics.base import QualityMetric
+from advbench.quality.metrics.metric_contract import QualityMetric
 
 GROUP = "metric"
 

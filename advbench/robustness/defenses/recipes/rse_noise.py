@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from advbench.robustness.defenses.recipes.base import REGISTRY, Recipe
+from advbench.robustness.defenses.recipes.recipe_schema import REGISTRY, Recipe
 from advbench.robustness.defenses.rse import conv_noise
 
 

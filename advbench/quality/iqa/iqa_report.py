@@ -9,7 +9,7 @@ metric, attack and ε) and `ranking.{md,csv}` (metrics by their worst robustness
 every metric was run with, at the largest budget every metric was attacked at, most robust first, the
 mean beside it). Records of a partial sweep are drawn as they are, with a warning naming the missing
 (metric, attack) cells: a ranking over attacks only some metrics met would compare unlike things.
-Records with judges add the transfer matrix (`advbench.quality.iqa.transfer`).
+Records with judges add the transfer matrix (`advbench.quality.iqa.metric_transfer`).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from rich.console import Console
 from rich.table import Table
 
 from advbench.core.terminal import print_table
-from advbench.quality.iqa.scores import gain_by_iteration, msu_scores
-from advbench.quality.iqa.transfer import render_transfer
+from advbench.quality.iqa.metric_transfer import render_transfer
+from advbench.quality.iqa.msu_scores import gain_by_iteration, msu_scores
 
 ATTACK_ORDER = ("fgsm", "ifgsm", "mifgsm", "amifgsm", "korhonen", "madc", "uap", "cumulative_uap", "square")
 

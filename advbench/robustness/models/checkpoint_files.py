@@ -18,7 +18,7 @@ from torch import nn
 
 from advbench.core.errors import AdvbenchError
 from advbench.core.torchfile import first_mismatch, network_state, read_torch_file
-from advbench.robustness.models.base import Classifier
+from advbench.robustness.models.classifier import Classifier
 
 META_KEYS = ("dataset", "architecture", "recipe", "clean_accuracy", "config", "created_at", "advbench_version")
 

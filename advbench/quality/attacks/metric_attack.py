@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 import torch
 
 from advbench.core.errors import AdvbenchError, first_line
-from advbench.quality.metrics.base import QualityMetric
+from advbench.quality.metrics.metric_contract import QualityMetric
 from advbench.quality.metrics.scoring import goodness
 
 BOUNDS = (0.0, 1.0)

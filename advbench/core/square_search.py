@@ -4,7 +4,7 @@ The robustness half's `Square` lowers a classifier's margin through a score orac
 half's `MetricSquare` raises a metric's goodness. Both recolour one random square of the best
 iterate per step with ±ε per channel, its side shrinking on the authors' schedule of p (the
 square's share of pixels), and both draw their numbers per sample and step from the counter
-generator (`advbench.core.draws`), `BLOCK` steps at a time, so a sample's search does not depend
+generator (`advbench.core.sample_draws`), `BLOCK` steps at a time, so a sample's search does not depend
 on its batch.
 """
 
@@ -16,7 +16,7 @@ from functools import lru_cache
 
 import torch
 
-from advbench.core.draws import uniform_streams
+from advbench.core.sample_draws import uniform_streams
 from advbench.core.steps import clip, per_sample
 
 RESAMPLES = 16  # redraws of an ℓ∞ square whose colour would not change the image (authors: until it does)

@@ -1,14 +1,14 @@
 """The draws of randomized models, keyed per row by (sample id, call index).
 
-The numbers themselves come from the counter generator of `advbench.core.draws`.
+The numbers themselves come from the counter generator of `advbench.core.sample_draws`.
 """
 
 from __future__ import annotations
 
 import torch
 
-from advbench.core.draws import GOLDEN, M1, MASK64, as_int64, mix
 from advbench.core.runtime import pieces
+from advbench.core.sample_draws import GOLDEN, M1, MASK64, as_int64, mix
 
 # Draws of randomized models (`defenses.wrappers`), keyed per row by (sample id, call index): the
 # k-th forward pass that includes a sample draws the same noise whatever the batch, the chunk, the
