@@ -17,7 +17,7 @@ from advbench.robustness.attacks.oracles import build_oracle
 from advbench.robustness.data.digits import Digits
 from advbench.robustness.defenses.checkpoint_cache import cache_entry
 from advbench.robustness.defenses.masking import cell_flags, gradient_flags
-from advbench.robustness.defenses.rse import conv_noise, inner_convolutions
+from advbench.robustness.defenses.noise_layers import conv_noise, inner_convolutions
 from advbench.robustness.defenses.trained import load_trained_model
 from advbench.robustness.defenses.trainer import train_defense
 from advbench.robustness.defenses.wrappers import (

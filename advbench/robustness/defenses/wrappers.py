@@ -38,7 +38,7 @@ from advbench.core.sample_draws import member_keys, row_keys
 from advbench.core.transforms import bit_depth, bpda, jpeg_roundtrip
 from advbench.robustness.attacks import model_draws
 from advbench.robustness.attacks.transfer import diverse_inputs
-from advbench.robustness.defenses.rse import conv_noise, inner_convolutions
+from advbench.robustness.defenses.noise_layers import conv_noise, inner_convolutions
 
 
 class InputTransform(nn.Module):
@@ -200,7 +200,7 @@ class _Ensemble(InputTransform):
 @WRAPPERS.register("rse")
 class RandomSelfEnsemble(_Ensemble):
     """RSE at inference (Liu et al. 2018): a model trained with recipe `rse`, run with the same
-    noise (σ_init on the image, σ_inner before every later convolution: `defenses.rse`), logits
+    noise (σ_init on the image, σ_inner before every later convolution: `defenses.noise_layers`), logits
     averaged over `ensemble` noisy passes. The noise is differentiable: white-box gradients are
     EOT means over `eot_samples` calls, each itself an ensemble."""
 

@@ -1,6 +1,6 @@
 """VGG for 32x32 inputs (Simonyan & Zisserman 2015, CIFAR-10 form): 3x3 conv + batch norm + ReLU
 stages with max-pooling, one linear classifier on the 512 features left at 1x1. RSE's CIFAR-10
-model (Liu et al. 2018) is VGG-16; its noise layers are added by `advbench.robustness.defenses.rse`."""
+model (Liu et al. 2018) is VGG-16; its noise layers are added by `advbench.robustness.defenses.noise_layers`."""
 
 from __future__ import annotations
 

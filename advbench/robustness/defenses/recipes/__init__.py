@@ -21,7 +21,7 @@ from advbench.robustness.defenses.recipes import (  # noqa: F401 - each module r
     alp,
     ens_at,
     adp,
-    rse_noise,
+    rse,
     convex,
 )
 # isort: on

@@ -7,7 +7,7 @@ elsewhere never keeps a hook. The "init" noise (σ_init) is added to the [0, 1] 
 the authors' VGG takes unnormalised images, so it lands before the first convolution; the
 "inner" noise (σ_inner) is added to the input of every later convolution.
 
-Training (recipe `rse`, `recipes/rse_noise.py`) draws with torch's generator (seeded by the trainer);
+Training (recipe `rse`, `recipes/rse.py`) draws with torch's generator (seeded by the trainer);
 the deployed model (`wrappers.RandomSelfEnsemble`) draws per row with `advbench.core.sample_draws`,
 keyed by sample id and call index (`Draw` gets the pass's keys through its closure, so the hooks
 stay stateless and a resumed run draws what an uninterrupted one does), and averages the logits

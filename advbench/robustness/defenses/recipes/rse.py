@@ -1,6 +1,6 @@
 """Recipe `rse` (Liu et al. 2018): train with the random self-ensemble's noise, as it is deployed.
 
-The noise layers are the forward pre-hooks of `defenses.rse` (`conv_noise`); training draws
+The noise layers are the forward pre-hooks of `defenses.noise_layers` (`conv_noise`); training draws
 with torch's generator, seeded by the trainer.
 """
 
@@ -10,8 +10,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from advbench.robustness.defenses.noise_layers import conv_noise
 from advbench.robustness.defenses.recipes.recipe_schema import REGISTRY, Recipe
-from advbench.robustness.defenses.rse import conv_noise
 
 
 @REGISTRY.register("rse")
