@@ -8,7 +8,6 @@ catalogue load here, on a function's first call (`api._calls`).
 from __future__ import annotations
 
 import dataclasses
-import json
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -16,11 +15,10 @@ from typing import Any
 
 import pandas as pd
 import torch
-from omegaconf import open_dict
 from torch import nn
 
-from advbench.cli.choices import api_config
-from advbench.cli.spec_builder import cell_spec, refuse_attack_options
+from advbench.cli.api_cells import ApiCell, api_cell, preset_cells
+from advbench.cli.spec_builder import refuse_attack_options
 from advbench.core.caller_state import caller_state_kept
 from advbench.core.catalog import describe, group_options, groups, keywords_said, refuse_twice_set
 from advbench.core.construct import construct
@@ -36,9 +34,7 @@ from advbench.robustness.defenses.wrappers import wrap
 from advbench.robustness.evaluation.cell import Given, run_cell
 from advbench.robustness.models.classifier import Classifier, evaluation_mode
 from advbench.robustness.models.given import (
-    AS_GIVEN_DEFENSE,
     Normalisation,
-    applicable_wrapper,
     refuse_inapplicable,
 )
 from advbench.robustness.models.user_models import check_forward, check_randomized, check_randomness, mark_randomized
@@ -63,19 +59,19 @@ def evaluate(*, model, data, attack, threat, eps, attack_params, out_dir, device
                        overrides, out_dir)
     with tempfile.TemporaryDirectory(prefix="advbench-") as scratch, caller_state_kept(model, device), \
             python_warnings():
-        cfg = api_config(_choices(data, attack, threat, defense),
-                         _values(subject.name, attack, eps, attack_params,
-                                 Path(out_dir) if out_dir is not None else Path(scratch), device, seed, randomized),
-                         overrides)
-        if cfg.threat.norm == CORRUPTION:
+        cell = api_cell(_choices(data, attack, threat, defense),
+                        _values(subject.name, attack, eps, attack_params,
+                                Path(out_dir) if out_dir is not None else Path(scratch), device, seed, randomized),
+                        overrides, as_given=subject.as_given)
+        if cell.spec.threat.norm == CORRUPTION:
             refuse_attack_options([*attack_said, *overrides])
-        return _evaluate_config(cfg, subject, _data_object(data, subject), attack)
+        return _evaluate_cell(cell, subject, _data_object(data, subject), attack)
 
 
 def evaluate_preset(*, model, data, preset, out_dir, device, seed, mean, std, randomized, eot_samples, defense, label,
                     num_classes, budgets, overrides):
     """`advbench.api.evaluate_preset`'s body: its arguments as the caller gave them, its defaults filled."""
-    from advbench.cli.presets import preset_configs, sweep_cost  # Hydra composes the preset's cells
+    from advbench.cli.presets import specs_cost  # Hydra composes the preset's cells
 
     refuse_twice_set(_said(data=data, label=label, defense=defense), overrides)
     data = "digits" if data is None else data
@@ -90,12 +86,11 @@ def evaluate_preset(*, model, data, preset, out_dir, device, seed, mean, std, ra
             values["dataset.n_samples"] = len(held.labels)
         picked = {"model": "python", **({"dataset": data} if isinstance(data, str) else {}),
                   **({"defense": defense} if defense is not None else {})}
-        cfgs = preset_configs(preset, [*(f"{g}={o}" for g, o in picked.items()),
-                                       *(f"{k}={json.dumps(v)}" for k, v in values.items()), *overrides])
-        cost = sweep_cost(cfgs)
+        cells = preset_cells(preset, picked, values, overrides, as_given=subject.as_given)
+        cost = specs_cost([cell.spec for cell in cells])
         if held is not None:
-            _refuse_cached_substitutes(cfgs)
-        records = pd.concat([_evaluate_config(cfg, subject, held, "preset") for cfg in cfgs], ignore_index=True)
+            _refuse_cached_substitutes([cell.spec for cell in cells])
+        records = pd.concat([_evaluate_cell(cell, subject, held, "preset") for cell in cells], ignore_index=True)
         records.attrs["cost"] = cost
         return records
 
@@ -151,14 +146,14 @@ def _said(attack_params: Any = None, **keywords: Any) -> dict[str, str]:
     return said
 
 
-def _refuse_cached_substitutes(cfgs: Sequence[Any]) -> None:
+def _refuse_cached_substitutes(specs: Sequence[CellSpec]) -> None:
     """On data held in memory a transfer cell's substitute needs an explicit checkpoint: a cached one
     was trained on a data set option, which the cache does not take for this data."""
-    for cfg in cfgs:
-        sub = cfg.get("substitute") or {}
-        if cfg.threat.knowledge == "transfer" and sub.get("model") is not None and not sub.get("checkpoint"):
-            raise AdvbenchError(f"on data held in memory the transfer cells' substitute '{sub.get('name')}' needs its "
-                                f"weights: overrides=['substitute.checkpoint=PATH'] (a state dict of its "
+    for spec in specs:
+        sub = spec.substitute
+        if spec.threat.knowledge == "transfer" and sub is not None and sub.checkpoint is None:
+            raise AdvbenchError(f"on data held in memory the transfer cells' substitute '{spec.substitute_name}' needs "
+                                f"its weights: overrides=['substitute.checkpoint=PATH'] (a state dict of its "
                                 f"{sub.model.name} for this data), or another substitute=<option> with them")
 
 
@@ -184,18 +179,14 @@ def _data_object(data: Any, subject: _Subject, budgets: Mapping[str, float] | No
     return TensorData.of(data, num_classes=subject.num_classes or _classes_of(subject.model, data), budgets=budgets)
 
 
-def _evaluate_config(cfg: Any, subject: _Subject, held: TensorData | None, attack: str | Attack) -> pd.DataFrame:
-    """One cell of a composed run config on the call's model (and data held in memory, attack object): its records."""
-    wrapper = applicable_wrapper(cfg.defense)
-    if subject.as_given:
-        with open_dict(cfg):
-            cfg.defense = dict(AS_GIVEN_DEFENSE)
-    spec = cell_spec(cfg)
+def _evaluate_cell(cell: ApiCell, subject: _Subject, held: TensorData | None, attack: str | Attack) -> pd.DataFrame:
+    """One cell on the call's model (and data held in memory, attack object): its records."""
+    spec = cell.spec
     if isinstance(attack, Attack):
         spec = dataclasses.replace(spec, attack=AttackSpec(type(attack).__name__.lower(), attack.params()))
     dataset = construct(spec.dataset.config) if held is None else held
     given = _given(spec, subject.model, dataset, attack, subject.normalisation, subject.randomness, subject.name,
-                   wrapper)
+                   cell.wrapper)
     if spec.threat.norm == CORRUPTION:
         from advbench.robustness.evaluation.corruption_cell import run_corruptions  # torchvision: only for corruptions
 

@@ -24,6 +24,7 @@ from advbench.core.errors import AdvbenchError
 from advbench.core.terminal import print_table
 from advbench.robustness.cost import cell_cost, cost_frame
 from advbench.robustness.evaluation.substitute import check_substitute_weights
+from advbench.robustness.specs import CellSpec
 
 PRESET_CHOICES = ("experiment", "attack", "threat", "threat.norm", "threat.goal", "threat.knowledge")
 """What a preset chooses per cell: overrides of these (and of its rows, `experiment/...`) are refused."""
@@ -72,9 +73,13 @@ def refuse_preset_choices(overrides: Sequence[str]) -> None:
 
 
 def sweep_cost(cfgs: Sequence[DictConfig]) -> pd.DataFrame:
-    """The declared cost of each composed cell (`COST_COLUMNS`), after checking that every transfer
-    cell's substitute has weights: that cell would otherwise fail after the others ran."""
-    specs = [cell_spec(cfg) for cfg in cfgs]
+    """The declared cost of each composed cell (`specs_cost`)."""
+    return specs_cost([cell_spec(cfg) for cfg in cfgs])
+
+
+def specs_cost(specs: Sequence[CellSpec]) -> pd.DataFrame:
+    """The declared cost of each cell (`COST_COLUMNS`), after checking that every transfer cell's
+    substitute has weights: that cell would otherwise fail after the others ran."""
     for spec in specs:
         check_substitute_weights(spec)
     return cost_frame([cell_cost(spec) for spec in specs])
