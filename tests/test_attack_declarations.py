@@ -26,10 +26,10 @@ from omegaconf import OmegaConf
 
 import advbench
 from advbench.cli.config import compose_config
+from advbench.core import hyperparameters as hyper
 from advbench.core.catalog import group_options, option_file
 from advbench.core.construct import target_of
 from advbench.core.errors import AdvbenchError
-from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.attack_contract import Attack
 from advbench.robustness.attacks.gradient import PGD
 

@@ -29,7 +29,7 @@ MODULE = '''"""A toy attack: one gradient step of `scale`·ε, signed (l-inf) or
 import torch
 
 from advbench.core.steps import ascend, unit_direction
-from advbench.robustness.attacks import hyper
+from advbench.core import hyperparameters as hyper
 from advbench.robustness.attacks.attack_contract import Attack, AttackResult, success_of
 
 

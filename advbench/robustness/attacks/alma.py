@@ -16,10 +16,10 @@ from dataclasses import dataclass, fields
 
 import torch
 
+from advbench.core import hyperparameters as hyper
 from advbench.core.errors import AdvbenchError
 from advbench.core.norms import L2_NORM
 from advbench.core.steps import clip, per_sample, rmsprop_step
-from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.attack_contract import Attack, AttackResult
 from advbench.robustness.attacks.minimum_norm import SmallestAdversarial, goal_margin
 from advbench.robustness.attacks.oracles import Oracle

@@ -31,9 +31,9 @@ from fractions import Fraction
 import torch
 import torch.nn.functional as F
 
+from advbench.core import hyperparameters as hyper
 from advbench.core.errors import AdvbenchError
 from advbench.core.steps import ascend, per_sample, unit_direction
-from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.attack_contract import Attack, AttackResult, Cost
 from advbench.robustness.attacks.oracles import WhiteBoxOracle
 from advbench.robustness.attacks.starts import boundary_start

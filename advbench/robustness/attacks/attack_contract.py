@@ -7,14 +7,13 @@ they declare; the oracle counts their cost per sample.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple
 
 import torch
 
+from advbench.core import hyperparameters as hyper
 from advbench.core.errors import AdvbenchError
-from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.oracles import Oracle
 from advbench.robustness.threat import GOALS, goal_met
 
@@ -57,20 +56,16 @@ class Cost(NamedTuple):
         return Cost(self.grad_evals * factor, self.queries * factor)
 
 
-class Attack:
+class Attack(hyper.DeclaresHyperparameters):
     """Base class: hyperparameters in `__init__`, data at call time.
 
-    `hyperparameters` declares each constructor argument's valid values (`attacks.hyper`);
+    `hyperparameters` declares each constructor argument's valid values (`core.hyperparameters`);
     the constructor hands its arguments to `set_hyperparameters`, the one check. `kind` says
     how the engine gets a minimum ε: "budgeted" attacks stay inside `eps` and are searched
     over ε; "minimizing" attacks return the smallest example they found, whatever `eps`
     (which then only dates `first_success`), and its norm is the minimum ε.
     `strength_budget` is the unit and end of `first_success`.
     """
-
-    hyperparameters: ClassVar[Mapping[str, hyper.Range]] = {}
-    """Constructor argument -> its valid values (`hyper.Whole(1)`, `hyper.Real(0, 1)`, ...); a
-    subclass declares its own and its parent's (`{**Parent.hyperparameters, ...}`)."""
 
     kind: ClassVar[str] = "budgeted"
     knowledge: ClassVar[tuple[str, ...]] = ("white",)
@@ -111,12 +106,6 @@ class Attack:
         super().__init_subclass__(**kwargs)
         if "run" in vars(cls) and cls.strength_budget is Attack.strength_budget:
             raise TypeError(f"attack {cls.__name__} has a run but does not say its strength_budget")
-
-    def set_hyperparameters(self, arguments: Mapping[str, Any]) -> None:
-        """Check the declared hyperparameters among `arguments` (the constructor's `locals()`) and
-        set each as an attribute: `params()` returns them as given; a bad one is an AdvbenchError."""
-        for name, value in hyper.check_all(self, self.hyperparameters, arguments).items():
-            setattr(self, name, value)
 
     @property
     def strength_budget(self) -> int:

@@ -29,8 +29,8 @@ from typing import Any
 
 import torch
 
+from advbench.core import hyperparameters as hyper
 from advbench.core.errors import AdvbenchError
-from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.attack_contract import Attack, AttackResult, Cost
 from advbench.robustness.attacks.oracles import Oracle
 from advbench.robustness.attacks.worst_case import Ensemble, MemberNames, MemberParams

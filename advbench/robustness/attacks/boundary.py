@@ -15,9 +15,9 @@ from collections.abc import Sequence
 
 import torch
 
+from advbench.core import hyperparameters as hyper
 from advbench.core.norms import L2_NORM
 from advbench.core.sample_draws import normal
-from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.attack_contract import AttackResult
 from advbench.robustness.attacks.oracles import DecisionOracle
 from advbench.robustness.attacks.queries import CHECKPOINTS, DecisionAttack, QueryLog, Window

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import torch
 
+from advbench.core import hyperparameters as hyper
 from advbench.core.norms import L2_NORM
 from advbench.core.steps import clip, cosine_anneal, per_sample
-from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.attack_contract import Attack, AttackResult
 from advbench.robustness.attacks.minimum_norm import SmallestAdversarial, unit_l2
 from advbench.robustness.attacks.oracles import Oracle

@@ -24,12 +24,12 @@ from collections.abc import Sequence
 
 import torch
 
+from advbench.core import hyperparameters as hyper
 from advbench.core.norms import L2_NORM, LINF
 from advbench.core.norms import norm as norm_of
 from advbench.core.runtime import PROBE_ELEMENTS
 from advbench.core.sample_draws import normal, uniform
 from advbench.core.steps import clip, lp_norm, per_sample
-from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.attack_contract import AttackResult
 from advbench.robustness.attacks.oracles import DecisionOracle
 from advbench.robustness.attacks.queries import CHECKPOINTS, DecisionAttack, QueryLog, bisect, starting_points

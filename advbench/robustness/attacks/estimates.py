@@ -15,10 +15,10 @@ from typing import ClassVar
 
 import torch
 
+from advbench.core import hyperparameters as hyper
 from advbench.core.resume import warn
 from advbench.core.sample_draws import normal, rademacher
 from advbench.core.steps import ascend, clip, unit_direction
-from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.attack_contract import AttackResult
 from advbench.robustness.attacks.minimum_norm import goal_margin
 from advbench.robustness.attacks.oracles import ScoreOracle

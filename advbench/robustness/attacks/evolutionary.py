@@ -18,10 +18,10 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
+from advbench.core import hyperparameters as hyper
 from advbench.core.norms import L2_NORM
 from advbench.core.sample_draws import normal, uniform
 from advbench.core.steps import clip, per_sample
-from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.attack_contract import AttackResult
 from advbench.robustness.attacks.oracles import DecisionOracle
 from advbench.robustness.attacks.queries import CHECKPOINTS, DecisionAttack, Window

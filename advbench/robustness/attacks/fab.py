@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import torch
 
+from advbench.core import hyperparameters as hyper
 from advbench.core.errors import AdvbenchError
 from advbench.core.norms import norm as norm_of
 from advbench.core.steps import clip, lp_norm, per_sample
-from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.attack_contract import Attack, AttackResult, Cost
 from advbench.robustness.attacks.hyperplane import PROJECTIONS
 from advbench.robustness.attacks.minimum_norm import (

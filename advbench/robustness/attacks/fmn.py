@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import torch
 
+from advbench.core import hyperparameters as hyper
 from advbench.core.norms import norm as norm_of
 from advbench.core.steps import clip, cosine_anneal, lp_norm, project
-from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.attack_contract import Attack, AttackResult
 from advbench.robustness.attacks.minimum_norm import SmallestAdversarial, goal_margin, unit_l2
 from advbench.robustness.attacks.oracles import Oracle

@@ -12,8 +12,8 @@ from dataclasses import dataclass, fields
 
 import torch
 
+from advbench.core import hyperparameters as hyper
 from advbench.core.steps import accumulate_momentum, ascend, unit_direction
-from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.attack_contract import Attack, AttackResult
 from advbench.robustness.attacks.oracles import TransferOracle, WhiteBoxOracle
 from advbench.robustness.attacks.starts import random_start

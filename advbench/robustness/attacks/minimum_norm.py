@@ -18,12 +18,12 @@ import math
 
 import torch
 
+from advbench.core import hyperparameters as hyper
 from advbench.core.norms import L2_NORM
 from advbench.core.norms import norm as norm_of
 from advbench.core.runtime import grad_rows, pieces
 from advbench.core.sample_draws import normal
 from advbench.core.steps import adam_step, clip, lp_norm, per_sample, unit_direction
-from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.attack_contract import Attack, AttackResult, Cost
 from advbench.robustness.attacks.oracles import Objective, Oracle, TransferOracle
 

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import torch
 
+from advbench.core import hyperparameters as hyper
 from advbench.core.sample_draws import normal
 from advbench.core.steps import clip, project
-from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.attack_contract import AttackResult
 from advbench.robustness.attacks.minimum_norm import BOXES, goal_margin
 from advbench.robustness.attacks.oracles import ScoreOracle

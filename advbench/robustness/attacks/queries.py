@@ -15,12 +15,12 @@ from collections.abc import Sequence
 
 import torch
 
+from advbench.core import hyperparameters as hyper
 from advbench.core.norms import L2_NORM, LINF
 from advbench.core.norms import norm as norm_of
 from advbench.core.runtime import pieces, probe_rows
 from advbench.core.sample_draws import uniform
 from advbench.core.steps import lp_norm, per_sample
-from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.attack_contract import Attack, AttackResult
 from advbench.robustness.attacks.minimum_norm import SmallestAdversarial
 from advbench.robustness.attacks.oracles import DecisionOracle

@@ -20,13 +20,13 @@ from typing import ClassVar
 
 import torch
 
+from advbench.core import hyperparameters as hyper
 from advbench.core.errors import AdvbenchError
 from advbench.core.norms import L2_NORM, LINF
 from advbench.core.norms import norm as norm_of
 from advbench.core.sample_draws import rademacher, signs
 from advbench.core.square_search import SquareDraws, linf_draws, linf_step, p_schedule, recoloured, window
 from advbench.core.steps import clip, per_sample
-from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.attack_contract import Attack, AttackResult
 from advbench.robustness.attacks.minimum_norm import goal_margin
 from advbench.robustness.attacks.oracles import ScoreOracle

@@ -17,8 +17,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from advbench.core import hyperparameters as hyper
 from advbench.core.sample_draws import uniform
-from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.gradient import IterativeGradientAttack
 from advbench.robustness.attacks.oracles import WhiteBoxOracle
 

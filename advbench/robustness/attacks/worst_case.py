@@ -24,11 +24,11 @@ from typing import Any
 
 import torch
 
+from advbench.core import hyperparameters as hyper
 from advbench.core.catalog import group_options, option_data
 from advbench.core.construct import construct
 from advbench.core.errors import AdvbenchError
 from advbench.core.keys import plain_value
-from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.attack_contract import Attack, AttackResult, Cost
 from advbench.robustness.attacks.oracles import Oracle
 

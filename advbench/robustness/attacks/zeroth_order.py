@@ -21,9 +21,9 @@ from collections.abc import Sequence
 
 import torch
 
+from advbench.core import hyperparameters as hyper
 from advbench.core.sample_draws import uniform
 from advbench.core.steps import adam_step, clip
-from advbench.robustness.attacks import hyper
 from advbench.robustness.attacks.attack_contract import AttackResult, success_of
 from advbench.robustness.attacks.minimum_norm import goal_margin, next_const
 from advbench.robustness.attacks.oracles import ScoreOracle

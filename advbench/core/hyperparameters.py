@@ -1,24 +1,24 @@
 """The one check of every attack's hyperparameters, run in its constructor.
 
-An attack declares each constructor argument's valid values once, next to its class, as
-`hyperparameters = {"steps": Whole(1), "rel_stepsize": Real(0, open_low=True), ...}`;
-`Attack.set_hyperparameters(locals())` checks them all and sets them as attributes (what
-`params()` returns), and the contract tests derive each argument's bad values from the same
-declaration (`Range.bad`). A check returns the value it was given, unchanged, when it is valid,
-and otherwise raises `AdvbenchError` with one line naming the attack, the parameter, what it
-needs and what came: "PGD: steps must be a whole number >= 1, got 0". So a bad setting fails
-the same way from Python, the CLI and `advbench.evaluate`, before any work. NaN and infinities
-are never valid numbers (NaN passes every `<=` test and would only surface as NaN iterates
-after the attack ran).
+An attack on a classifier (`robustness.attacks.attack_contract.Attack`) or on a quality metric
+(`quality.attacks.metric_attack.MetricAttack`) declares each constructor argument's valid values
+once, next to its class, as `hyperparameters = {"steps": Whole(1), "rel_stepsize": Real(0,
+open_low=True), ...}`; `set_hyperparameters(locals())` (`DeclaresHyperparameters`, the base both
+halves' attacks share) checks them all and sets them as attributes, and the contract tests derive
+each argument's bad values from the same declaration (`Range.bad`). A check returns the value it
+was given, unchanged, when it is valid, and otherwise raises `AdvbenchError` with one line naming
+the attack, the parameter, what it needs and what came: "PGD: steps must be a whole number >= 1,
+got 0". So a bad setting fails the same way from Python, the CLI and `advbench.evaluate` (or
+`evaluate_metric`), before any work. NaN and infinities are never valid numbers (NaN passes
+every `<=` test and would only surface as NaN iterates after the attack ran).
 """
-
 from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from advbench.core.errors import AdvbenchError
 
@@ -198,3 +198,18 @@ class Wholes(Range):
 def check_all(owner: object, ranges: dict[str, Range], arguments: dict[str, Any]) -> dict[str, Any]:
     """The arguments `ranges` declares, each checked, in declaration order (those not given left out)."""
     return {name: spec.check(owner, name, arguments[name]) for name, spec in ranges.items() if name in arguments}
+
+
+class DeclaresHyperparameters:
+    """Base of every attack: `hyperparameters` declares each constructor argument's valid values,
+    and the constructor hands its arguments to `set_hyperparameters`, the one check."""
+
+    hyperparameters: ClassVar[Mapping[str, Range]] = {}
+    """Constructor argument -> its valid values (`Whole(1)`, `Real(0, 1)`, ...); a subclass
+    declares its own and its parent's (`{**Parent.hyperparameters, ...}`)."""
+
+    def set_hyperparameters(self, arguments: Mapping[str, Any]) -> None:
+        """Check the declared hyperparameters among `arguments` (the constructor's `locals()`) and
+        set each as an attribute, as given; a bad one is an AdvbenchError."""
+        for name, value in check_all(self, self.hyperparameters, arguments).items():
+            setattr(self, name, value)
