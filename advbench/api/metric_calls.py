@@ -1,13 +1,13 @@
 """The quality half's Python API: attack a quality metric of your own, on `advbench iqa run`'s code path.
 
-`evaluate_metric` composes the config `advbench iqa run metric=python` would (so its options,
-defaults and checks are the CLI's), hands the caller's module and images to the same cell runner,
-and returns the iqa records as a DataFrame, which `advbench.plot` draws.
+`evaluate_metric` hands its choices and values, as Python objects, to `cli.api_metric_cells`, which
+builds the config `advbench iqa run metric=python` would compose (so its options, defaults and checks
+are the CLI's) and runs the same cell on the caller's module and images; the iqa records come back as
+a DataFrame, which `advbench.plot` draws.
 """
 
 from __future__ import annotations
 
-import json
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -17,6 +17,7 @@ import pandas as pd
 import torch
 from torch import nn
 
+from advbench.cli.api_metric_cells import metric_part
 from advbench.core.caller_state import caller_state_kept
 from advbench.core.catalog import keywords_said, override_key, refuse_twice_set
 from advbench.core.errors import AdvbenchError
@@ -70,9 +71,6 @@ def evaluate_metric(metric: nn.Module, images: torch.Tensor | str | Path, *, att
         raise AdvbenchError(f"judges must be a list of metric names, e.g. ['niqe', 'cnnqa'], got {type(judges).__name__}")
     given = given_images(images) if isinstance(images, torch.Tensor) else None
     _refuse_fixed(overrides, tensor_images=given is not None)
-    from advbench.cli.config import compose_config  # Hydra: evaluate alone never loads it
-    from advbench.cli.quality_tasks import iqa_job
-
     with tempfile.TemporaryDirectory(prefix="advbench-") as scratch, caller_state_kept(metric, device), \
             python_warnings():
         values = {"eps": check_budgets(eps), "seed": seed, "device": device,
@@ -80,10 +78,8 @@ def evaluate_metric(metric: nn.Module, images: torch.Tensor | str | Path, *, att
                   "n_images": n_images, "size": size if given is None else min(given[0].shape[-2:]),
                   "data": None if given is not None else str(images), "judges": judges,
                   **{f"attack.params.{k}": v for k, v in (attack_params or {}).items()}}
-        cfg = compose_config("iqa", ["metric=python", f"attack={attack}", *(f"{k}={json.dumps(v)}" for k, v in values.items()),
-                                     *overrides])
-        scored = UserMetric(metric, name, higher_better, score_range)
-        part = iqa_job(cfg, scored, name, given)
+        part = metric_part({"metric": "python", "attack": attack}, values, overrides,
+                           metric=UserMetric(metric, name, higher_better, score_range), name=name, given=given)
         return read_kind([part], kinds=("iqa",))[1]
 
 
