@@ -168,3 +168,46 @@ def test_the_repeat_finder_finds_one(tmp_path: Path) -> None:
         (tmp_path / folder).mkdir()
         (tmp_path / folder / "base.py").write_text("")
     assert repeated_module_names(tmp_path) == {"base.py": ["a/base.py", "b/base.py"]}
+
+
+CONFIG_NAMES = {"open_dict", "DictConfig", "OmegaConf", "compose_config"}
+"""What builds or patches a run config; the API leaves that to cli/ (`api_cells`, `api_metric_cells`)."""
+
+
+def config_handling(path: Path) -> list[str]:
+    """Where `path` names a config object or composes one (CONFIG_NAMES) or writes a value into an
+    override string (`json.dumps`), as 'file:line name'; words in docstrings aside."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Name):
+            names = [node.id]
+        elif isinstance(node, ast.Attribute):
+            dumps = node.attr == "dumps" and isinstance(node.value, ast.Name) and node.value.id == "json"
+            names = ["json.dumps" if dumps else node.attr]
+        elif isinstance(node, ast.ImportFrom):
+            names = ["json.dumps" if (node.module, a.name) == ("json", "dumps") else a.name for a in node.names]
+        else:
+            continue
+        found += [f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {name}" for name in names
+                  if name in CONFIG_NAMES or name == "json.dumps"]
+    return found
+
+
+def test_the_api_holds_no_config_object() -> None:
+    """The API hands Python values to cli/, which builds the run config: one place turns them into
+    the command line's config, so the API cannot drift from it by patching one or quoting values."""
+    assert [line for p in sorted((PACKAGE / "api").rglob("*.py")) for line in config_handling(p)] == []
+
+
+def test_the_config_finder_finds_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(f"{__name__}.PACKAGE", tmp_path / "advbench")
+    (tmp_path / "advbench" / "api").mkdir(parents=True)
+    source = tmp_path / "advbench" / "api" / "planted.py"
+    source.write_text('"""Mentions OmegaConf and json.dumps in words only."""\n'
+                      "import json\nfrom json import dumps\nfrom omegaconf import DictConfig, open_dict\n"
+                      "import advbench.cli.config\n\n\n"
+                      "def f(cfg: DictConfig) -> str:\n"
+                      "    advbench.cli.config.compose_config('iqa', [])\n"
+                      "    return json.dumps(omegaconf.OmegaConf.to_container(cfg))\n")
+    assert config_handling(source) == [f"advbench/api/planted.py:{where}" for where in (
+        "3 json.dumps", "4 DictConfig", "4 open_dict", "8 DictConfig", "9 compose_config", "10 json.dumps", "10 OmegaConf")]
