@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -193,6 +194,21 @@ class Wholes(Range):
 
     def _bad(self) -> list[Any]:
         return [[self.low - 1], [1000, self.low - 1], [2.5], "1000", 5]
+
+
+@dataclass(frozen=True)
+class File(Range):
+    """A file's path: non-empty text or an `os.PathLike`; whether it holds what it should is for its reader."""
+
+    optional: bool = False
+
+    def _check(self, owner: object, name: str, value: Any) -> Any:
+        if not isinstance(value, (str, os.PathLike)) or not str(value):
+            raise refuse(owner, name, "a file path", value)
+        return value
+
+    def _bad(self) -> list[Any]:
+        return ["", 3, True]
 
 
 def check_all(owner: object, ranges: dict[str, Range], arguments: dict[str, Any]) -> dict[str, Any]:

@@ -17,9 +17,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from advbench.core.errors import AdvbenchError
+from advbench.core import hyperparameters as hyper
 from advbench.core.steps import accumulate_momentum, adam_step, linf_box, step_in_box
-from advbench.quality.attacks.metric_attack import BOUNDS, Attacked, MetricAttack, check_steps, final_scores, score_and_grad
+from advbench.quality.attacks.metric_attack import BOUNDS, Attacked, MetricAttack, final_scores, score_and_grad
 from advbench.quality.metrics.metric_contract import QualityMetric
 
 _LUMA = torch.tensor([0.299, 0.587, 0.114])
@@ -28,11 +28,11 @@ _LUMA = torch.tensor([0.299, 0.587, 0.114])
 class IterativeFGSM(MetricAttack):
     """Sign steps on the goodness gradient, momentum `decay` (0: none), step α or ε/steps when α is None."""
 
+    hyperparameters = {"steps": hyper.Whole(1), "alpha": hyper.Real(0, open_low=True, optional=True),
+                       "decay": hyper.Real(0)}
+
     def __init__(self, *, steps: int = 10, alpha: float | None = 1 / 255, decay: float = 0.0) -> None:
-        check_steps(steps, alpha=alpha)
-        if not 0 <= decay < float("inf"):
-            raise AdvbenchError(f"decay must be a number >= 0, got {decay!r}")
-        self.steps, self.alpha, self.decay = steps, alpha, float(decay)
+        self.set_hyperparameters(locals())
 
     def run(self, metric: QualityMetric, x: torch.Tensor, eps: torch.Tensor) -> Attacked:
         alpha = eps / self.steps if self.alpha is None else torch.full_like(eps, self.alpha)
@@ -95,10 +95,10 @@ def activity_map(x: torch.Tensor) -> torch.Tensor:
 
 class Korhonen(MetricAttack):
     name = "korhonen"
+    hyperparameters = {"steps": hyper.Whole(1), "lr": hyper.Real(0, open_low=True)}
 
     def __init__(self, *, steps: int = 10, lr: float = 0.005) -> None:
-        check_steps(steps, lr=lr)
-        self.steps, self.lr = steps, float(lr)
+        self.set_hyperparameters(locals())
 
     def run(self, metric: QualityMetric, x: torch.Tensor, eps: torch.Tensor) -> Attacked:
         mask = activity_map(x)

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import torch
 
-from advbench.quality.attacks.metric_attack import Attacked, MetricAttack, check_finite_step, check_steps, final_scores
+from advbench.core import hyperparameters as hyper
+from advbench.quality.attacks.metric_attack import Attacked, MetricAttack, check_finite_step, final_scores
 from advbench.quality.metrics.metric_contract import QualityMetric
 from advbench.quality.metrics.scoring import goodness
 
@@ -41,10 +42,11 @@ class MADC(MetricAttack):
     """`steps` accept-if-better steps inside MSE <= eps ** mse_power (and |delta| <= eps when `linf`)."""
 
     name = "madc"
+    hyperparameters = {"steps": hyper.Whole(1), "lr": hyper.Real(0, open_low=True),
+                       "mse_power": hyper.Real(0, open_low=True), "linf": hyper.Flag()}
 
     def __init__(self, *, steps: int = 50, lr: float = 0.05, mse_power: float = 2.0, linf: bool = True) -> None:
-        check_steps(steps, lr=lr, mse_power=mse_power)
-        self.steps, self.lr, self.mse_power, self.linf = steps, float(lr), float(mse_power), bool(linf)
+        self.set_hyperparameters(locals())
 
     def run(self, metric: QualityMetric, x: torch.Tensor, eps: torch.Tensor) -> Attacked:
         x_adv, kept = self.ascend(metric, x, eps, self.steps)

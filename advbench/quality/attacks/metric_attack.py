@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 import torch
 
 from advbench.core.errors import AdvbenchError, first_line
+from advbench.core.hyperparameters import DeclaresHyperparameters
 from advbench.quality.metrics.metric_contract import QualityMetric
 from advbench.quality.metrics.scoring import goodness
 
@@ -38,9 +39,12 @@ class Attacked:
     queries: torch.Tensor | None = None
 
 
-class MetricAttack:
+class MetricAttack(DeclaresHyperparameters):
     """Base of the attacks on metrics: hyperparameters keyword-only in `__init__`, `run` per batch.
 
+    `hyperparameters` declares each constructor argument's valid values (`core.hyperparameters`,
+    as the robustness half's attacks do); the constructor hands its arguments to
+    `set_hyperparameters`, the one check, so a bad one reads "IFGSM: steps must be ...".
     `prepare` runs once per cell before any batch (the universal perturbations train there)
     and returns what it adds to the cell's identity.
     """
@@ -177,11 +181,3 @@ def check_budgets(eps: Any, key: str = "eps") -> list[float]:
         raise AdvbenchError(f"{key} repeats a budget: {out}")
     return out
 
-
-def check_steps(steps: int, **positive: float | None) -> None:
-    """An attack's step count, a whole number >= 1, and its `positive` hyperparameters (None: unset)."""
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise AdvbenchError(f"steps must be a whole number >= 1, got {steps!r}")
-    for key, value in positive.items():
-        if value is not None and not (isinstance(value, (int, float)) and value > 0 and value < float("inf")):
-            raise AdvbenchError(f"{key} must be a positive number, got {value!r}")

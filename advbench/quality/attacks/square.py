@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from advbench.core.errors import AdvbenchError
+from advbench.core import hyperparameters as hyper
 from advbench.core.sample_draws import row_keys
 from advbench.core.square_search import linf_draws, linf_step, p_schedule, recoloured
 from advbench.quality.attacks.metric_attack import BOUNDS, Attacked, MetricAttack
@@ -34,15 +34,11 @@ class MetricSquare(MetricAttack):
 
     name = "square"
     needs_gradient = False
+    hyperparameters = {"n_queries": hyper.Whole(1), "p_init": hyper.Real(0, 1, open_low=True),
+                       "seed": hyper.Whole(None)}
 
     def __init__(self, *, n_queries: int = 1000, p_init: float = 0.05, seed: int = 0) -> None:
-        if isinstance(n_queries, bool) or not isinstance(n_queries, int) or n_queries < 1:
-            raise AdvbenchError(f"n_queries must be a whole number >= 1, got {n_queries!r}")
-        if isinstance(p_init, bool) or not isinstance(p_init, (int, float)) or not 0 < p_init <= 1:
-            raise AdvbenchError(f"p_init must be a number in (0, 1], got {p_init!r}")
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise AdvbenchError(f"seed must be a whole number, got {seed!r}")
-        self.n_queries, self.p_init, self.seed = n_queries, float(p_init), seed
+        self.set_hyperparameters(locals())
 
     @property
     def iterations(self) -> int:

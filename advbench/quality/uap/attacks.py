@@ -24,6 +24,7 @@ import torch
 from rich.console import Console
 from torch.utils.data import DataLoader
 
+from advbench.core import hyperparameters as hyper
 from advbench.core.digests import module_digest, tensor_digest
 from advbench.core.errors import AdvbenchError
 from advbench.core.keys import content_key
@@ -89,15 +90,12 @@ def _shown(values: Mapping[str, Any], key: str) -> str:
 
 class Universal(MetricAttack):
     name = "uap"
+    hyperparameters = {"file": hyper.File(optional=True), "epochs": hyper.Whole(1), "lr": hyper.Real(0, open_low=True),
+                       "batch_size": hyper.Whole(1), "n_train": hyper.Whole(1, optional=True)}
 
     def __init__(self, *, file: str | None = None, epochs: int = 5, lr: float = 1e-3, batch_size: int = 8,
                  n_train: int | None = None) -> None:
-        for key, value in (("epochs", epochs), ("batch_size", batch_size)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise AdvbenchError(f"{key} must be a whole number >= 1, got {value!r}")
-        if not (isinstance(lr, (int, float)) and 0 < lr < float("inf")):
-            raise AdvbenchError(f"lr must be a positive number, got {lr!r}")
-        self.file, self.epochs, self.lr, self.batch_size, self.n_train = file, epochs, float(lr), batch_size, n_train
+        self.set_hyperparameters(locals())
         self.delta: torch.Tensor | None = None
 
     def _train(self, metric: QualityMetric, images: Any, context: PrepareContext) -> torch.Tensor:
@@ -110,8 +108,10 @@ class Universal(MetricAttack):
         if self.file:
             self.delta = load_uap(self.file)
         else:
-            settings = {"method": self.name, "metric": module_digest(metric), "epochs": self.epochs, "lr": self.lr,
-                        "batch_size": self.batch_size, "n_train": self.n_train, "seed": context.seed}
+            # lr as a float: lr=1 and lr=1.0 train one perturbation, so they name one cache entry
+            settings = {"method": self.name, "metric": module_digest(metric), "epochs": self.epochs,
+                        "lr": float(self.lr), "batch_size": self.batch_size, "n_train": self.n_train,
+                        "seed": context.seed}
             base = Path(context.cache) / f"{self.name}-{content_key(settings)}"
             if base.with_suffix(".pt").is_file():
                 self.delta = load_cache_entry(base.with_suffix(".pt"), settings, (3, SIZE, SIZE))

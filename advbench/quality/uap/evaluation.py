@@ -58,9 +58,7 @@ def madc_attack(metric: QualityMetric, images: torch.Tensor, amplitude: float, *
     """Table 1's MADC: attacked copies of (N, 3, H, W) images (on CPU) within MSE <= amplitude ** mse_power,
     `steps` gradient evaluations each (the start's and `steps - 1` candidates), and the seconds it took."""
     a = check_amplitude(amplitude)
-    if steps < 1 or not lr > 0 or not mse_power > 0:
-        raise AdvbenchError(f"MADC needs steps >= 1, lr > 0 and mse_power > 0; got {steps}, {lr}, {mse_power}")
-    attack = MADC(lr=lr, mse_power=mse_power, linf=False)
+    attack = MADC(steps=steps, lr=lr, mse_power=mse_power, linf=False)
     dev = device_of(device)
     metric = metric.to(dev).eval()
     out, seconds = [], 0.0
