@@ -94,13 +94,56 @@ def test_dual_norms_and_hoelder(name: str, dual: str) -> None:
     assert ((g * delta).flatten(1).sum(1).abs() <= bound * (1 + 1e-12)).all()
 
 
-@pytest.mark.parametrize("name", ["linf", "l2"])
+@pytest.mark.parametrize("name", ["linf", "l2", "l1"])
 def test_steepest_ascent_direction_attains_the_dual_norm(name: str) -> None:
     ball = norm(name)
     g, _ = _batch(5)
     d = ball.direction(g)
     torch.testing.assert_close(ball.size(d), torch.ones(g.shape[0], dtype=g.dtype))
     torch.testing.assert_close((g * d).flatten(1).sum(1), ball.dual.size(g))
+
+
+def test_l1_sparse_direction_moves_the_largest_coordinates_by_equal_shares() -> None:
+    g = torch.tensor([[0.1, -4.0, 2.0, -0.5, 3.0, 0.0, 1.0, -2.5, 0.2, 0.3]])
+    for share, moved in ((0.0, [1]), (0.25, [1, 4, 7]), (0.45, [1, 2, 4, 6, 7])):
+        d = norm("l1").sparse_direction(g, torch.tensor([share]))
+        want = torch.zeros_like(g)
+        want[0, moved] = g[0, moved].sign() / len(moved)
+        torch.testing.assert_close(d, want)
+    everything = norm("l1").sparse_direction(g, torch.tensor([1.0]))   # the zero coordinate cannot move
+    assert int((everything != 0).sum()) == 9 and float(everything.abs().sum()) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("name", ["linf", "l2"])
+def test_dense_norms_take_no_sparse_steps(name: str) -> None:
+    assert not norm(name).sparse_steps and norm("l1").sparse_steps
+    with pytest.raises(AdvbenchError) as err:
+        norm(name).sparse_direction(torch.ones(1, 3), torch.ones(1))
+    assert "\n" not in str(err.value)
+
+
+def test_l1_random_start_is_uniform_in_the_ball_and_in_the_box() -> None:
+    """E‖δ‖₁/ε = d/(d + 1) for the uniform ball; every coordinate's sign is a coin; the clip to the box only shrinks."""
+    n, d = 4000, 5
+    x = torch.full((n, d), 0.5, dtype=torch.float64)
+    eps = torch.full((n,), 0.4, dtype=torch.float64)
+    start = norm("l1").random_start(x, eps, BOUNDS, seed=3, sample_id=torch.arange(n))
+    r = norm("l1").distance(start, x) / eps
+    assert float(r.max()) <= 1 + 1e-12
+    assert float(r.mean()) == pytest.approx(d / (d + 1), abs=0.01)
+    assert float(((start - x) > 0).double().mean()) == pytest.approx(0.5, abs=0.02)
+    again = norm("l1").random_start(x[:7], eps[:7] * 2, BOUNDS, seed=3, sample_id=torch.arange(7))
+    torch.testing.assert_close(again - x[:7], 2 * (start[:7] - x[:7]))   # the draw rescaled by ε
+    edge = norm("l1").random_start(torch.ones(50, d), torch.full((50,), 3.0), BOUNDS, seed=0, sample_id=torch.arange(50))
+    assert float(edge.max()) <= 1.0 and float(edge.min()) >= 0.0
+
+
+def test_l1_sphere_start_spends_the_budget_within_the_box() -> None:
+    x, _ = _batch(6, n=5, d=40)
+    eps = torch.tensor([0.5, 1.0, 2.0, 4.0, 8.0], dtype=torch.float64)
+    start = norm("l1").sphere_start(x, eps, BOUNDS, seed=1, sample_id=torch.arange(5))
+    torch.testing.assert_close(norm("l1").distance(start, x), eps)
+    assert start.min() >= 0 and start.max() <= 1
 
 
 def test_unknown_norm_is_refused_in_one_line() -> None:
@@ -111,13 +154,10 @@ def test_unknown_norm_is_refused_in_one_line() -> None:
         assert "\n" not in str(err.value) and "unknown norm" in str(err.value)
 
 
-def test_what_no_l1_attack_uses_yet_is_refused_in_one_line() -> None:
-    l1, x = norm("l1"), torch.rand(2, 4)
-    for use in (lambda: l1.direction(x), lambda: l1.normalized_scale(4),
-                lambda: l1.random_start(x, torch.ones(2), BOUNDS, seed=0, sample_id=torch.arange(2))):
-        with pytest.raises(AdvbenchError) as err:
-            use()
-        assert "\n" not in str(err.value) and "l1" in str(err.value)
+def test_normalised_budgets_are_refused_for_l1_in_one_line() -> None:
+    with pytest.raises(AdvbenchError) as err:
+        norm("l1").normalized_scale(4)
+    assert "\n" not in str(err.value) and "l1" in str(err.value)
 
 
 def _name_comparisons(source: str) -> list[int]:

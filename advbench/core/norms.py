@@ -47,6 +47,9 @@ class Norm:
     dual_name: ClassVar[str]
     normalizable: ClassVar[bool] = False
     """Whether budgets may be given normalised by the input's size (`threat.normalized_l2`)."""
+    sparse_steps: ClassVar[bool] = False
+    """Whether the steepest ascent moves a single coordinate, so that gradient attacks step along the
+    k largest coordinates instead and adapt k (`sparse_direction`; APGD-ℓ1's sparsity schedule)."""
 
     def __repr__(self) -> str:
         return f"norm('{self.name}')"
@@ -71,6 +74,10 @@ class Norm:
     def direction(self, g: torch.Tensor) -> torch.Tensor:
         """Steepest-ascent direction of unit norm for gradient g."""
         raise AdvbenchError(f"no attack takes steepest-ascent steps in {self.name} yet")
+
+    def sparse_direction(self, g: torch.Tensor, fraction: torch.Tensor) -> torch.Tensor:
+        """A unit step along the largest |g| coordinates, a share `fraction` (N,) of them (`sparse_steps`)."""
+        raise AdvbenchError(f"steps in {self.name} move every coordinate; no sparse steps")
 
     def project_ball(self, x_adv: torch.Tensor, x: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
         """Project onto the ball of radius eps (per sample) around x, ignoring the input box."""
@@ -162,9 +169,25 @@ class L2(Norm):
 @NORMS.register("l1")
 class L1(Norm):
     name, p, label, dual_name = "l1", 1.0, "ℓ₁", "linf"
+    sparse_steps = True
 
     def size(self, v: torch.Tensor) -> torch.Tensor:
         return v.flatten(1).abs().sum(dim=1)
+
+    def direction(self, g: torch.Tensor) -> torch.Tensor:
+        """The steepest ascent: the sign of g at its largest |g_i| (shared equally where tied)."""
+        return self.sparse_direction(g, torch.zeros(g.shape[0], dtype=g.dtype, device=g.device))
+
+    def sparse_direction(self, g: torch.Tensor, fraction: torch.Tensor) -> torch.Tensor:
+        """sign(g) on the coordinates with |g_i| at or above the (1 − fraction) quantile of |g|, divided
+        by their count (Croce & Hein 2021's step, as the original's `autopgd_base.py` takes it:
+        the quantile is the sorted |g| at index ⌊(1 − fraction)·d⌋, clamped to [0, d − 1])."""
+        flat = g.flatten(1)
+        d = flat.shape[1]
+        at = ((1 - fraction) * d).clamp(0, d - 1).long()
+        cut = flat.abs().sort(dim=1).values.gather(1, at.to(flat.device)[:, None])
+        signs = torch.where(flat.abs() >= cut, flat.sign(), torch.zeros_like(flat))
+        return (signs / (signs.abs().sum(dim=1, keepdim=True) + 1e-10)).reshape(g.shape)
 
     def project_ball(self, x_adv: torch.Tensor, x: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
         inf = torch.full_like(x, math.inf)
@@ -175,6 +198,25 @@ class L1(Norm):
         """The exact Euclidean projection onto {‖δ‖₁ ≤ ε} ∩ {x + δ ∈ bounds} (Croce & Hein 2021, arXiv
         2103.01208): clipping after an ℓ1 projection would leave budget unused on saturated pixels."""
         return x + _l1_box_projection(x_adv - x, eps, bounds[0] - x, bounds[1] - x)
+
+    def random_start(self, x: torch.Tensor, eps: torch.Tensor, bounds: tuple[float, float], *, seed: int,
+                     sample_id: torch.Tensor, stream: int = 0) -> torch.Tensor:
+        """Uniform in the ε-ball: with E_0 … E_d i.i.d. exponential and random signs s_i,
+        δ_i = ε·s_i·E_i / Σ_j E_j (the simplex in d + 1 dimensions, one coordinate dropped); then
+        clipped to bounds, which only shrinks |δ_i|. A function of the draw scaled by ε."""
+        d = x[0].numel()
+        u = uniform(seed, sample_id, (d + 1,), stream, device=x.device, dtype=torch.float64)
+        e = -torch.log1p(-u)                                       # u < 1: finite
+        signs = normal(seed, sample_id, (d,), stream, device=x.device, dtype=x.dtype).sign()
+        delta = (e[:, 1:] / e.sum(dim=1, keepdim=True)).to(x.dtype) * signs
+        return _clip(x + delta.reshape(x.shape) * per_sample(eps, x), bounds)
+
+    def sphere_start(self, x: torch.Tensor, eps: torch.Tensor, bounds: tuple[float, float], *, seed: int,
+                     sample_id: torch.Tensor, stream: int = 0) -> torch.Tensor:
+        """The original's ℓ1 start: x plus a standard Gaussian, projected onto the ε-ball within the box
+        (on its sphere unless the box leaves less room than ε)."""
+        g = normal(seed, sample_id, tuple(x.shape[1:]), stream, device=x.device, dtype=x.dtype)
+        return self.project(x + g, x, eps, bounds)
 
 
 def _l1_box_projection(y: torch.Tensor, eps: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor) -> torch.Tensor:

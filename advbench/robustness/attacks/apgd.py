@@ -19,6 +19,9 @@ run one after another on the samples still robust; `first_success` counts iterat
 all runs (run r, iteration t: r·N + t), so it is the work spent on the sample until it broke.
 Because the checkpoints scale with N, a run with fewer iterations is not a prefix of a longer
 one: the accuracy-vs-iterations curve of APGD needs one run per strength.
+
+In a norm whose steepest ascent is sparse (ℓ1) a run is APGD-ℓ1 instead (Croce & Hein, ICML
+2021): top-k steps with the paper's sparsity schedule, no momentum (`apgd_sparse`).
 """
 
 from __future__ import annotations
@@ -33,7 +36,9 @@ import torch.nn.functional as F
 
 from advbench.core import hyperparameters as hyper
 from advbench.core.errors import AdvbenchError
+from advbench.core.norms import norm as norm_of
 from advbench.core.steps import ascend, per_sample, unit_direction
+from advbench.robustness.attacks.apgd_sparse import SparseRun, settle, stages
 from advbench.robustness.attacks.attack_contract import Attack, AttackResult, Cost
 from advbench.robustness.attacks.oracles import WhiteBoxOracle
 from advbench.robustness.attacks.starts import boundary_start
@@ -95,13 +100,27 @@ class APGD(Attack):
     likely clean classes, each on the samples still robust; success stays untargeted.
     """
 
+    norms = ("linf", "l2", "l1")
     hyperparameters = {"n_iter": hyper.Whole(1), "loss": hyper.Choice(tuple(LOSSES)), "n_restarts": hyper.Whole(1),
                        "n_target_classes": hyper.Whole(0), "rho": hyper.Real(0, 1, open_low=True),
-                       "momentum": hyper.Real(0, 1, open_low=True), "seed": hyper.Whole(None)}
+                       "momentum": hyper.Real(0, 1, open_low=True), "seed": hyper.Whole(None),
+                       "large_eps": hyper.Flag()}
 
     def __init__(self, *, n_iter: int = 100, loss: str = "ce", n_restarts: int = 1, n_target_classes: int = 0,
-                 rho: float = 0.75, momentum: float = 0.75, seed: int = 0) -> None:
+                 rho: float = 0.75, momentum: float = 0.75, seed: int = 0, large_eps: bool = False) -> None:
         self.set_hyperparameters(locals())
+        stages(n_iter, large_eps)  # refuses an n_iter the ε schedule cannot split
+
+    def params(self) -> dict[str, object]:
+        """The hyperparameters; `large_eps` only where set, so the records of runs without it keep their keys."""
+        return {k: v for k, v in super().params().items() if k != "large_eps" or v}
+
+    def unsupported(self, norm: str, knowledge: str, goal: str) -> str | None:
+        """Also: the ε schedule (`large_eps`) is the original's for sparse-step norms (ℓ1) only."""
+        why = super().unsupported(norm, knowledge, goal)
+        if why is None and self.large_eps and not norm_of(norm).sparse_steps:
+            return f"APGD large_eps is the ℓ1 schedule (AutoAttack's use_largereps), not one for {norm}"
+        return why
 
     @property
     def strength_budget(self) -> int:
@@ -130,8 +149,8 @@ class APGD(Attack):
                 break
             t = None if loss_target is None else loss_target[active]
             t_goal = None if target is None else target[active]
-            run_first, run_x = self._single_run(oracle, x[active], y[active], t, t_goal, eps[active], norm,
-                                                active, sample_id[active], stream=run)
+            run_first, run_x = self._one_run(oracle, x[active], y[active], t, t_goal, eps[active], norm,
+                                             active, sample_id[active], stream=run)
             x_adv[active] = run_x
             broke = run_first >= 0
             first[active[broke]] = run * self.n_iter + run_first[broke]
@@ -155,6 +174,19 @@ class APGD(Attack):
                 raise AdvbenchError(f"the {'targeted ' if targets[0] is not None else ''}DLR loss needs "
                                     f">= {need} classes, the model has {k}")
         return targets
+
+    def _one_run(self, oracle: WhiteBoxOracle, x: torch.Tensor, y: torch.Tensor, loss_target: torch.Tensor | None,
+                 goal_target: torch.Tensor | None, eps: torch.Tensor, norm: str, idx: torch.Tensor,
+                 sample_id: torch.Tensor, stream: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """One run: APGD-ℓ1's (`apgd_sparse`) in a sparse-step norm, else the paper's (`_single_run`)."""
+        ball = norm_of(norm)
+        if not ball.sparse_steps:
+            return self._single_run(oracle, x, y, loss_target, goal_target, eps, norm, idx, sample_id, stream)
+        sparse = SparseRun(oracle, lambda labels, target: self._objective(LOSSES[self.loss], labels, target), ball,
+                           self.n_iter, self.large_eps)
+        start = ball.sphere_start(x, sparse.start_factor() * eps, oracle.bounds, seed=self.seed, sample_id=sample_id,
+                                  stream=stream)
+        return sparse.run(x, y, loss_target, goal_target, eps, idx, start)
 
     def _single_run(self, oracle: WhiteBoxOracle, x: torch.Tensor, y: torch.Tensor, loss_target: torch.Tensor | None,
                     goal_target: torch.Tensor | None, eps: torch.Tensor, norm: str, idx: torch.Tensor,
@@ -183,18 +215,10 @@ class APGD(Attack):
             state = rows.start(cur, grad, loss) if state is None else state.track(cur, grad, loss)
             hit = oracle.verdict(cur, state.labels, state.goal_target, state.oracle_rows, logits,
                                  undated=first[state.rows] < 0)
-            if k == steps:
-                first[state.rows] = torch.where(hit & (first[state.rows] < 0), k, first[state.rows])
-                out[state.rows] = torch.where(per_sample(hit, cur), cur, state.best)
+            keep = settle(oracle, state.rows, first, out, cur, state.best, hit, k, k == steps)
+            if keep is None:
                 break
-            if not oracle.stops_on_hit:  # dated, and run to the end
-                first[state.rows] = torch.where(hit & (first[state.rows] < 0), k, first[state.rows])
-                hit = torch.zeros_like(hit)
-            # The iteration's one host-device synchronisation: which rows go on.
-            keep = (~hit).nonzero().squeeze(1)
             if keep.numel() < state.rows.numel():
-                first[state.rows] = torch.where(hit, k, first[state.rows])
-                out[state.rows] = torch.where(per_sample(hit, cur), cur, out[state.rows])
                 state, cur = state.keep(keep), cur[keep]
                 if state.rows.numel() == 0:
                     break
