@@ -69,8 +69,8 @@ from advbench.robustness.attacks.oracles import (
 )
 from advbench.robustness.attacks.score import Square
 from advbench.robustness.evaluation.measure import evaluate_batch
-from advbench.robustness.evaluation.search import SearchSettings
 from advbench.robustness.models import build_model
+from advbench.robustness.specs import SearchSettings
 from advbench.robustness.threat import ThreatModel
 
 # Input shape of each architecture's data set, and the flags that map to its size options.

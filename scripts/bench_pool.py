@@ -48,7 +48,7 @@ from torch import nn
 from advbench.core.runtime import call_slices
 from advbench.robustness.attacks.gradient import BIM, PGD
 from advbench.robustness.evaluation.measure import evaluate_batch
-from advbench.robustness.evaluation.search import SearchSettings
+from advbench.robustness.specs import SearchSettings
 from advbench.robustness.threat import ThreatModel
 
 BUDGETS = {"linf": 0.2, "l2": 0.8}

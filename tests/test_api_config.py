@@ -60,7 +60,7 @@ def test_values_reach_the_attack_and_the_threat(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(advbench.cli.config, "compose_config", None)  # the assembly must not fall back
     spec = cell_spec(api_config(choices, values))
     assert spec == expected
-    assert (spec.attack.params["steps"], spec.attack.params["seed"], spec.threat.eps) == (7, 3, 0.05)
+    assert (spec.attack.attack.steps, spec.attack.attack.seed, spec.threat.eps) == (7, 3, 0.05)
 
 
 OVERRIDES = [
@@ -85,7 +85,7 @@ def test_overrides_that_set_values_or_choose_options_are_assembled_too(overrides
 def test_what_the_assembly_does_not_handle_goes_through_hydra() -> None:
     choices = {"model": "python", "attack": "bim"}
     added = cell_spec(api_config(choices, VALUES, ["experiment=smoke"]))  # a preset: a group the API does not choose
-    assert added.settings.search["max_probes"] == 8
+    assert added.settings.search.max_probes == 8
     with pytest.raises(AdvbenchError, match="stepz"):  # a key the attack lacks: Hydra's message
         api_config(choices, {**VALUES, "attack.params.stepz": 3})
     with pytest.raises(AdvbenchError, match="nope"):

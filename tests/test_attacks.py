@@ -20,7 +20,7 @@ from advbench.robustness.attacks.gradient import BIM, FGSM
 from advbench.robustness.attacks.oracles import Oracle, WhiteBoxOracle, build_oracle
 from advbench.robustness.data.target_classes import target_classes
 from advbench.robustness.evaluation.measure import evaluate_batch
-from advbench.robustness.evaluation.search import SearchSettings
+from advbench.robustness.specs import SearchSettings
 from advbench.robustness.threat import ThreatModel
 
 ATTACKS = group_options("attack")

@@ -76,5 +76,5 @@ def test_a_cell_keeps_its_record_file_name(overrides: list[str], name: str, tmp_
     cfg = compose_config("config", [*overrides, f"cache_dir={tmp_path / 'cache'}"])
     spec = cell_spec(cfg)
     threat = build_threat(spec, dict(instantiate(cfg.dataset).budgets))
-    identity = cell_identity(spec, threat, instantiate(cfg.attack.params))
+    identity = cell_identity(spec, threat, spec.attack.attack)
     assert part_path(Path("records"), identity).name == name

@@ -30,11 +30,11 @@ from advbench.robustness.defenses.certify import (
 from advbench.robustness.defenses.recipes import Recipe
 from advbench.robustness.defenses.trainer import train_defense
 from advbench.robustness.evaluation.measure import evaluate_batch
-from advbench.robustness.evaluation.search import SearchSettings
 from advbench.robustness.models import build_model
 from advbench.robustness.models.checkpoint_files import load_checkpoint
 from advbench.robustness.models.classifier import Classifier
 from advbench.robustness.report.table3 import summary_table
+from advbench.robustness.specs import SearchSettings
 from advbench.robustness.threat import ThreatModel
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -31,7 +31,7 @@ from advbench.core.steps import lp_norm
 from advbench.robustness.attacks.oracles import WhiteBoxOracle
 from advbench.robustness.data.target_classes import target_classes
 from advbench.robustness.evaluation.measure import evaluate_batch
-from advbench.robustness.evaluation.search import SearchSettings
+from advbench.robustness.specs import SearchSettings
 from advbench.robustness.threat import ThreatModel
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]

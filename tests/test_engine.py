@@ -24,9 +24,9 @@ from advbench.robustness.attacks.oracles import WhiteBoxOracle
 from advbench.robustness.data.target_classes import target_classes
 from advbench.robustness.evaluation.cell import _batch_frame
 from advbench.robustness.evaluation.measure import evaluate_batch
-from advbench.robustness.evaluation.search import SearchSettings
 from advbench.robustness.report.curves import CELL, budget_curve, strength_curve
 from advbench.robustness.report.table3 import summary_table
+from advbench.robustness.specs import SearchSettings
 from advbench.robustness.threat import ThreatModel, goal_met
 
 pytestmark = pytest.mark.usefixtures("one_thread")

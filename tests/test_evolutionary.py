@@ -22,7 +22,7 @@ from advbench.robustness.attacks.evolutionary import Evolutionary, weighted_choi
 from advbench.robustness.attacks.oracles import DecisionOracle, WhiteBoxOracle
 from advbench.robustness.data.target_classes import target_classes
 from advbench.robustness.evaluation.measure import evaluate_batch
-from advbench.robustness.evaluation.search import SearchSettings
+from advbench.robustness.specs import SearchSettings
 from advbench.robustness.threat import ThreatModel
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -29,7 +29,7 @@ from advbench.robustness.attacks.gradient import BIM, MIM
 from advbench.robustness.attacks.oracles import ScoreOracle, WhiteBoxOracle
 from advbench.robustness.evaluation.cell import cell_identity, cell_key
 from advbench.robustness.evaluation.measure import evaluate_batch
-from advbench.robustness.evaluation.search import SearchSettings
+from advbench.robustness.specs import SearchSettings
 from advbench.robustness.threat import ThreatModel
 
 pytestmark = pytest.mark.usefixtures("one_thread")

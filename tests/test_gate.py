@@ -17,18 +17,13 @@ from click.testing import CliRunner
 
 from advbench.cli.config import compose_config
 from advbench.cli.main import main
-from advbench.cli.spec_builder import target_spec
+from advbench.cli.spec_builder import gate_thresholds, target_spec
 from advbench.cli.validate import validate
 from advbench.core.errors import AdvbenchError
 from advbench.core.records import write_part
 from advbench.robustness.defenses.trained import ensure_checkpoint
-from advbench.robustness.report.gate import (
-    VERDICT_DIR_ENV,
-    Thresholds,
-    gate_cell,
-    judge,
-    sweep_verdicts,
-)
+from advbench.robustness.report.gate import VERDICT_DIR_ENV, gate_cell, judge, sweep_verdicts
+from advbench.robustness.specs import Thresholds
 
 
 def cell(attack: str, goal: str, n: int, hits: int, *, eps: float = 0.2, correct: int | None = None) -> pd.DataFrame:
@@ -295,4 +290,4 @@ def test_check_gates_certified_accuracy(tmp_path: Path) -> None:
         compose_config("config", ["gate.min_certified=2"])
     part = write_part(certified_cell("bim", 10, 3, 4), tmp_path / "run" / "bim.parquet")
     with pytest.raises(AdvbenchError, match="^gate failed: .*certified accuracy 40.0% < 50.0%$"):
-        gate_cell(compose_config("config", ["gate.min_certified=0.5"]).gate, part, "bim")
+        gate_cell(gate_thresholds(compose_config("config", ["gate.min_certified=0.5"]).gate), part, "bim")

@@ -17,7 +17,7 @@ from advbench.robustness.attacks.gradient import BIM, PGD
 from advbench.robustness.attacks.score import Square
 from advbench.robustness.evaluation.batch import concat
 from advbench.robustness.evaluation.measure import evaluate_batch
-from advbench.robustness.evaluation.search import SearchSettings
+from advbench.robustness.specs import SearchSettings
 from advbench.robustness.threat import ThreatModel
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -20,7 +20,6 @@ from advbench.core.errors import AdvbenchError
 from advbench.robustness.attacks.decision import HopSkipJump
 from advbench.robustness.attacks.estimates import NES
 from advbench.robustness.evaluation.measure import evaluate_batch
-from advbench.robustness.evaluation.search import SearchSettings
 from advbench.robustness.report.curves import checkpoint_curve, query_curve
 from advbench.robustness.report.plot import (
     defense_categories,
@@ -28,6 +27,7 @@ from advbench.robustness.report.plot import (
     strength_figure,
 )
 from advbench.robustness.report.table3 import format_table3, summary_table
+from advbench.robustness.specs import SearchSettings
 from advbench.robustness.threat import ThreatModel
 
 INF = math.inf

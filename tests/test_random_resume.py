@@ -22,7 +22,7 @@ from advbench.robustness.attacks.score import Square
 from advbench.robustness.defenses.wrappers import wrap
 from advbench.robustness.evaluation import cell
 from advbench.robustness.evaluation.measure import evaluate_batch
-from advbench.robustness.evaluation.search import SearchSettings
+from advbench.robustness.specs import SearchSettings
 from advbench.robustness.threat import ThreatModel
 
 pytestmark = pytest.mark.usefixtures("one_thread")

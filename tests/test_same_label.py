@@ -17,9 +17,10 @@ from advbench.cli.spec_builder import run_main
 from advbench.core.errors import AdvbenchError
 from advbench.core.records import write_part
 from advbench.robustness.report.curves import budget_curve, strength_curve
-from advbench.robustness.report.gate import Thresholds, check_records
+from advbench.robustness.report.gate import check_records
 from advbench.robustness.report.shards import missing_shards, mixed_shards, same_name_cells
 from advbench.robustness.report.table3 import format_table3, summary_table
+from advbench.robustness.specs import Thresholds
 
 
 def part(key: str, *, hits: int, n: int = 10, steps: int = 10, label: str = "natural", run: str = "run-a",

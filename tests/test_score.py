@@ -17,7 +17,7 @@ from advbench.robustness.attacks.estimates import NES, SPSA
 from advbench.robustness.attacks.oracles import ScoreOracle
 from advbench.robustness.attacks.score import Square, p_schedule
 from advbench.robustness.evaluation.measure import evaluate_batch
-from advbench.robustness.evaluation.search import SearchSettings
+from advbench.robustness.specs import SearchSettings
 from advbench.robustness.threat import ThreatModel
 
 BUDGETS = {"linf": 0.1, "l2": 0.8}

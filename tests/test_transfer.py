@@ -28,7 +28,7 @@ from advbench.robustness.attacks.transfer import (
     smooth,
 )
 from advbench.robustness.evaluation.measure import evaluate_batch
-from advbench.robustness.evaluation.search import SearchSettings
+from advbench.robustness.specs import SearchSettings
 from advbench.robustness.threat import ThreatModel
 
 pytestmark = pytest.mark.usefixtures("one_thread")

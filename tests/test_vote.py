@@ -21,7 +21,7 @@ from advbench.robustness.attacks.score import Square
 from advbench.robustness.attacks.votes import vote
 from advbench.robustness.evaluation.cell import cell_identity
 from advbench.robustness.evaluation.measure import evaluate_batch
-from advbench.robustness.evaluation.search import SearchSettings
+from advbench.robustness.specs import SearchSettings
 from advbench.robustness.threat import ThreatModel
 
 FLIP = 0.3

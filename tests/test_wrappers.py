@@ -28,6 +28,7 @@ from advbench.robustness.defenses.wrappers import (
     wrap,
 )
 from advbench.robustness.evaluation import cell
+from advbench.robustness.specs import SearchSettings
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -116,7 +117,7 @@ def test_a_randomized_cell_repeats_exactly_and_judges_the_deployed_model(tiny_mo
 
     def once() -> dict:
         model = wrap(tiny_model, {"type": "random_resize_pad", "rate": 0.5, "eot_samples": 2}, seed=0)
-        return cell.evaluate_batch(BIM(steps=3), model, x, y, None, threat, cell.SearchSettings(enabled=False))
+        return cell.evaluate_batch(BIM(steps=3), model, x, y, None, threat, SearchSettings(enabled=False))
 
     a, b = once(), once()
     assert a["grad_mode"] == "eot"

@@ -183,7 +183,7 @@ def _evaluate_cell(cell: ApiCell, subject: _Subject, held: TensorData | None, at
     """One cell on the call's model (and data held in memory, attack object): its records."""
     spec = cell.spec
     if isinstance(attack, Attack):
-        spec = dataclasses.replace(spec, attack=AttackSpec(type(attack).__name__.lower(), attack.params()))
+        spec = dataclasses.replace(spec, attack=AttackSpec(type(attack).__name__.lower(), attack))
     dataset = construct(spec.dataset.config) if held is None else held
     given = _given(spec, subject.model, dataset, attack, subject.normalisation, subject.randomness, subject.name,
                    cell.wrapper)
@@ -245,10 +245,7 @@ def _given(spec: CellSpec, model: nn.Module, dataset: Any, attack: str | Attack,
     identity["model_config"]["behaviour_sha256"] = behaviour_digest(net, dataset.input_shape, f"model '{name}'")
     if isinstance(dataset, TensorData):
         identity.update(dataset=dataset.name, dataset_config=dataset.identity())
-    if isinstance(attack, Attack):
-        identity.update(attack=spec.attack.name, attack_params=attack.params())
-    return Given(model=wrap(net, wrapper, seed=spec.settings.seed), identity=identity, dataset=dataset,
-                 attack=attack if isinstance(attack, Attack) else None)
+    return Given(model=wrap(net, wrapper, seed=spec.settings.seed), identity=identity, dataset=dataset)
 
 
 def _classes_of(model: nn.Module, data: Any) -> int | None:

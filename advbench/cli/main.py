@@ -219,11 +219,8 @@ def check(records: tuple[Path, ...], min_accuracy: float | None, max_asr: float 
     \b
     advbench check advbench-out/smoke/records --min-accuracy 0.4
     """
-    from advbench.robustness.report.gate import (
-        Thresholds,
-        check_fraction,
-        check_records,
-    )
+    from advbench.robustness.report.gate import check_records
+    from advbench.robustness.specs import Thresholds, check_fraction
 
     check_fraction("--min-accuracy", min_accuracy)
     check_fraction("--max-asr", max_asr)

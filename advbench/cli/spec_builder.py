@@ -19,6 +19,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from advbench.cli.options import load_option
+from advbench.cli.validate import built_attack
 from advbench.core.catalog import override_key
 from advbench.core.errors import AdvbenchError
 from advbench.core.keys import plain
@@ -29,8 +30,10 @@ from advbench.robustness.specs import (
     DatasetSpec,
     DefenseSpec,
     ModelSpec,
+    SearchSettings,
     TargetSpec,
     ThreatSpec,
+    Thresholds,
 )
 
 TRAINING_THREADS = 1
@@ -128,11 +131,11 @@ def cell_spec(cfg: DictConfig) -> CellSpec:
     """The cell `advbench run` measures."""
     target = target_spec(cfg)
     substitute, name = substitute_spec(cfg, target)
-    threat = cfg.threat
+    threat, attack = cfg.threat, str(cfg.attack.name)
     return CellSpec(
         dataset=target.dataset,
         target=target,
-        attack=AttackSpec(name=str(cfg.attack.name), params=_resolved(cfg.attack.params)),
+        attack=AttackSpec(attack, built_attack(attack, cfg.attack.params, on_metrics=False)),
         threat=ThreatSpec(norm=str(threat.norm), goal=str(threat.goal), knowledge=str(threat.knowledge),
                           eps=None if threat.get("eps") is None else float(threat.eps),
                           corruptions=None if threat.get("corruptions") is None else tuple(map(str, threat.corruptions)),
@@ -159,14 +162,20 @@ def cell_settings(cfg: DictConfig) -> CellSettings:
         channels_last=bool(cfg.get("channels_last", False)),
         shard=(int(cfg.shard.index), int(cfg.shard.count)),
         judge_draws=int(OmegaConf.select(cfg, "judge.draws", default=judge_default)),
-        search=_resolved(cfg.search),
+        search=SearchSettings(**_resolved(cfg.search)),
         records_dir=str(cfg.records_dir),
         force=bool(cfg.force),
         run_id=None if cfg.get("run_id") is None else str(cfg.run_id),
         label=None if cfg.get("label") is None else str(cfg.label),
-        gate=None if cfg.get("gate") is None else _resolved(cfg.gate),
+        gate=gate_thresholds(cfg.get("gate")),
         in_sweep=in_sweep(),
     )
+
+
+def gate_thresholds(gate: Any) -> Thresholds | None:
+    """The `gate:` config's thresholds; None where it sets none (no cell is judged)."""
+    values = _resolved(gate) if gate is not None else {}
+    return None if all(value is None for value in values.values()) else Thresholds(**values)
 
 
 def in_sweep() -> bool:

@@ -30,6 +30,7 @@ from advbench.core.construct import construct, target_of
 from advbench.core.errors import AdvbenchError, user_error
 from advbench.core.keys import plain_value
 from advbench.core.names import safe_name
+from advbench.robustness.specs import SEARCH_METHODS, check_fraction
 
 
 def one_line(exc: BaseException) -> str:
@@ -143,8 +144,6 @@ def _wrapper(key: str, value: Any) -> None:
 
 def _gate_threshold(key: str, value: Any) -> None:
     """The same check as `advbench check` applies to its options, so both say the same."""
-    from advbench.robustness.report.gate import check_fraction  # imports pandas: only once composed
-
     check_fraction(key, value, nullable=True)
 
 
@@ -183,8 +182,6 @@ def _label(key: str, value: Any) -> None:
 
 
 def _search_method(key: str, value: Any) -> None:
-    from advbench.robustness.evaluation.search import SEARCH_METHODS  # imports torch: only once composed
-
     _one_of(*SEARCH_METHODS)(key, value)
 
 
@@ -335,12 +332,13 @@ def validate(cfg: DictConfig) -> None:
         _check_arguments(key, OmegaConf.select(cfg, key))
     params = OmegaConf.select(cfg, "attack.params")
     if params is not None:
-        _check_attack(cfg.attack.get("name", "attack"), params, on_metrics=cfg.get("task") == "iqa")
+        built_attack(cfg.attack.get("name", "attack"), params, on_metrics=cfg.get("task") == "iqa")
 
 
-def _check_attack(name: str, params: DictConfig, *, on_metrics: bool) -> None:
-    """Build the attack once (cheap, no model): its own argument checks, and a `_target_` building no attack, up front.
-    Only the half that runs is imported: a robustness run loads none of the quality half (tests/test_single_compose.py)."""
+def built_attack(name: str, params: DictConfig, *, on_metrics: bool) -> Any:
+    """The attack option `name`'s attack, built (cheap, no model) with its own argument checks; a `_target_`
+    building no attack is refused. Only the half that runs is imported: a robustness run loads none of the
+    quality half (tests/test_single_compose.py)."""
     if on_metrics:
         from advbench.quality.attacks.metric_attack import MetricAttack as kind
     else:
@@ -359,6 +357,7 @@ def _check_attack(name: str, params: DictConfig, *, on_metrics: bool) -> None:
     if not isinstance(built, kind):
         raise AdvbenchError(f"attack '{name}': attack.params._target_ {params.get('_target_')} builds an "
                             f"object of type {type(built).__name__}, not an attack ({kind.__module__}.{kind.__name__})")
+    return built
 
 
 def check_composed(cfg: DictConfig) -> None:

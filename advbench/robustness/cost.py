@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 
 from advbench.core.construct import construct, target_of
-from advbench.robustness.attacks.attack_contract import Attack, Cost
+from advbench.robustness.attacks.attack_contract import Cost
 from advbench.robustness.specs import CellSpec
 
 COST_COLUMNS = ("attack", "knowledge", "norm", "goal", "runs", "grad_evals_per_run", "queries_per_run",
@@ -60,10 +60,8 @@ class CellCost:
 
 def cell_cost(spec: CellSpec) -> CellCost:
     """The declared cost of `spec`'s cell (all its shards), from its attack, threat, search and samples."""
-    attack: Attack = construct(spec.attack.params)
-    threat = spec.threat
-    search = spec.settings.search
-    probes = int(search.get("max_probes", 0)) if attack.kind == "budgeted" and search.get("enabled") else 0
+    attack, threat, search = spec.attack.attack, spec.threat, spec.settings.search
+    probes = search.max_probes if attack.kind == "budgeted" and search.enabled else 0
     samples = spec.dataset.config.get("n_samples")
     per_run = attack.declared_cost(threat.knowledge, threat.goal, _num_classes(spec))
     return CellCost(spec.attack.name, threat.knowledge, threat.norm, threat.goal, per_run, 1 + probes,

@@ -9,11 +9,16 @@ resolved, minus the labels that change no number (`advbench.core.keys`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any
 
+from advbench.core.errors import AdvbenchError
 from advbench.core.keys import dataset_identity, defense_identity, model_identity
+
+if TYPE_CHECKING:  # an attack module imports torch; the specs are read before any is loaded
+    from advbench.robustness.attacks.attack_contract import Attack
 
 MODEL_KINDS = ("zoo", "torchvision", "python", "robustbench", "given")
 """Whose network a model is: advbench's architectures (`zoo`), torchvision's, a user's Python
@@ -129,12 +134,84 @@ class ThreatSpec:
     released: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class AttackSpec:
-    """A `conf/attack` option: its name (a label) and its `params` (the class and its arguments)."""
+    """A `conf/attack` option: its name (a label) and the attack it builds, its hyperparameters
+    checked by its constructor (`Attack.set_hyperparameters`) where the command line or the API built it.
+
+    Two specs are equal when they name the same class with the same hyperparameters (`Attack.params`),
+    as two builds of one option are: what the cell key hashes, not the objects' identity."""
 
     name: str
-    params: Mapping[str, Any]
+    attack: Attack
+
+    def _compared(self) -> tuple[str, type, str]:
+        return self.name, type(self.attack), repr(self.attack.params())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, AttackSpec) and self._compared() == other._compared()
+
+    def __hash__(self) -> int:
+        return hash(self._compared())
+
+
+SEARCH_METHODS = ("margin", "bisect")
+"""How the minimum-ε search places its probes (`search.method`): see `evaluation.search.min_eps_search`."""
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """Minimum-ε search of budgeted attacks (`conf/config.yaml`'s `search:`, whose defaults these are not:
+    the YAML's are): probes of the attack at other ε, placed by `method`.
+
+    `resolution` is the final bracket width as a fraction of the budget; `max_factor` caps
+    the upward search at that multiple of the budget (beyond it min_eps is inf). Its fields are
+    the YAML's keys, so the cell key hashes `identity()` as it hashed the YAML's mapping.
+    """
+
+    enabled: bool = True
+    resolution: float = 0.05
+    max_factor: float = 4.0
+    max_probes: int = 12
+    method: str = "margin"
+
+    def __post_init__(self) -> None:
+        if self.method not in SEARCH_METHODS:
+            raise AdvbenchError(f"search.method is '{self.method}'; valid: {', '.join(SEARCH_METHODS)}")
+
+    def identity(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """The gate on a cell (`gate.*`, `advbench gate`): lowest robust accuracy of untargeted cells,
+    highest ASR of targeted cells, lowest certified accuracy of cells with an interval bound (fractions)."""
+
+    min_accuracy: float | None = None
+    max_asr: float | None = None
+    min_certified: float | None = None
+
+    def __post_init__(self) -> None:
+        for field in fields(self):
+            check_fraction(field.name, getattr(self, field.name))
+        if all(value is None for value in self.values()):
+            raise AdvbenchError("the gate needs a threshold: min_accuracy (untargeted cells), max_asr "
+                                "(targeted cells) and/or min_certified (cells with a certified bound)")
+
+    def values(self) -> list[float | None]:
+        """The thresholds in field order (how a job's verdict carries them to the command)."""
+        return [getattr(self, field.name) for field in fields(self)]
+
+
+def check_fraction(name: str, value: object, *, nullable: bool = False) -> None:
+    """A threshold is a fraction in [0, 1] (or None); 40 for 40% is the likely slip, so say so."""
+    if value is None:
+        return
+    number = value if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+    if not (math.isfinite(number) and 0 <= number <= 1):
+        hint = f" ({number:g}% is {number / 100:g})" if math.isfinite(number) and 1 < number <= 100 else ""
+        raise AdvbenchError(f"{name} must be a fraction in [0, 1]{' or null' if nullable else ''}{hint}, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -152,12 +229,12 @@ class CellSettings:
     channels_last: bool = False
     shard: tuple[int, int] = (0, 1)
     judge_draws: int = 20
-    search: Mapping[str, Any] = field(default_factory=dict)
+    search: SearchSettings = SearchSettings()
     records_dir: str = "advbench-out/records"
     force: bool = False
     run_id: str | None = None
     label: str | None = None
-    gate: Mapping[str, Any] | None = None
+    gate: Thresholds | None = None  # None: no cell is judged
     in_sweep: bool = False
 
 

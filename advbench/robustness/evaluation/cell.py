@@ -48,7 +48,6 @@ from advbench.robustness.data.target_classes import target_classes
 from advbench.robustness.defenses.masking import cell_flags
 from advbench.robustness.defenses.wrappers import WRAPPERS
 from advbench.robustness.evaluation.measure import evaluate_batch
-from advbench.robustness.evaluation.search import SearchSettings
 from advbench.robustness.evaluation.substitute import built_substitute, load_substitute, substitute_identity
 from advbench.robustness.models.user_models import built_code, default_label
 from advbench.robustness.naming import attack_label, category_label, row_name
@@ -86,7 +85,7 @@ def cell_identity(spec: CellSpec, threat: ThreatModel, attack: Attack) -> dict[s
         "normalized_l2": threat.normalized_l2,
         "seed": settings.seed,
         "shard": list(settings.shard),
-        "search": plain(settings.search),
+        "search": settings.search.identity(),
         **judge_identity(spec),
         # How a randomized model's noise is drawn (by sample id and call index since counter-v1);
         # only randomized cells (those judged by a vote) carry it, so deterministic cells keep their keys.
@@ -153,7 +152,7 @@ class Given:
     """Objects the Python API hands in where a config would name them (`advbench.api.evaluate`).
 
     `identity` replaces the entries of the cell identity the config cannot know (the model's
-    weights, the data's content); `attack` an attack object, used as given. `kept`: whether the
+    weights, the data's content). `kept`: whether the
     records stay where they are written (not a scratch folder the caller deletes), so that the
     summary line names their path only when it will still hold them.
     """
@@ -161,7 +160,6 @@ class Given:
     model: torch.nn.Module
     identity: dict[str, Any]
     dataset: Any = None
-    attack: Attack | None = None
     kept: bool = True
 
 
@@ -196,7 +194,7 @@ def run_cell(spec: CellSpec, given: Given | None = None) -> CellRun | None:
     check_checkpoint(spec.target)  # before the data set loads, which may be missing too: the cheap check first
     dataset = given.dataset if given is not None and given.dataset is not None else construct(spec.dataset.config)
     threat = build_threat(spec, dataset.budgets)
-    attack: Attack = given.attack if given is not None and given.attack is not None else construct(spec.attack.params)
+    attack = spec.attack.attack
     named = model_label(spec)  # a user's model or a `label=` shows in the lines, before its defense
     row = row_name(named, spec.target.defense.name)
     label = f"{dataset.name}/{row}/{attack_label(spec.attack.name, attack.params())} {threat.norm} {threat.goal} ε={threat.eps:g}"
@@ -226,7 +224,7 @@ def run_cell(spec: CellSpec, given: Given | None = None) -> CellRun | None:
                               substitute=None if substitute is None else deploy(substitute.to(device), **execution))
     warnings = (near_chance(frame, label, dataset.num_classes), scores_beat_gradients(frame, label, attack))
     return CellRun(out, label, frame, out if given is None or given.kept else None,
-                   searched=bool(settings.search.get("enabled")), warnings=tuple(w for w in warnings if w is not None))
+                   searched=settings.search.enabled, warnings=tuple(w for w in warnings if w is not None))
 
 
 def expected_ids(spec: CellSpec, dataset: Any) -> list[int]:
@@ -255,7 +253,6 @@ def evaluate_cell(spec: CellSpec, dataset: Any, model: torch.nn.Module, attack: 
     if chunk < 1:
         raise AdvbenchError(f"chunk_size must be >= 1, got {chunk}")
     ids = sample_ids(eval_set)
-    search = SearchSettings(**settings.search)
     static = {**_static_columns(spec, identity, threat, attack, device, model), "cell_samples": len(positions),
               "shard_group": content_key({k: v for k, v in identity.items() if k != "shard"})}
     batch = batch_size(settings.batch_size, model, eval_set[positions[0]][0] if positions else torch.zeros(0),
@@ -278,7 +275,7 @@ def evaluate_cell(spec: CellSpec, dataset: Any, model: torch.nn.Module, attack: 
                 x, y = as_input(model, x.to(device)), y.to(device)
                 target = target_classes(sample_id, y.cpu(), dataset.num_classes, settings.seed).to(device) \
                     if threat.targeted else None
-                measured = evaluate_batch(attack, model, x, y, target, threat, search, sample_id=sample_id,
+                measured = evaluate_batch(attack, model, x, y, target, threat, settings.search, sample_id=sample_id,
                                           substitute=substitute, draws=settings.judge_draws, call_rows=batch)
                 seconds = (time.perf_counter() - tic) / len(y)
                 rows.append(_batch_frame(measured, y.cpu(), sample_id, target, seconds))

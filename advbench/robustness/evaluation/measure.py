@@ -19,8 +19,9 @@ from advbench.robustness.attacks.model_draws import RowCalls
 from advbench.robustness.attacks.oracles import build_oracle
 from advbench.robustness.defenses.certify import certified_column
 from advbench.robustness.evaluation.batch import Batch, pooled_vote
-from advbench.robustness.evaluation.search import SearchSettings, min_eps_search
+from advbench.robustness.evaluation.search import min_eps_search
 from advbench.robustness.naming import NORM_AT
+from advbench.robustness.specs import SearchSettings
 from advbench.robustness.threat import ThreatModel, distances
 
 _FRAME_COLUMNS = ("sample_id", "label", "target", "clean_correct", "seconds")

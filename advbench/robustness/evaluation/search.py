@@ -8,34 +8,11 @@ goal margin as a function of ε, `bisect` halves brackets.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 
-from advbench.core.errors import AdvbenchError
 from advbench.robustness.evaluation.batch import Batch
-
-SEARCH_METHODS = ("margin", "bisect")
-"""How the minimum-ε search places its probes (`search.method`): see `min_eps_search`."""
-
-
-@dataclass(frozen=True)
-class SearchSettings:
-    """Minimum-ε search of budgeted attacks: probes of the attack at other ε, placed by `method`.
-
-    `resolution` is the final bracket width as a fraction of the budget; `max_factor` caps
-    the upward search at that multiple of the budget (beyond it min_eps is inf).
-    """
-
-    enabled: bool = True
-    resolution: float = 0.05
-    max_factor: float = 4.0
-    max_probes: int = 12
-    method: str = "margin"
-
-    def __post_init__(self) -> None:
-        if self.method not in SEARCH_METHODS:
-            raise AdvbenchError(f"search.method is '{self.method}'; valid: {', '.join(SEARCH_METHODS)}")
+from advbench.robustness.specs import SearchSettings
 
 
 def min_eps_search(b: Batch, hi: torch.Tensor, lo: torch.Tensor, adv_norm: torch.Tensor, margin: torch.Tensor,

@@ -8,22 +8,21 @@ readers and the summary line reads its rate from the same `summary_table` as Tab
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 from rich.console import Console
 
 from advbench.core.resume import warn
 from advbench.robustness.evaluation.cell import CellRun
-from advbench.robustness.report.gate import Thresholds, gate_cell
+from advbench.robustness.report.gate import gate_cell
 from advbench.robustness.report.table3 import RATE, summary_table
+from advbench.robustness.specs import Thresholds
 
 console = Console(stderr=True)
 
 
-def report_cell(run: CellRun, gate: Thresholds | Mapping[str, Any] | None, *, in_sweep: bool = False) -> Path:
+def report_cell(run: CellRun, gate: Thresholds | None, *, in_sweep: bool = False) -> Path:
     """The lines of a cell just run (none for one found on disk), then its gate; the part's path."""
     if run.frame is not None:
         summarize(run.frame, run.label, run.shown, searched=run.searched)

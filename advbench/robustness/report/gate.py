@@ -25,11 +25,10 @@ import shutil
 import sys
 import tempfile
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
@@ -37,40 +36,10 @@ from advbench.core.errors import AdvbenchError
 from advbench.core.records import read_records
 from advbench.robustness.report.shards import ROW, missing_shards, mixed_shards, same_name_cells
 from advbench.robustness.report.table3 import summary_table
+from advbench.robustness.specs import Thresholds
 
 VERDICT_DIR_ENV = "ADVBENCH_GATE_DIR"
 """Folder where the jobs of one `advbench run` leave a file per failing cell for the parent."""
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    """Lowest robust accuracy of untargeted cells, highest ASR of targeted cells, lowest certified
-    accuracy of cells with an interval bound (fractions)."""
-
-    min_accuracy: float | None = None
-    max_asr: float | None = None
-    min_certified: float | None = None
-
-    def __post_init__(self) -> None:
-        for field in fields(self):
-            check_fraction(field.name, getattr(self, field.name))
-        if all(value is None for value in self.values()):
-            raise AdvbenchError("the gate needs a threshold: min_accuracy (untargeted cells), max_asr "
-                                "(targeted cells) and/or min_certified (cells with a certified bound)")
-
-    def values(self) -> list[float | None]:
-        """The thresholds in field order (how a job's verdict carries them to the command)."""
-        return [getattr(self, field.name) for field in fields(self)]
-
-
-def check_fraction(name: str, value: object, *, nullable: bool = False) -> None:
-    """A threshold is a fraction in [0, 1] (or None); 40 for 40% is the likely slip, so say so."""
-    if value is None:
-        return
-    number = value if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
-    if not (math.isfinite(number) and 0 <= number <= 1):
-        hint = f" ({number:g}% is {number / 100:g})" if math.isfinite(number) and 1 < number <= 100 else ""
-        raise AdvbenchError(f"{name} must be a fraction in [0, 1]{' or null' if nullable else ''}{hint}, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -167,7 +136,7 @@ def check_records(paths: Iterable[Path], limits: Thresholds, names: dict[str, st
     return judge(records, limits, names)
 
 
-def gate_cell(gate: Thresholds | Mapping[str, Any] | None, part: Path, label: str, *, in_sweep: bool = False) -> None:
+def gate_cell(gate: Thresholds | None, part: Path, label: str, *, in_sweep: bool = False) -> None:
     """`advbench run` with `gate.*` set: judge the cell `label` just run (or found on disk) at `part`.
 
     The verdict goes into the folder the `advbench run` process named in ADVBENCH_GATE_DIR,
@@ -175,12 +144,10 @@ def gate_cell(gate: Thresholds | Mapping[str, Any] | None, part: Path, label: st
     folder (the engine called as a library) a failure is an AdvbenchError. A cell whose goal
     has no threshold is an error on its own, and a note in a sweep that mixes goals.
     """
-    values = gate.values() if isinstance(gate, Thresholds) else [(gate or {}).get(f.name) for f in fields(Thresholds)]
-    if all(v is None for v in values):
+    if gate is None:
         return
-    limits = Thresholds(*values)
     try:
-        verdict = check_records([part], limits, RUN_KEYS)
+        verdict = check_records([part], gate, RUN_KEYS)
     except NothingJudged as exc:
         if not in_sweep:
             raise
@@ -190,9 +157,9 @@ def gate_cell(gate: Thresholds | Mapping[str, Any] | None, part: Path, label: st
     if folder is None:
         if not verdict.passed:
             raise AdvbenchError("gate failed: " + "; ".join(verdict.failures))
-        print(verdict.summary(limits))
+        print(verdict.summary(gate))
         return
-    record = {"failures": verdict.failures, "judged": verdict.judged, "limits": limits.values()}
+    record = {"failures": verdict.failures, "judged": verdict.judged, "limits": gate.values()}
     (Path(folder) / f"{uuid.uuid4().hex}.json").write_text(json.dumps(record))
 
 
