@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import http.server
 import importlib.metadata
@@ -21,6 +22,7 @@ from click.testing import CliRunner
 
 from advbench.cli.main import main
 from advbench.cli.metrics import build_metric
+from advbench.quality.metrics.published import PUBLISHED
 
 
 @dataclass
@@ -312,6 +314,22 @@ def test_torchvision_entries_match_torchvision_s_own_table() -> None:
         assert (url, size_mb) == (published.url, published.meta["_file_size"]), arch
 
 
+def test_the_list_is_each_metric_s_declared_file_then_torchvision_s(weights_dir) -> None:
+    """`advbench weights list` shows the metrics' declarations (`quality.metrics.published`), then torchvision's
+    files, each with its source, where to get it and where it goes."""
+    from advbench.cli.weights import TORCHVISION
+
+    listed = CliRunner().invoke(main, ["weights", "list"])  # not a terminal: one block per file
+    assert listed.exit_code == 0, listed.output
+    assert [line.split()[0] for line in listed.output.splitlines() if "  present: " in line] == [*PUBLISHED, *TORCHVISION]
+    for name, published in PUBLISHED.items():
+        how = published.url if published.direct else f"{published.url} (web page: download by hand)"
+        block = ("\n" + listed.output).split(f"\n{name}  present: ", 1)[1]
+        assert block.splitlines()[2:4] == [f"  source: {published.source}", f"          {how}"], name
+    assert f"  file:   {weights_dir / 'niqe_pris_params.npz'}" in listed.output.splitlines()
+    assert f"  file:   {weights_dir / 'resnet50-0676ba61.pth'}" in listed.output.splitlines()
+
+
 def _niqe_parameters() -> bytes:
     """NIQE's pristine parameters in basicsr's format (keys and shapes of its niqe_pris_params.npz), seeded."""
     g = torch.Generator().manual_seed(0)
@@ -320,6 +338,11 @@ def _niqe_parameters() -> bytes:
     np.savez(buffer, mu_pris_param=torch.randn(1, 36, generator=g, dtype=torch.float64).numpy(),
              cov_pris_param=(factor @ factor.T + torch.eye(36, dtype=torch.float64)).numpy())
     return buffer.getvalue()
+
+
+def _pin_niqe(monkeypatch: pytest.MonkeyPatch, body: bytes) -> None:
+    """NIQE's entry pinned to `body`'s SHA-256 instead of basicsr's file, for a loopback server to serve."""
+    monkeypatch.setitem(PUBLISHED, "niqe", dataclasses.replace(PUBLISHED["niqe"], sha256=hashlib.sha256(body).hexdigest()))
 
 
 def test_fetch_niqe_installs_the_pinned_parameters_where_metric_niqe_reads_them(server, weights_dir, monkeypatch):
@@ -332,10 +355,10 @@ def test_fetch_niqe_installs_the_pinned_parameters_where_metric_niqe_reads_them(
     body = _niqe_parameters()
     state.files["niqe_pris_params.npz"] = body
     refused = _fetch("niqe", "--mirror", url)
-    assert refused.exit_code == 1 and f"SHA-256 is not the pinned {weights.NIQE_SHA256}" in refused.output
+    assert refused.exit_code == 1 and f"SHA-256 is not the pinned {PUBLISHED['niqe'].sha256}" in refused.output
     assert not any(weights_dir.iterdir())
 
-    monkeypatch.setattr(weights, "NIQE_SHA256", hashlib.sha256(body).hexdigest())
+    _pin_niqe(monkeypatch, body)
     result = _fetch("niqe", "--mirror", url)
     assert result.exit_code == 0, result.output
     target = weights_dir / "niqe_pris_params.npz"
@@ -346,13 +369,11 @@ def test_fetch_niqe_installs_the_pinned_parameters_where_metric_niqe_reads_them(
 
 
 def test_fetch_niqe_refuses_a_file_that_is_no_pristine_model(server, weights_dir, monkeypatch):
-    from advbench.cli import weights
-
     url, state = server
     buffer = io.BytesIO()
     np.savez(buffer, mu_pris_param=np.zeros(5))
     state.files["niqe_pris_params.npz"] = buffer.getvalue()
-    monkeypatch.setattr(weights, "NIQE_SHA256", hashlib.sha256(buffer.getvalue()).hexdigest())
+    _pin_niqe(monkeypatch, buffer.getvalue())
     result = _fetch("niqe", "--mirror", url)
     _one_line(result, "niqe: the downloaded file does not fit the architecture (niqe:")
     assert "is not a pristine model" in result.output and not any(weights_dir.iterdir())
@@ -360,12 +381,12 @@ def test_fetch_niqe_refuses_a_file_that_is_no_pristine_model(server, weights_dir
 
 def test_the_niqe_entry_is_basicsr_1_4_2_s_file() -> None:
     """The pin is the sha256 of the file basicsr 1.4.2 installs, where it is installed here."""
-    from advbench.cli.weights import NIQE_SHA256, NIQE_URL, sha256_of
+    from advbench.cli.weights import sha256_of
     from advbench.quality.metrics.niqe_pristine import BASICSR_FILE
 
     spec = importlib.util.find_spec("basicsr")
     if spec is None:
         pytest.skip("basicsr is not installed (scripts/setup.sh installs it)")
     installed = Path(next(iter(spec.submodule_search_locations))) / BASICSR_FILE
-    assert importlib.metadata.version("basicsr") == "1.4.2" and "/v1.4.2/basicsr/" + BASICSR_FILE in NIQE_URL
-    assert sha256_of(installed) == NIQE_SHA256
+    assert importlib.metadata.version("basicsr") == "1.4.2" and "/v1.4.2/basicsr/" + BASICSR_FILE in PUBLISHED["niqe"].url
+    assert sha256_of(installed) == PUBLISHED["niqe"].sha256

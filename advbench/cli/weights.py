@@ -1,9 +1,11 @@
-"""Published weights the metrics and ImageNet models need: where they come from, fetching them.
+"""Fetching the published weights the metrics and ImageNet models need, checking and locking them.
 
-Each entry names the file as its authors publish it, where the config expects it (the metric
-YAML's weights option, or the weights folder for torchvision models), and how to check it: the
-file must load into advbench's replica of the architecture with every key and shape matching,
-and torchvision files must match the SHA-256 prefix in their names (torchvision's own check).
+Where each metric's file comes from is declared beside the metrics (`quality.metrics.published`);
+torchvision's files are listed here. Each entry names the file as its authors publish it, where
+the config expects it (the metric YAML's weights option, or the weights folder for torchvision
+models and NIQE's parameters), and how to check it: the file must load into advbench's replica
+of the architecture with every key and shape matching, and torchvision files must match the
+SHA-256 prefix in their names (torchvision's own check).
 Files the authors publish only behind a web page (Google Drive, a repository README) cannot be
 fetched by a program; `fetch` says where to get them and where to put them instead.
 
@@ -21,58 +23,38 @@ import json
 import os
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from omegaconf import OmegaConf
 
+from advbench.core.construct import target_of
 from advbench.core.download import CHUNK, Limits, check_url, download, open_no_follow
 from advbench.core.errors import AdvbenchError
 from advbench.core.paths import location
+from advbench.quality.metrics.published import PUBLISHED, PublishedWeights
 
-GITHUB_HOSTS = ("github.com", "raw.githubusercontent.com", "objects.githubusercontent.com",
-                "release-assets.githubusercontent.com")
-"""Where GitHub sends a release asset or a raw file (its CDN)."""
 LOCK_FILE = "advbench-weights.lock.json"
 """"name -> {file, sha256, checked}" of every file `fetch` installed, in the weights folder."""
 
 
-@dataclass(frozen=True)
-class Published:
-    """One weights file as its authors publish it.
+@dataclass(frozen=True, kw_only=True)
+class Published(PublishedWeights):
+    """One file `advbench weights` fetches, by `name`: a metric's (`metric`, its entry in
+    `quality.metrics.published`) or a torchvision ImageNet classifier's (`model`).
 
-    `metric`/`option` tie the file to a metric YAML key (the target path and the architecture
-    that verifies it come from there); `model` names a torchvision ImageNet classifier
-    instead. `direct=False` marks a link to a web page rather than to the file; `filename`
-    is then the published file's name (a mirror serves it under that name).
+    A metric's file goes where its YAML's `option` points (the architecture that verifies it
+    comes from there too); a file without an option goes to the weights folder.
     """
 
     name: str
-    url: str
-    source: str
-    size_mb: float | None = None
-    direct: bool = True
-    filename: str | None = None
     metric: str | None = None
-    option: str = "weights"
     model: str | None = None
-    hosts: tuple[str, ...] = ()
-    """Hosts the publisher's server may redirect to (its own host is always allowed)."""
-    sha256: str | None = None
-    """The full SHA-256 where the publisher gives one, or the one advbench pins (`pinned`)."""
-    pinned: bool = False
-    """`sha256` is advbench's pin of a known copy of the file rather than one the publisher gives."""
-    reader: Callable[[Path], object] | None = None
-    """What checks a file that is no network's weights (NIQE's parameters): it must read it without error."""
-
-    @property
-    def published_name(self) -> str:
-        return self.filename or Path(urlsplit(self.url).path).name
 
     def target(self) -> Path:
         """Where the config looks for the file."""
-        if self.metric is None:
+        if self.option is None:
             return Path(location("weights")) / self.published_name
         from advbench.cli.options import load_option  # the YAML alone: listing needs no torch
 
@@ -94,7 +76,7 @@ class Published:
     def verify(self, path: Path) -> None:
         """Load `path` into the architecture with strict keys; AdvbenchError on any mismatch."""
         if self.reader is not None:
-            self.reader(path)
+            target_of(self.reader)(path)
             return
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the other weight options stay random on purpose
@@ -119,51 +101,13 @@ TORCHVISION = {
 without importing torch; `tests/test_weights.py` checks them against torchvision's own table."""
 
 
-def _torchvision(arch: str) -> Published:
-    url, size_mb = TORCHVISION[arch]
-    return Published(arch, url, f"torchvision's ImageNet {arch}", size_mb, model=arch)
-
-
-_GITHUB = {"hosts": GITHUB_HOSTS}
-
-NIQE_URL = "https://github.com/XPixelGroup/BasicSR/raw/v1.4.2/basicsr/metrics/niqe_pris_params.npz"
-NIQE_SHA256 = "2a7c182a68c9e7f1b2e2e5ec723279d6f65d912b6fcaf37eb2bf03d7367c4296"
-"""basicsr 1.4.2's copy of NIQE's pristine parameters (the file its PyPI release installs), read by `metric=niqe`."""
-
-
-def _read_pristine(path: Path) -> object:
-    """NIQE's parameters must read as a pristine model (finite mu (36,), cov (36, 36))."""
-    from advbench.quality.metrics.niqe_pristine import read_pristine_file
-
-    return read_pristine_file(path, suffix=Path(NIQE_URL).suffix)
-
-
-def _niqe() -> Published:
-    return Published("niqe", NIQE_URL, "basicsr/metrics/niqe_pris_params.npz of XPixelGroup/BasicSR v1.4.2 "
-                     "(the authors' NIQE parameters)", 0.012, sha256=NIQE_SHA256, pinned=True, reader=_read_pristine,
-                     **_GITHUB)
-
-
 def catalogue() -> dict[str, Published]:
-    """Every published file advbench knows, by the name `advbench weights fetch` takes."""
-    entries = [
-        Published("paq2piq", "https://github.com/baidut/FBIQA/releases/download/1.0/RoIPoolModel-fit.10.bs.120.pth",
-                  "RoIPoolModel-fit.10.bs.120.pth of baidut/paq2piq", metric="paq2piq", **_GITHUB),
-        Published("linearity", "https://github.com/lidq92/LinearityIQA#test-demo",
-                  "p1q2.pth of lidq92/LinearityIQA", direct=False, filename="p1q2.pth", metric="linearity"),
-        Published("vsfa", "https://github.com/lidq92/VSFA/raw/master/models/VSFA.pt",
-                  "models/VSFA.pt of lidq92/VSFA", metric="vsfa", **_GITHUB),
-        Published("mdtvsfa", "https://github.com/lidq92/MDTVSFA/raw/master/models/MDTVSFA.pt",
-                  "models/MDTVSFA.pt of lidq92/MDTVSFA", metric="mdtvsfa", **_GITHUB),
-        Published("koncept", "https://github.com/ZhengyuZhao/koniq-PyTorch",
-                  "the KonCept512 state dict of ZhengyuZhao/koniq-PyTorch", direct=False, filename="KonCept512.pth",
-                  metric="koncept"),
-        Published("nima", "https://s3-us-west-1.amazonaws.com/models-nima/pretrain-model.pth",
-                  "pretrain-model.pth of truskovskiyk/nima.pytorch v1", metric="nima"),
-        Published("spaq", "https://drive.google.com/file/d/1pXjXAIItViTFs7qUBY-b11WY50mzoVM2/view",
-                  "BL_release.pt of h4nwei/SPAQ", direct=False, filename="BL_release.pt", metric="spaq"),
-    ]
-    entries += [_niqe(), *(_torchvision(arch) for arch in TORCHVISION)]
+    """Every published file advbench knows, by the name `advbench weights fetch` takes: each metric's
+    (`quality.metrics.published.PUBLISHED`), then torchvision's."""
+    entries = [Published(name=metric, metric=metric, **{f.name: getattr(weights, f.name) for f in fields(weights)})
+               for metric, weights in PUBLISHED.items()]
+    entries += [Published(name=arch, url=url, source=f"torchvision's ImageNet {arch}", size_mb=size_mb, option=None,
+                          model=arch) for arch, (url, size_mb) in TORCHVISION.items()]
     return {e.name: e for e in entries}
 
 

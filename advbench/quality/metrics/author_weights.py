@@ -21,6 +21,7 @@ from torch import nn
 
 from advbench.core.errors import AdvbenchError
 from advbench.core.torchfile import unsafe_pickle
+from advbench.quality.metrics.published import PUBLISHED
 
 _DATA_PARALLEL_PREFIX = "module."
 
@@ -46,9 +47,9 @@ def expand(path: str | os.PathLike[str]) -> Path:
     return Path(os.path.expandvars(os.path.expanduser(os.fspath(path))))
 
 
-FETCHED = ("paq2piq", "linearity", "vsfa", "mdtvsfa", "koncept", "nima", "spaq")
+FETCHED = tuple(metric for metric, published in PUBLISHED.items() if published.option == "weights")
 """Metrics whose `weights` file `advbench weights fetch <metric>` installs, or says where to download
-(the command line's catalogue, `cli.weights.catalogue`, which a test keeps equal to this list)."""
+(`published.PUBLISHED`, the command line's catalogue)."""
 
 
 def read_checkpoint(path: str | os.PathLike[str], metric: str, option: str, source: str) -> Any:

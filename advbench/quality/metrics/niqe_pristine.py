@@ -32,11 +32,12 @@ from advbench.core.paths import location
 from advbench.quality.images import sample_photos
 from advbench.quality.metrics.metric_contract import MissingDependencyError
 from advbench.quality.metrics.niqe_features import nss_features
+from advbench.quality.metrics.published import PUBLISHED
 
 REFERENCE, FITTED = "reference", "fitted"
 MODEL_FILE = "niqe/pristine-v2.pt"  # v1 was fitted on an earlier feature set, incomparable with these features
 BASICSR_FILE = "metrics/niqe_pris_params.npz"
-FETCHED_FILE = "niqe_pris_params.npz"
+FETCHED_FILE = PUBLISHED["niqe"].published_name
 """basicsr's file under the weights folder, where `advbench weights fetch niqe` installs it."""
 SHARPNESS_THRESHOLD = 0.75
 _KEYS = (("mu_pris_param", "cov_pris_param"), ("mu_prisparam", "cov_prisparam"), ("mu", "cov"))
@@ -94,6 +95,12 @@ def read_pristine_file(path: str | Path, suffix: str | None = None) -> dict[str,
                 return {"mu": mu, "cov": cov}
     raise AdvbenchError(f"niqe: '{file}' is not a pristine model: expected finite mu (36,) and cov (36, 36) "
                         f"as {' / '.join('+'.join(k) for k in _KEYS)}")
+
+
+def check_fetched_file(path: Path) -> None:
+    """What `advbench weights fetch niqe` checks of a download (`published.PUBLISHED`'s `reader`): it reads
+    as a pristine model, as the file it will be named (`FETCHED_FILE`), whatever its own name (`.part`)."""
+    read_pristine_file(path, suffix=Path(FETCHED_FILE).suffix)
 
 
 def fit_pristine_model(images: Iterable[torch.Tensor],
