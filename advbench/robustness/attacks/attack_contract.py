@@ -140,6 +140,11 @@ class Attack(hyper.DeclaresHyperparameters):
             return f"{name} supports {'/'.join(self.goals)} attacks, not {goal}"
         return None
 
+    def for_norm(self, norm: str) -> Attack:
+        """The attack as it runs under a threat in `norm`: itself, unless its settings depend on the
+        norm (AutoAttack's versions do, as the original's do). The engine asks before anything else."""
+        return self
+
     def run(self, oracle: Oracle, x: torch.Tensor, y: torch.Tensor, *, eps: torch.Tensor, norm: str,
             target: torch.Tensor | None, sample_id: torch.Tensor) -> AttackResult:  # pragma: no cover - abstract
         raise NotImplementedError

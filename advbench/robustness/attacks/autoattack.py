@@ -1,7 +1,7 @@
 """AutoAttack (Croce & Hein, ICML 2020) in its own versions: the original's member lists and settings.
 
 `version` picks what the original's `AutoAttack(version=...)` runs, for ℓ∞ and ℓ2 alike
-(`pyautoattack/autoattack.py`, `_set_version`):
+(`pyautoattack/autoattack.py`, `_set_version`; ℓ1 below):
 
 - standard: APGD-CE (100 iterations, one start), APGD-T (9 target classes, one start each),
   FAB-T (9 target classes, no final search), Square (5,000 iterations, p_init 0.8);
@@ -15,6 +15,13 @@
   5 restarts), as its custom version does, so a custom list reads the original's number.
   `attack=ensemble` runs the same members with each option's own, lighter settings (one start).
 
+Under ℓ1 the original's standard version runs APGD-CE with 5 restarts and APGD-T towards 5
+classes, both APGD-ℓ1 with its ε schedule (`use_largereps`: 3ε, 2ε, then ε; `apgd_sparse`),
+then FAB-T and Square in their ℓ1 versions. FAB and Square take no ℓ1 here yet, so standard
+under ℓ1 is its two APGD members (`NORM_VERSIONS`, chosen by `for_norm`); the other versions
+run their members as under ℓ∞ and ℓ2, where those take ℓ1 (custom, rand: APGD-ℓ1 without the
+ε schedule, as the original's).
+
 Each member runs on the samples the earlier ones left robust (`worst_case.Ensemble`), so
 `broken_by` says which member broke a sample; `member_params` overrides a member's settings
 on top of the version's (records keep them, so such a run does not pass for the version).
@@ -24,6 +31,7 @@ logits queries (`Oracle.scores`), which the records count in `queries`.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -31,6 +39,8 @@ import torch
 
 from advbench.core import hyperparameters as hyper
 from advbench.core.errors import AdvbenchError
+from advbench.core.norms import L1_NORM, Norm
+from advbench.core.norms import norm as norm_of
 from advbench.robustness.attacks.attack_contract import Attack, AttackResult, Cost
 from advbench.robustness.attacks.oracles import Oracle
 from advbench.robustness.attacks.worst_case import Ensemble, MemberNames, MemberParams
@@ -63,6 +73,12 @@ VERSIONS: dict[str, dict[str, dict[str, Any]]] = {
     "rand": _original("apgd_ce", "apgd_dlr", apgd_ce=_ONE_START, apgd_dlr=_ONE_START),
 }
 """Each version's members, in the order they run, with the original's settings for them."""
+NORM_VERSIONS: dict[Norm, dict[str, dict[str, dict[str, Any]]]] = {
+    L1_NORM: {"standard": _original("apgd_ce", "apgd_t", apgd_ce={"large_eps": True},
+                                    apgd_t={"n_target_classes": 5, "large_eps": True})},
+}
+"""The versions whose settings the original's `_set_version` changes for a norm (APGD-CE keeps its
+constructor's 5 restarts under ℓ1), without the members that take no such norm here (ℓ1: FAB-T, Square)."""
 EOT_PASSES = {"rand": 20}
 """Passes per gradient (the original's `eot_iter`) where a version sets them; else the model's."""
 JUDGES = ("vote", "original")
@@ -92,9 +108,22 @@ class AutoAttack(Ensemble):
             raise AdvbenchError("AutoAttack: attack.members names the members of version=custom only; "
                                 f"version={version} " + ("needs them" if version == "custom" else "runs its own"))
         self.members = list(VERSIONS[version]) if self.members is None else self.members
-        settings = VERSIONS.get(version) or custom_settings(self.members)
+        self._assemble_version(VERSIONS.get(version) or custom_settings(self.members))
+
+    def _assemble_version(self, settings: Mapping[str, Mapping[str, Any]]) -> None:
+        """The members with the version's `settings` and, on top, `member_params`."""
         self._assemble(self.members, {name: {**settings.get(name, {}), **(self.member_params.get(name) or {})}
                                       for name in {*settings, *self.member_params}})
+
+    def for_norm(self, norm: str) -> Attack:
+        """The version as the original runs it under `norm` (`NORM_VERSIONS`); itself where that is the same."""
+        settings = NORM_VERSIONS.get(norm_of(norm), {}).get(self.version)
+        if settings is None:
+            return self
+        other = copy.copy(self)
+        other.members = list(settings)
+        other._assemble_version(settings)
+        return other
 
     @property
     def judges_itself(self) -> bool:
