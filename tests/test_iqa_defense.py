@@ -27,7 +27,7 @@ from advbench.quality.attacks.iterative import IFGSM
 from advbench.quality.images import as_batch, uap_images
 from advbench.quality.iqa.defense_cost import clean_cost
 from advbench.quality.iqa.run import IqaSpec, iqa_cell
-from advbench.quality.metrics.defended import KINDS, DefendedMetric, DefenseSpec
+from advbench.quality.metrics.defended import KINDS, DefendedMetric, MetricDefense
 from advbench.quality.metrics.learned import CNNQA, save_weights, train_cnnqa
 from advbench.quality.metrics.metric_contract import QualityMetric
 from advbench.quality.metrics.niqe import NIQE
@@ -148,7 +148,7 @@ def test_the_adaptive_attack_gains_at_least_as_much_as_the_naive_one(name: str) 
     """Adaptive: the defended metric's gradient (exact, or through the differentiable JPEG); naive: the
     undefended metric's. A high-frequency metric, whose naive perturbation the filters remove."""
     metric, x = Texture(), images(2, 32)
-    defended = DefendedMetric(metric, DefenseSpec(name, DEFAULTS[name]))
+    defended = DefendedMetric(metric, MetricDefense(name, DEFAULTS[name]))
     adaptive, naive = gain(defended, defended, x), gain(metric, defended, x)
     assert adaptive > 0 and adaptive >= naive - 0.02 * abs(naive), (adaptive, naive)
 
@@ -156,7 +156,7 @@ def test_the_adaptive_attack_gains_at_least_as_much_as_the_naive_one(name: str) 
 def test_median_exact_gradient_beats_bpda() -> None:
     """Why `median` is differentiated exactly, not by BPDA's identity."""
     metric, x = Texture(), images(2, 32)
-    exact = DefendedMetric(metric, DefenseSpec("median", {"k": 5}))
+    exact = DefendedMetric(metric, MetricDefense("median", {"k": 5}))
     via_bpda = Bpda(metric, lambda v: transforms.median_filter(v, 5))
     assert gain(exact, exact, x) > 2 * gain(via_bpda, exact, x)
 
@@ -185,8 +185,8 @@ def test_bpda_with_an_approximation_is_the_transform_forward_and_the_approximati
 def test_the_differentiable_jpeg_backward_beats_the_identity() -> None:
     """Why JPEG's BPDA runs through the codec: the identity spends the budget on frequencies JPEG drops."""
     metric, x = Texture(), images(2, 32)
-    defended = DefendedMetric(metric, DefenseSpec("jpeg", {"quality": 50}))
-    identity = DefendedMetric(metric, DefenseSpec("jpeg", {"quality": 50}, backward="identity"))
+    defended = DefendedMetric(metric, MetricDefense("jpeg", {"quality": 50}))
+    identity = DefendedMetric(metric, MetricDefense("jpeg", {"quality": 50}, backward="identity"))
     by_hand = Bpda(metric, lambda v: transforms.jpeg_roundtrip(v, 50))
     assert gain(identity, defended, x) == pytest.approx(gain(by_hand, defended, x), rel=1e-6)
     assert gain(defended, defended, x) > 2 * gain(identity, defended, x)
@@ -194,7 +194,7 @@ def test_the_differentiable_jpeg_backward_beats_the_identity() -> None:
 
 def test_bit_depth_gradient_is_the_mean_of_the_quantised_and_the_input_gradients() -> None:
     metric, x = Tiny(), images(2, 16).requires_grad_(True)
-    defended = DefendedMetric(metric, DefenseSpec("bit_depth", {"bits": 3}))
+    defended = DefendedMetric(metric, MetricDefense("bit_depth", {"bits": 3}))
     out = defended(x)
     with torch.no_grad():
         torch.testing.assert_close(out, metric(transforms.bit_depth(x, 3)))
@@ -222,8 +222,8 @@ def test_bpda_gains_at_least_as_much_as_the_naive_attack_on_real_metrics(
     defended metric, on photos; gains in the metric's better direction."""
     metric = offline_metrics[metric_name]
     x = as_batch(uap_images(None, split="test", size=96, limit=4))
-    defended = DefendedMetric(metric, DefenseSpec(name, params))
-    naive = DefendedMetric(metric, DefenseSpec(name, params, bpda=False))
+    defended = DefendedMetric(metric, MetricDefense(name, params))
+    naive = DefendedMetric(metric, MetricDefense(name, params, bpda=False))
     sign = 1 if metric.higher_better else -1
     adaptive, plain = sign * gain(defended, defended, x), sign * gain(naive, defended, x)
     assert adaptive > 0 and adaptive >= plain - 0.02 * abs(plain), (adaptive, plain)
@@ -232,8 +232,8 @@ def test_bpda_gains_at_least_as_much_as_the_naive_attack_on_real_metrics(
 @pytest.mark.parametrize("name", ["jpeg", "bit_depth"])
 def test_bpda_false_is_the_undefended_gradient_with_the_defended_score(name: str) -> None:
     metric, x = Tiny(), images(2, 32)
-    naive = DefendedMetric(metric, DefenseSpec(name, DEFAULTS[name], bpda=False))
-    defended = DefendedMetric(metric, DefenseSpec(name, DEFAULTS[name]))
+    naive = DefendedMetric(metric, MetricDefense(name, DEFAULTS[name], bpda=False))
+    defended = DefendedMetric(metric, MetricDefense(name, DEFAULTS[name]))
     with torch.no_grad():
         torch.testing.assert_close(naive(x), defended(x))
     eps = torch.full((2,), 4 / 255)
@@ -243,15 +243,15 @@ def test_bpda_false_is_the_undefended_gradient_with_the_defended_score(name: str
 def test_eot_over_crop_flip_gains_at_least_as_much_as_one_draw() -> None:
     metric, x = Texture(), images(2, 32)
     spec = DEFAULTS["crop_flip"]
-    judge = DefendedMetric(metric, DefenseSpec("crop_flip", spec, eot=32, seed=7))
-    adaptive = gain(DefendedMetric(metric, DefenseSpec("crop_flip", spec, eot=8)), judge, x)
-    naive = gain(DefendedMetric(metric, DefenseSpec("crop_flip", spec, eot=1)), judge, x)
+    judge = DefendedMetric(metric, MetricDefense("crop_flip", spec, eot=32, seed=7))
+    adaptive = gain(DefendedMetric(metric, MetricDefense("crop_flip", spec, eot=8)), judge, x)
+    naive = gain(DefendedMetric(metric, MetricDefense("crop_flip", spec, eot=1)), judge, x)
     assert adaptive > 0 and adaptive >= naive - 0.02 * abs(naive), (adaptive, naive)
 
 
 def test_a_random_defense_scores_an_image_the_same_in_any_batch_and_for_any_eot() -> None:
     x, spec = images(3, 32), DEFAULTS["crop_flip"]
-    one, eight = (DefendedMetric(Tiny(), DefenseSpec("crop_flip", spec, eot=e, score_draws=4)) for e in (1, 8))
+    one, eight = (DefendedMetric(Tiny(), MetricDefense("crop_flip", spec, eot=e, score_draws=4)) for e in (1, 8))
     with torch.no_grad():
         torch.testing.assert_close(one(x)[1:], one(x[1:]))
         torch.testing.assert_close(one(x), eight(x))
@@ -268,7 +268,7 @@ def test_clean_cost_on_constructed_scores() -> None:
     assert clean_cost(frame(1 - undefended))[0] == pytest.approx(-1.0)
 
 
-def cell(tmp_path: Path, defense: DefenseSpec) -> pd.DataFrame:
+def cell(tmp_path: Path, defense: MetricDefense) -> pd.DataFrame:
     spec = IqaSpec(metric="tiny", attack_params={"steps": 2}, eps=[2 / 255, 4 / 255], data=None, n_images=2, size=32,
                    seed=0, device="cpu", batch_size=4, chunk_size=64, force=False, run_id="t", progress=False,
                    records_dir=str(tmp_path / "records"), defense=defense)
@@ -277,17 +277,17 @@ def cell(tmp_path: Path, defense: DefenseSpec) -> pd.DataFrame:
 
 
 def test_identity_defense_costs_nothing_and_the_defense_is_in_the_cell_key(tmp_path: Path) -> None:
-    same = cell(tmp_path, DefenseSpec("resize", {"factor": 1.0}))
+    same = cell(tmp_path, MetricDefense("resize", {"factor": 1.0}))
     np.testing.assert_allclose(same["score_clean"], same["clean_score_undefended"], rtol=1e-5)
     assert clean_cost(same) == pytest.approx((1.0, 0.0), abs=1e-6)
     assert set(same["metric"]) == {"tiny+resize"} and set(same["defense"]) == {"resize"}
     assert json.loads(same["defense_params"][0])["params"] == {"factor": 1.0}
-    jpeg50 = cell(tmp_path, DefenseSpec("jpeg", {"quality": 50}))
+    jpeg50 = cell(tmp_path, MetricDefense("jpeg", {"quality": 50}))
     assert json.loads(jpeg50["defense_params"][0])["backward"] == "differentiable"
-    jpeg90 = cell(tmp_path, DefenseSpec("jpeg", {"quality": 90}))
-    naive = cell(tmp_path, DefenseSpec("jpeg", {"quality": 50}, bpda=False))
-    plain = cell(tmp_path, DefenseSpec())
-    identity = cell(tmp_path, DefenseSpec("jpeg", {"quality": 50}, backward="identity"))
+    jpeg90 = cell(tmp_path, MetricDefense("jpeg", {"quality": 90}))
+    naive = cell(tmp_path, MetricDefense("jpeg", {"quality": 50}, bpda=False))
+    plain = cell(tmp_path, MetricDefense())
+    identity = cell(tmp_path, MetricDefense("jpeg", {"quality": 50}, backward="identity"))
     assert json.loads(naive["defense_params"][0])["backward"] == "undefended"
     keys = {f["cell_key"][0] for f in (same, jpeg50, jpeg90, naive, plain, identity)}
     assert len(keys) == 6 and "_jpeg_" in jpeg50["part"][0] and "jpeg" not in plain["part"][0]
@@ -314,7 +314,7 @@ def test_identity_defense_costs_nothing_and_the_defense_is_in_the_cell_key(tmp_p
 ])
 def test_bad_defense_settings_are_one_line(bad: dict, needle: str) -> None:
     with pytest.raises(AdvbenchError, match=needle.replace(".", r"\.")):
-        DefenseSpec(**bad)
+        MetricDefense(**bad)
 
 
 def test_a_bad_defense_parameter_is_one_line_on_the_command_line(tmp_path: Path) -> None:

@@ -90,12 +90,12 @@ def judge_names(cfg: DictConfig) -> list[str]:
 
 
 def defense_spec(cfg: DictConfig) -> Any:
-    """The job's `defense=` option as a checked `DefenseSpec` (`none` where the config has no defense)."""
-    from advbench.quality.metrics.defended import DefenseSpec
+    """The job's `defense=` option as a checked `MetricDefense` (`none` where the config has no defense)."""
+    from advbench.quality.metrics.defended import MetricDefense
 
     defense = resolved(cfg.get("defense")) or {}
     given = {key: defense[key] for key in ("bpda", "backward", "eot", "score_draws") if key in defense}
-    return DefenseSpec(name=str(defense.get("name", "none")), params=defense.get("params") or {},
+    return MetricDefense(name=str(defense.get("name", "none")), params=defense.get("params") or {},
                        seed=int(cfg.get("seed", 0)), **given)
 
 

@@ -18,11 +18,11 @@ import torch
 from scipy.stats import spearmanr
 
 from advbench.quality.iqa.guard import check_finite, user_failures
-from advbench.quality.metrics.defended import DefendedMetric, DefenseSpec
+from advbench.quality.metrics.defended import DefendedMetric, MetricDefense
 from advbench.quality.metrics.scoring import score
 
 
-def defense_columns(name: str, defended: DefendedMetric | None, defense: DefenseSpec, images: torch.Tensor,
+def defense_columns(name: str, defended: DefendedMetric | None, defense: MetricDefense, images: torch.Tensor,
                     batch_size: int, device: torch.device) -> tuple[dict[str, str], np.ndarray | None]:
     """The cell's defense columns and each image's undefended clean score (None without a defense:
     the undefended score is then the clean score itself).

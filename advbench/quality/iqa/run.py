@@ -38,7 +38,7 @@ from advbench.quality.iqa.guard import check_attacked, check_finite, check_judge
 from advbench.quality.iqa.judges import checked_judges, judge_columns, judge_identity
 from advbench.quality.iqa.msu_scores import clean_width, msu_scores, raw_gain
 from advbench.quality.iqa.progress import CellProgress
-from advbench.quality.metrics.defended import DefendedMetric, DefenseSpec
+from advbench.quality.metrics.defended import DefendedMetric, MetricDefense
 from advbench.quality.metrics.metric_contract import QualityMetric
 from advbench.quality.metrics.scoring import device_of
 from advbench.quality.metrics.user import user_identity
@@ -64,7 +64,7 @@ class IqaSpec:
     run_id: str | None
     progress: bool
     records_dir: str
-    defense: DefenseSpec = field(default_factory=DefenseSpec)   # `none`: the metric as it is
+    defense: MetricDefense = field(default_factory=MetricDefense)   # `none`: the metric as it is
 
     def __post_init__(self) -> None:
         """The budgets checked, and normalised, before any metric is built."""

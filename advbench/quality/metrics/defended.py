@@ -90,8 +90,13 @@ KINDS: dict[str, Kind] = {
 
 
 @dataclass(frozen=True)
-class DefenseSpec:
-    """A `defense=` option of `advbench iqa run` as plain values; checked on construction."""
+class MetricDefense:
+    """A `defense=` option of `advbench iqa run` as plain values; checked on construction.
+
+    A transform in front of a metric and how attacks differentiate it (`bpda`, `backward`, `eot`), and
+    how a score is judged (`score_draws`): a classifier's defense option (`robustness.specs.DefenseSpec`)
+    is a training recipe and/or a wrapper instead, and the transforms themselves are both halves'
+    (`core.transforms`)."""
 
     name: str = "none"
     params: Mapping[str, Any] = field(default_factory=dict)
@@ -167,7 +172,7 @@ class DefenseSpec:
 class DefendedMetric(QualityMetric):
     """`metric(defense(x))`, with the wrapped metric's direction, range and code identity."""
 
-    def __init__(self, metric: QualityMetric, defense: DefenseSpec) -> None:
+    def __init__(self, metric: QualityMetric, defense: MetricDefense) -> None:
         super().__init__()
         self.metric = metric
         self.defense = defense
