@@ -5,14 +5,19 @@ original in test_crosscheck_autoattack_l1.py."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
+from advbench.cli.config import compose_config
+from advbench.cli.spec_builder import cell_spec
 from advbench.core.errors import AdvbenchError
 from advbench.core.norms import norm
 from advbench.robustness.attacks.apgd import APGD
 from advbench.robustness.attacks.apgd_sparse import checkpoint_every, stages
 from advbench.robustness.attacks.oracles import WhiteBoxOracle
+from advbench.robustness.cost import cell_cost
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 L1 = norm("l1")
@@ -84,3 +89,14 @@ def test_the_eps_schedule_is_refused_outside_l1_and_kept_out_of_the_records_when
     assert why is not None and "large_eps" in why and "\n" not in why
     assert APGD(large_eps=True).unsupported("l1", "white", "untargeted") is None
     assert "large_eps" not in APGD().params() and APGD(large_eps=True).params()["large_eps"] is True
+
+
+def test_the_engine_costs_autoattack_under_l1_with_the_originals_l1_members(tmp_path: Path) -> None:
+    """The cell's attack is the one `for_norm` gives for its threat: under ℓ1 AutoAttack's standard
+    declares its two APGD-ℓ1 members' 500 + 500 gradients, under ℓ∞ its four members'."""
+    costs = {}
+    for threat in ("l1", "linf"):
+        cfg = compose_config("config", ["attack=autoattack", f"threat={threat}", f"cache_dir={tmp_path}"])
+        costs[threat] = cell_cost(cell_spec(cfg)).per_run
+    assert costs["l1"].grad_evals == 1000 and costs["l1"].queries == 0
+    assert costs["linf"].queries > 5000

@@ -24,7 +24,7 @@ from advbench.robustness.specs import SearchSettings
 from advbench.robustness.threat import ThreatModel
 
 ATTACKS = group_options("attack")
-BUDGETS = {"linf": 0.1, "l2": 0.8}
+BUDGETS = {"linf": 0.1, "l2": 0.8, "l1": 1.5}
 # Minimum-norm attacks run their whole schedule on every sample whatever eps: fewer samples
 # keep the catalogue fast. C&W's seed schedule is ~1000 Adam steps a sample: slow here, and
 # its contract is also tested fast with a short schedule in test_minimum_norm.py. APGD-T and the
@@ -72,10 +72,10 @@ def batch(digits_tensors):
 
 
 @pytest.mark.parametrize("name", CATALOGUE)
-@pytest.mark.parametrize("norm", ["linf", "l2"])
+@pytest.mark.parametrize("norm", ["linf", "l2", "l1"])
 @pytest.mark.parametrize("targeted", [False, True])
 def test_attack_contract(name: str, norm: str, targeted: bool, tiny_model, batch) -> None:
-    attack = make_attack(name)
+    attack = make_attack(name).for_norm(norm)  # as the engine builds it for the threat
     goal = "targeted" if targeted else "untargeted"
     if norm not in attack.norms or goal not in attack.goals:
         pytest.skip(f"{name} does not attack {norm} {goal}")

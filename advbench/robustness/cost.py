@@ -63,7 +63,7 @@ def cell_cost(spec: CellSpec) -> CellCost:
     attack, threat, search = spec.attack.attack, spec.threat, spec.settings.search
     probes = search.max_probes if attack.kind == "budgeted" and search.enabled else 0
     samples = spec.dataset.config.get("n_samples")
-    per_run = attack.declared_cost(threat.knowledge, threat.goal, _num_classes(spec))
+    per_run = attack.for_norm(threat.norm).declared_cost(threat.knowledge, threat.goal, _num_classes(spec))
     return CellCost(spec.attack.name, threat.knowledge, threat.norm, threat.goal, per_run, 1 + probes,
                     None if samples is None else int(samples))
 

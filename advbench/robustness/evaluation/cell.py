@@ -194,7 +194,7 @@ def run_cell(spec: CellSpec, given: Given | None = None) -> CellRun | None:
     check_checkpoint(spec.target)  # before the data set loads, which may be missing too: the cheap check first
     dataset = given.dataset if given is not None and given.dataset is not None else construct(spec.dataset.config)
     threat = build_threat(spec, dataset.budgets)
-    attack = spec.attack.attack
+    attack = spec.attack.attack.for_norm(threat.norm)  # AutoAttack runs other members under ℓ1
     named = model_label(spec)  # a user's model or a `label=` shows in the lines, before its defense
     row = row_name(named, spec.target.defense.name)
     label = f"{dataset.name}/{row}/{attack_label(spec.attack.name, attack.params())} {threat.norm} {threat.goal} ε={threat.eps:g}"
