@@ -21,7 +21,6 @@ from advbench.cli.api_cells import ApiCell, api_cell, preset_cells
 from advbench.cli.spec_builder import refuse_attack_options
 from advbench.core.caller_state import caller_state_kept
 from advbench.core.catalog import describe, group_options, groups, keywords_said, refuse_twice_set
-from advbench.core.construct import construct
 from advbench.core.digests import code_digest, module_digest
 from advbench.core.errors import AdvbenchError
 from advbench.core.fingerprint import behaviour_digest
@@ -41,7 +40,7 @@ from advbench.robustness.models.user_models import check_forward, check_randomiz
 from advbench.robustness.report.cell_report import report_cell
 from advbench.robustness.report.table3 import summary_table, with_categories
 from advbench.robustness.specs import AttackSpec, CellSpec
-from advbench.robustness.threat import CORRUPTION, NORMS
+from advbench.robustness.threat import CORRUPTION
 
 
 def evaluate(*, model, data, attack, threat, eps, attack_params, out_dir, device, seed, mean, std, randomized,
@@ -81,7 +80,7 @@ def evaluate_preset(*, model, data, preset, out_dir, device, seed, mean, std, ra
             python_warnings():
         values = _values(subject.name, "preset", None, None, Path(out_dir) if out_dir is not None else Path(scratch),
                          device, seed, randomized)
-        held = _data_object(data, subject, _checked_budgets(budgets, data))
+        held = _data_object(data, subject, budgets)
         if held is not None:  # the cost counts the samples handed in
             values["dataset.n_samples"] = len(held.labels)
         picked = {"model": "python", **({"dataset": data} if isinstance(data, str) else {}),
@@ -89,6 +88,7 @@ def evaluate_preset(*, model, data, preset, out_dir, device, seed, mean, std, ra
         cells = preset_cells(preset, picked, values, overrides, as_given=subject.as_given)
         cost = specs_cost([cell.spec for cell in cells])
         if held is not None:
+            _check_budgets(budgets, [cell.spec for cell in cells])
             _refuse_cached_substitutes([cell.spec for cell in cells])
         records = pd.concat([_evaluate_cell(cell, subject, held, "preset") for cell in cells], ignore_index=True)
         records.attrs["cost"] = cost
@@ -157,15 +157,15 @@ def _refuse_cached_substitutes(specs: Sequence[CellSpec]) -> None:
                                 f"{sub.model.name} for this data), or another substitute=<option> with them")
 
 
-def _checked_budgets(budgets: Mapping[str, float] | None, data: Any) -> Mapping[str, float] | None:
-    """`budgets` as a preset on data held in memory needs them: a positive ε for each norm it sweeps."""
-    if isinstance(data, str):
-        return budgets
-    if budgets is None or set(budgets) != set(NORMS) or not all(
+def _check_budgets(budgets: Mapping[str, float] | None, specs: Sequence[CellSpec]) -> None:
+    """Data held in memory has no budgets of its own: a preset on it needs a positive ε for each norm
+    its cells take the data set's budget in."""
+    needed = sorted({spec.threat.norm for spec in specs if spec.threat.eps is None and spec.threat.norm != CORRUPTION})
+    if budgets is None or not set(needed) <= set(budgets) or not all(
             isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in budgets.values()):
-        raise AdvbenchError(f"data held in memory has no budgets of its own: give budgets={{'linf': ..., 'l2': ...}}, "
+        asked = ", ".join(f"'{norm}': ..." for norm in needed)
+        raise AdvbenchError(f"data held in memory has no budgets of its own: give budgets={{{asked}}}, "
                             f"a positive ε for each norm the preset sweeps, got {budgets!r}")
-    return budgets
 
 
 def _data_object(data: Any, subject: _Subject, budgets: Mapping[str, float] | None = None) -> TensorData | None:
@@ -184,7 +184,7 @@ def _evaluate_cell(cell: ApiCell, subject: _Subject, held: TensorData | None, at
     spec = cell.spec
     if isinstance(attack, Attack):
         spec = dataclasses.replace(spec, attack=AttackSpec(type(attack).__name__.lower(), attack))
-    dataset = construct(spec.dataset.config) if held is None else held
+    dataset = spec.dataset.build() if held is None else held
     given = _given(spec, subject.model, dataset, attack, subject.normalisation, subject.randomness, subject.name,
                    cell.wrapper)
     if spec.threat.norm == CORRUPTION:

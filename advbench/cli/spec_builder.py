@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from advbench.cli.options import load_option
 from advbench.cli.validate import built_attack
 from advbench.core.catalog import override_key
+from advbench.core.construct import bind_arguments, target_of
 from advbench.core.errors import AdvbenchError
 from advbench.core.keys import plain
 from advbench.robustness.specs import (
@@ -45,6 +46,19 @@ def _resolved(node: Any) -> dict[str, Any]:
     return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else plain(node)
 
 
+def dataset_spec(node: Any) -> DatasetSpec:
+    """A `conf/dataset` option as its class and the arguments it gives, bound to the class's parameters."""
+    arguments = _resolved(node)
+    source = arguments.pop("_target_", None)
+    if source is None:
+        raise AdvbenchError(f"dataset option '{arguments.get('name')}' has no _target_: nothing says which data set class to build")
+    factory = target_of(str(source))
+    bound = bind_arguments(str(source), factory, arguments)
+    if bound is None:
+        raise AdvbenchError(f"dataset _target_ '{source}' has no signature to take the option's arguments: name a class or function")
+    return DatasetSpec(name=str(arguments.get("name")), source=str(source), factory=factory, arguments=bound)
+
+
 def model_spec(node: Any) -> ModelSpec:
     from advbench.robustness.models.user_models import model_kind  # imports torch
 
@@ -57,7 +71,7 @@ def target_spec(cfg: DictConfig) -> TargetSpec:
     target = TargetSpec(
         model=model_spec(cfg.model),
         defense=DefenseSpec(_resolved(cfg.defense)),
-        dataset=DatasetSpec(_resolved(cfg.dataset)),
+        dataset=dataset_spec(cfg.dataset),
         seed=int(cfg.seed),
         checkpoint=str(cfg.checkpoint) if cfg.get("checkpoint") else None,
         cache_dir=str(cfg.cache_dir),

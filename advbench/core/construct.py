@@ -48,15 +48,26 @@ def construct(spec: Mapping[str, Any], **overrides: Any) -> Any:
         raise AdvbenchError(f"no _target_ among {', '.join(sorted(arguments)) or 'no keys'}: nothing says what to build")
     target = target_of(spec["_target_"])
     arguments.update(overrides)
+    bind_arguments(spec["_target_"], target, arguments)
+    return call_factory(spec["_target_"], target, arguments)
+
+
+def bind_arguments(path: str, factory: Callable[..., Any], arguments: Mapping[str, Any]) -> inspect.BoundArguments | None:
+    """`arguments` bound to the parameters of `factory` (named `path`): a key it does not take, or one it
+    needs and lacks, is one line; None where it has no signature to check (a builtin: the call says)."""
     try:
-        inspect.signature(target).bind(**arguments)
+        return inspect.signature(factory).bind(**arguments)
     except TypeError as exc:
-        raise AdvbenchError(f"{spec['_target_']}: {exc}") from None
-    except ValueError:  # no signature to check (a builtin): the call says what is wrong
-        pass
+        raise AdvbenchError(f"{path}: {exc}") from None
+    except ValueError:
+        return None
+
+
+def call_factory(path: str, factory: Callable[..., Any], arguments: Mapping[str, Any]) -> Any:
+    """`factory(**arguments)`; a user's code failing while it builds is one line (advbench's keeps its traceback)."""
     try:
-        return target(**arguments)
+        return factory(**arguments)
     except (Exception, SystemExit) as exc:
-        if isinstance(exc, AdvbenchError) or _own(getattr(target, "__module__", "")):
+        if isinstance(exc, AdvbenchError) or _own(getattr(factory, "__module__", "")):
             raise
-        raise user_code_failed(f"_target_ '{spec['_target_']}'", "building it", exc) from exc
+        raise user_code_failed(f"_target_ '{path}'", "building it", exc) from exc

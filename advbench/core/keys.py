@@ -52,12 +52,13 @@ def plain_value(value: Any) -> Any:
     return value
 
 
-def dataset_identity(cfg: Mapping[str, Any], *, evaluation: bool) -> dict[str, Any]:
-    """The dataset config that decides the images: class, roots (absolute), split, subset.
+def dataset_identity(source: str, arguments: Mapping[str, Any], *, evaluation: bool) -> dict[str, Any]:
+    """What decides a data set's images: its class (`source`, keyed as `_target_`, the option's name
+    for it), roots (absolute), split, subset.
 
     `evaluation=False` drops `n_samples` (training always uses the whole split).
     """
-    out = {k: v for k, v in plain(cfg).items() if k not in _DATASET_LABELS}
+    out = {k: v for k, v in {"_target_": source, **plain(arguments)}.items() if k not in _DATASET_LABELS}
     for k in _PATH_KEYS:
         if out.get(k) is not None:
             out[k] = os.path.abspath(os.path.expanduser(str(out[k])))

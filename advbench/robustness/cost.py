@@ -17,7 +17,6 @@ from typing import Any
 
 import pandas as pd
 
-from advbench.core.construct import construct, target_of
 from advbench.robustness.attacks.attack_contract import Cost
 from advbench.robustness.specs import CellSpec
 
@@ -62,21 +61,19 @@ def cell_cost(spec: CellSpec) -> CellCost:
     """The declared cost of `spec`'s cell (all its shards), from its attack, threat, search and samples."""
     attack, threat, search = spec.attack.attack, spec.threat, spec.settings.search
     probes = search.max_probes if attack.kind == "budgeted" and search.enabled else 0
-    samples = spec.dataset.config.get("n_samples")
+    samples = spec.dataset.given.get("n_samples")
     per_run = attack.for_norm(threat.norm).declared_cost(threat.knowledge, threat.goal, _num_classes(spec))
     return CellCost(spec.attack.name, threat.knowledge, threat.norm, threat.goal, per_run, 1 + probes,
                     None if samples is None else int(samples))
 
 
 def _num_classes(spec: CellSpec) -> int:
-    """The data set's classes: its class's, its config's, else the built data set's."""
-    config = spec.dataset.config
-    declared = getattr(target_of(config["_target_"]), "num_classes", None)
+    """The data set's classes: its class's, its option's, else the built data set's."""
+    declared = getattr(spec.dataset.factory, "num_classes", None)
     if isinstance(declared, int):
         return declared
-    if isinstance(config.get("num_classes"), int):
-        return int(config["num_classes"])
-    return int(construct(config).num_classes)
+    given = spec.dataset.given.get("num_classes")
+    return given if isinstance(given, int) else int(spec.dataset.build().num_classes)
 
 
 def cost_frame(costs: list[CellCost]) -> pd.DataFrame:

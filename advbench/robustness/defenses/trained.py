@@ -15,7 +15,6 @@ from typing import Any
 
 from torch import nn
 
-from advbench.core.construct import construct, target_of
 from advbench.core.errors import AdvbenchError
 from advbench.core.resume import file_lock
 from advbench.core.runtime import set_threads, threads_for
@@ -40,7 +39,7 @@ def train_target(target: TargetSpec, reason: str = "") -> Path:
     # Clean accuracy in the checkpoint is over the whole evaluation set, whatever smoke-run
     # `n_samples` the triggering config carried.
     set_threads(target.threads)
-    dataset = construct(target.dataset.config, n_samples=None)
+    dataset = target.dataset.build(n_samples=None)
     path = cache_entry(target)
     init_state = None if target.init is None else load_trained_model(target.init, dataset).state_dict()
     with threads_for(target.training_threads):
@@ -59,7 +58,7 @@ def ensure_checkpoint(target: TargetSpec) -> Path:
     path = cache_entry(target)
     if path.is_file():
         return path
-    if getattr(target_of(target.dataset.config["_target_"]), "trains_on_first_use", False):
+    if getattr(target.dataset.factory, "trains_on_first_use", False):
         # Parallel jobs needing the same model: one trains, the others wait and load it.
         with file_lock(path.with_name(f".{path.name}.lock"), f"the training of {path.name}"):
             return path if path.is_file() else train_target(target, reason=f"first use: no cached checkpoint at {path}")
@@ -71,7 +70,7 @@ def has_weights(target: TargetSpec) -> bool:
     """Whether `target` loads without an `advbench train` first: an explicit checkpoint, pretrained
     or its own weights, a cache entry, or a data set whose models train on first use."""
     return bool(target.checkpoint) or _uses_pretrained_weights(target) or cache_entry(target).is_file() \
-        or bool(getattr(target_of(target.dataset.config["_target_"]), "trains_on_first_use", False))
+        or bool(getattr(target.dataset.factory, "trains_on_first_use", False))
 
 
 def _uses_pretrained_weights(target: TargetSpec) -> bool:

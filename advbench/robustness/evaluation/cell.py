@@ -28,7 +28,6 @@ from rich.progress import (
 from torch.utils.data import DataLoader, Subset
 
 from advbench.core.cells import claim_cell, fill_cell
-from advbench.core.construct import construct
 from advbench.core.digests import module_digest
 from advbench.core.errors import AdvbenchError
 from advbench.core.keys import content_key, plain
@@ -192,7 +191,7 @@ def run_cell(spec: CellSpec, given: Given | None = None) -> CellRun | None:
     set_threads(settings.threads)
     device = resolve_device(settings.device)
     check_checkpoint(spec.target)  # before the data set loads, which may be missing too: the cheap check first
-    dataset = given.dataset if given is not None and given.dataset is not None else construct(spec.dataset.config)
+    dataset = given.dataset if given is not None and given.dataset is not None else spec.dataset.build()
     threat = build_threat(spec, dataset.budgets)
     attack = spec.attack.attack.for_norm(threat.norm)  # AutoAttack runs other members under ℓ1
     named = model_label(spec)  # a user's model or a `label=` shows in the lines, before its defense

@@ -23,7 +23,6 @@ import torch
 from torch.utils.data import DataLoader, Subset
 
 from advbench.core.cells import claim_cell, fill_cell
-from advbench.core.construct import construct
 from advbench.core.digests import module_digest
 from advbench.core.errors import AdvbenchError
 from advbench.core.keys import content_key, plain
@@ -96,7 +95,7 @@ def run_corruptions(spec: CellSpec, given: Given | None = None) -> list[Path]:
     set_threads(settings.threads)
     device = resolve_device(settings.device)
     check_checkpoint(spec.target)
-    dataset = given.dataset if given is not None and given.dataset is not None else construct(spec.dataset.config)
+    dataset = given.dataset if given is not None and given.dataset is not None else spec.dataset.build()
     side = min(dataset.input_shape[-2:])
     names, ids = chosen(spec, side), expected_ids(spec, dataset)
     built, code = (None, {}) if given is not None else built_identity(spec, dataset)
