@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from advbench.cli.options import load_option
 from advbench.cli.validate import built_attack
 from advbench.core.catalog import override_key
-from advbench.core.construct import bind_arguments, target_of
+from advbench.core.construct import bound_factory
 from advbench.core.errors import AdvbenchError
 from advbench.core.keys import plain
 from advbench.robustness.specs import (
@@ -48,15 +48,8 @@ def _resolved(node: Any) -> dict[str, Any]:
 
 def dataset_spec(node: Any) -> DatasetSpec:
     """A `conf/dataset` option as its class and the arguments it gives, bound to the class's parameters."""
-    arguments = _resolved(node)
-    source = arguments.pop("_target_", None)
-    if source is None:
-        raise AdvbenchError(f"dataset option '{arguments.get('name')}' has no _target_: nothing says which data set class to build")
-    factory = target_of(str(source))
-    bound = bind_arguments(str(source), factory, arguments)
-    if bound is None:
-        raise AdvbenchError(f"dataset _target_ '{source}' has no signature to take the option's arguments: name a class or function")
-    return DatasetSpec(name=str(arguments.get("name")), source=str(source), factory=factory, arguments=bound)
+    option = _resolved(node)
+    return DatasetSpec(name=str(option.get("name")), builder=bound_factory("dataset", option))
 
 
 def model_spec(node: Any) -> ModelSpec:

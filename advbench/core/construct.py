@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import inspect
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from advbench.core.errors import AdvbenchError, user_code_failed
@@ -71,3 +72,54 @@ def call_factory(path: str, factory: Callable[..., Any], arguments: Mapping[str,
         if isinstance(exc, AdvbenchError) or _own(getattr(factory, "__module__", "")):
             raise
         raise user_code_failed(f"_target_ '{path}'", "building it", exc) from exc
+
+
+@dataclass(frozen=True)
+class BoundFactory:
+    """An option's class or function and the arguments the option gives it, bound to its parameters where
+    the options are read (`bound_factory`): below the command line an option is this, not a mapping with
+    a `_target_`. `source` is the dotted path the option names the factory by (what keys hash)."""
+
+    source: str
+    factory: Callable[..., Any]
+    arguments: inspect.BoundArguments
+
+    @property
+    def given(self) -> dict[str, Any]:
+        """The arguments the option gives, by parameter name (a `**` parameter's spread out)."""
+        parameters = self.arguments.signature.parameters
+        given: dict[str, Any] = {}
+        for name, value in self.arguments.arguments.items():
+            given.update(value if parameters[name].kind is inspect.Parameter.VAR_KEYWORD else {name: value})
+        return given
+
+    def call(self, **more: Any) -> Any:
+        """The factory called with the option's arguments and `more` over them, checked as the option was."""
+        arguments = {**self.given, **more}
+        bind_arguments(self.source, self.factory, arguments)
+        return call_factory(self.source, self.factory, arguments)
+
+
+def bound_factory(what: str, option: Mapping[str, Any], *, leaves: tuple[str, ...] = ()) -> BoundFactory:
+    """Option `option` (`{"_target_": path, **arguments}`, resolved) of `what` ("dataset", "model") as a
+    `BoundFactory`; the arguments named in `leaves` are left for the caller to give when it calls (a model's
+    classes and channels), so only the others must fit the factory now. A missing `_target_`, a key the
+    factory does not take or one it needs and lacks is one line."""
+    arguments = {k: v for k, v in option.items() if k != "_target_"}
+    source = option.get("_target_")
+    if source is None:
+        raise AdvbenchError(f"{what} option '{arguments.get('name')}' has no _target_: nothing says what to build")
+    factory = target_of(str(source))
+    try:
+        bound = inspect.signature(factory).bind_partial(**arguments)
+        missing = [p.name for p in inspect.signature(factory).parameters.values()
+                   if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+                   and p.name not in bound.arguments and p.name not in leaves]
+    except TypeError as exc:
+        raise AdvbenchError(f"{source}: {exc}") from None
+    except ValueError:
+        raise AdvbenchError(f"{what} _target_ '{source}' has no signature to take the option's arguments: "
+                            "name a class or function") from None
+    if missing:
+        raise AdvbenchError(f"{source}: missing a required argument: '{missing[0]}'")
+    return BoundFactory(str(source), factory, bound)

@@ -61,7 +61,7 @@ def cell_cost(spec: CellSpec) -> CellCost:
     """The declared cost of `spec`'s cell (all its shards), from its attack, threat, search and samples."""
     attack, threat, search = spec.attack.attack, spec.threat, spec.settings.search
     probes = search.max_probes if attack.kind == "budgeted" and search.enabled else 0
-    samples = spec.dataset.given.get("n_samples")
+    samples = spec.dataset.builder.given.get("n_samples")
     per_run = attack.for_norm(threat.norm).declared_cost(threat.knowledge, threat.goal, _num_classes(spec))
     return CellCost(spec.attack.name, threat.knowledge, threat.norm, threat.goal, per_run, 1 + probes,
                     None if samples is None else int(samples))
@@ -69,10 +69,10 @@ def cell_cost(spec: CellSpec) -> CellCost:
 
 def _num_classes(spec: CellSpec) -> int:
     """The data set's classes: its class's, its option's, else the built data set's."""
-    declared = getattr(spec.dataset.factory, "num_classes", None)
+    declared = getattr(spec.dataset.builder.factory, "num_classes", None)
     if isinstance(declared, int):
         return declared
-    given = spec.dataset.given.get("num_classes")
+    given = spec.dataset.builder.given.get("num_classes")
     return given if isinstance(given, int) else int(spec.dataset.build().num_classes)
 
 

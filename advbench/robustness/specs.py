@@ -9,13 +9,12 @@ resolved, minus the labels that change no number (`advbench.core.keys`).
 
 from __future__ import annotations
 
-import inspect
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
-from advbench.core.construct import bind_arguments, call_factory
+from advbench.core.construct import BoundFactory
 from advbench.core.errors import AdvbenchError
 from advbench.core.keys import dataset_identity, defense_identity, model_identity
 
@@ -29,34 +28,20 @@ class or factory, a RobustBench entry, or an object handed to the Python API."""
 
 @dataclass(frozen=True)
 class DatasetSpec:
-    """A `conf/dataset` option, resolved where the options are read: the data set's `factory` (its class,
-    which the option names by the dotted path `source`) and the option's `arguments`, bound there to the
-    factory's own parameters, so that a key it does not take is refused before any work and each
-    argument is read by the parameter it fills. The class is the declaration: a data set of one's own
-    needs nothing here."""
+    """A `conf/dataset` option, resolved where the options are read: the data set's class and the option's
+    arguments bound to its parameters (`builder`), so that a key it does not take is refused before any
+    work and each argument is read by the parameter it fills. The class is the declaration: a data set
+    of one's own needs nothing here."""
 
     name: str
-    source: str
-    factory: Callable[..., Any]
-    arguments: inspect.BoundArguments
-
-    @property
-    def given(self) -> dict[str, Any]:
-        """The arguments the option gives, by parameter name (a `**` parameter's spread out)."""
-        parameters = self.arguments.signature.parameters
-        given: dict[str, Any] = {}
-        for name, value in self.arguments.arguments.items():
-            given.update(value if parameters[name].kind is inspect.Parameter.VAR_KEYWORD else {name: value})
-        return given
+    builder: BoundFactory
 
     def build(self, **changed: Any) -> Any:
         """The data set (an `ImageDataset`), with `changed` arguments over the option's (training: `n_samples=None`)."""
-        arguments = {**self.given, **changed}
-        bind_arguments(self.source, self.factory, arguments)
-        return call_factory(self.source, self.factory, arguments)
+        return self.builder.call(**changed)
 
     def identity(self, *, evaluation: bool) -> dict[str, Any]:
-        return dataset_identity(self.source, self.given, evaluation=evaluation)
+        return dataset_identity(self.builder.source, self.builder.given, evaluation=evaluation)
 
 
 @dataclass(frozen=True)

@@ -58,7 +58,7 @@ def ensure_checkpoint(target: TargetSpec) -> Path:
     path = cache_entry(target)
     if path.is_file():
         return path
-    if getattr(target.dataset.factory, "trains_on_first_use", False):
+    if getattr(target.dataset.builder.factory, "trains_on_first_use", False):
         # Parallel jobs needing the same model: one trains, the others wait and load it.
         with file_lock(path.with_name(f".{path.name}.lock"), f"the training of {path.name}"):
             return path if path.is_file() else train_target(target, reason=f"first use: no cached checkpoint at {path}")
@@ -70,7 +70,7 @@ def has_weights(target: TargetSpec) -> bool:
     """Whether `target` loads without an `advbench train` first: an explicit checkpoint, pretrained
     or its own weights, a cache entry, or a data set whose models train on first use."""
     return bool(target.checkpoint) or _uses_pretrained_weights(target) or cache_entry(target).is_file() \
-        or bool(getattr(target.dataset.factory, "trains_on_first_use", False))
+        or bool(getattr(target.dataset.builder.factory, "trains_on_first_use", False))
 
 
 def _uses_pretrained_weights(target: TargetSpec) -> bool:
