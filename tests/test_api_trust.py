@@ -264,5 +264,6 @@ def test_randomized_python_cells_are_keyed_anew_and_deterministic_ones_are_not()
 
     deterministic = {"name": "python", "target": "net.py:Net", "randomized": False, "eot_samples": None}
     randomized = {**deterministic, "randomized": True}
-    assert "eot_samples" not in model_identity(deterministic), "as before eot_samples existed: the same key"
-    assert model_identity(randomized)["eot_samples"] is None, "records from before (dropout off) are not reused"
+    source = "advbench.robustness.models.user_models.python_model"
+    assert "eot_samples" not in model_identity(source, deterministic), "as before eot_samples existed: the same key"
+    assert model_identity(source, randomized)["eot_samples"] is None, "records from before (dropout off) are not reused"

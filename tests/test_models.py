@@ -10,8 +10,9 @@ import torch
 from omegaconf import OmegaConf
 from torchvision import models as tv
 
+from advbench.cli.spec_builder import model_spec
 from advbench.core.errors import AdvbenchError
-from advbench.robustness.models import ARCHITECTURES, build_model, instantiate_model
+from advbench.robustness.models import ARCHITECTURES, build_model
 from advbench.robustness.models.checkpoint_files import load_checkpoint, save_checkpoint
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "model"
@@ -81,7 +82,7 @@ def test_model_yaml_instantiates(yaml_file: Path) -> None:
     cfg = OmegaConf.load(yaml_file)
     if cfg.arch in ("wrn34_10", "wrn28_10"):
         cfg.depth, cfg.widen_factor = 10, 1
-    model = instantiate_model(cfg, num_classes=10, in_channels=1 if cfg.arch == "small_cnn" else 3)
+    model = model_spec(cfg).build(num_classes=10, in_channels=1 if cfg.arch == "small_cnn" else 3)
     assert cfg.name == yaml_file.stem and model.arch == cfg.arch
     assert cfg.input_size == INPUT_SIZES[cfg.arch]
 

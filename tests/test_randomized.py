@@ -12,7 +12,7 @@ from torch import nn
 
 from advbench.cli.config import compose_config
 from advbench.cli.main import main
-from advbench.cli.spec_builder import target_spec
+from advbench.cli.spec_builder import model_spec, target_spec
 from advbench.robustness.attacks.oracles import build_oracle
 from advbench.robustness.data.digits import Digits
 from advbench.robustness.defenses.checkpoint_cache import cache_entry
@@ -196,7 +196,7 @@ def test_rse_trains_a_vgg16_on_tiny_cifar(tmp_path: Path, fake_cifar_root: Path)
     cfg = compose_config("train", ["dataset=cifar10", f"dataset.root={fake_cifar_root}", "model=vgg16", "defense=rse"])
     dataset = hydra.utils.instantiate(cfg.dataset)
     recipe = {**dict(cfg.defense.recipe), "epochs": 1, "batch_size": 20}
-    meta = train_defense(dataset, cfg.model, recipe, tmp_path / "rse.pt", progress=False)
+    meta = train_defense(dataset, model_spec(cfg.model), recipe, tmp_path / "rse.pt", progress=False)
     assert meta["recipe"] == "rse" and meta["architecture"] == "vgg16"
     model = wrap(build_model("vgg16", 10, 3), dict(cfg.defense.wrapper, ensemble=2), seed=0)
     load_checkpoint(tmp_path / "rse.pt", model.model)

@@ -22,7 +22,7 @@ import torch
 from hydra.utils import instantiate
 
 from advbench.cli.config import compose_config
-from advbench.cli.spec_builder import cell_spec, run_main, target_spec
+from advbench.cli.spec_builder import cell_spec, model_spec, run_main, target_spec
 from advbench.core.errors import AdvbenchError
 from advbench.core.records import write_part
 from advbench.core.resume import CellFiles, sample_ids
@@ -224,11 +224,10 @@ def test_cell_key_covers_the_data_root(tmp_path: Path, fake_cifar_root: Path) ->
 
 def test_cell_key_covers_the_checkpoint_content(tmp_path: Path) -> None:
     """Same `checkpoint=` path, new weights in it: the records of the old weights are stale."""
-    from advbench.robustness.models import instantiate_model
     from advbench.robustness.models.checkpoint_files import load_checkpoint, save_checkpoint
 
     cfg = config(tmp_path)
-    model = instantiate_model(cfg.model, 10, 1)
+    model = model_spec(cfg.model).build(10, 1)
     meta = load_checkpoint(ensure_checkpoint(target_spec(cfg)), model)
     ckpt = save_checkpoint(tmp_path / "mine.pt", model, meta)
     first = run_main(config(tmp_path, f"checkpoint={ckpt}"))

@@ -14,7 +14,7 @@ from torch.nn import functional as F
 from torchvision import models as tv_models
 
 from advbench.cli.config import compose_config
-from advbench.cli.spec_builder import target_spec, train_main
+from advbench.cli.spec_builder import model_spec, target_spec, train_main
 from advbench.core.errors import AdvbenchError
 from advbench.robustness.data.digits import Digits
 from advbench.robustness.defenses.checkpoint_cache import checkpoint_key, checkpoint_path
@@ -26,7 +26,6 @@ from advbench.robustness.defenses.inner import (
 from advbench.robustness.defenses.recipes import Recipe
 from advbench.robustness.defenses.trained import ensure_checkpoint, load_trained_model
 from advbench.robustness.defenses.trainer import evaluate_accuracy, train_defense
-from advbench.robustness.models import instantiate_model
 from advbench.robustness.models.checkpoint_files import load_checkpoint
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -62,8 +61,8 @@ def trained(digits: Digits, tmp_path_factory: pytest.TempPathFactory) -> dict[st
     out = tmp_path_factory.mktemp("ckpt")
     models = {}
     for name, changes in [("natural", {}), ("pgd_at", {"epochs": 6}), ("trades", {"epochs": 3})]:
-        meta = train_defense(digits, _arch(), _recipe(name, **changes), out / f"{name}.pt", progress=False)
-        model = instantiate_model(_arch(), 10, 1)
+        meta = train_defense(digits, model_spec(_arch()), _recipe(name, **changes), out / f"{name}.pt", progress=False)
+        model = model_spec(_arch()).build(10, 1)
         assert load_checkpoint(out / f"{name}.pt", model) == meta
         models[name] = (model.eval(), meta)
     return models
@@ -142,7 +141,7 @@ def test_checkpoint_meta_is_plain_and_complete(trained) -> None:
 
 def test_training_is_seeded(digits: Digits, tmp_path: Path) -> None:
     recipe = _recipe("natural", epochs=1)
-    metas = [train_defense(digits, _arch(), recipe, tmp_path / f"{i}.pt", progress=False, seed=3) for i in range(2)]
+    metas = [train_defense(digits, model_spec(_arch()), recipe, tmp_path / f"{i}.pt", progress=False, seed=3) for i in range(2)]
     states = [torch.load(tmp_path / f"{i}.pt", weights_only=True)["state_dict"] for i in range(2)]
     assert metas[0]["clean_accuracy"] == metas[1]["clean_accuracy"]
     assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])
@@ -172,7 +171,8 @@ def test_recipe_step_defaults_to_a_quarter_of_eps() -> None:
 
 def test_divergence_is_reported(digits: Digits, tmp_path: Path) -> None:
     with pytest.raises(AdvbenchError, match="training diverged"):
-        train_defense(digits, _arch(), _recipe("natural", epochs=2, lr=1e12, optimizer="sgd"), tmp_path / "x.pt", progress=False)
+        train_defense(digits, model_spec(_arch()), _recipe("natural", epochs=2, lr=1e12, optimizer="sgd"), tmp_path / "x.pt",
+                      progress=False)
     assert not (tmp_path / "x.pt").exists()
 
 
@@ -193,7 +193,7 @@ def test_train_main_saves_to_the_cache_and_prints_one_line(tmp_path: Path, capsy
 def test_ensure_checkpoint_trains_digits_once(tmp_path: Path) -> None:
     cfg = compose_config("train", ["defense=natural", "defense.recipe.epochs=1", f"cache_dir={tmp_path}", "dataset.n_samples=10"])
     path = ensure_checkpoint(target_spec(cfg))
-    model = instantiate_model(cfg.model, 10, 1)
+    model = model_spec(cfg.model).build(10, 1)
     accuracy = load_checkpoint(path, model)["clean_accuracy"]
     assert accuracy == evaluate_accuracy(model, Digits().eval_set())
     stamp = path.stat().st_mtime_ns

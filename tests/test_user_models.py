@@ -23,11 +23,11 @@ from torchvision import models as tv
 
 from advbench.cli.config import compose_config
 from advbench.cli.main import main
-from advbench.cli.spec_builder import cell_spec, target_spec
+from advbench.cli.spec_builder import cell_spec, model_spec, target_spec
 from advbench.core.errors import AdvbenchError
 from advbench.core.user_code import resolve_target
 from advbench.robustness.evaluation.cell import build_threat, cell_identity, cell_key, model_label
-from advbench.robustness.models import Classifier, instantiate_model
+from advbench.robustness.models import Classifier
 from advbench.robustness.models.torchvision_nets import torchvision_net
 from advbench.robustness.models.user_models import torchvision_archs
 from advbench.robustness.targets import load_target
@@ -149,7 +149,7 @@ def test_user_model_yamls_instantiate_with_their_required_key(user_folder: Path)
         cfg = OmegaConf.load(conf / f"{name}.yaml")
         assert cfg.name == name and cfg[key] is None and cfg.input_size == 224
         cfg[key] = value
-        model = instantiate_model(cfg, num_classes=10, in_channels=3 if name == "torchvision" else 1)
+        model = model_spec(cfg).build(num_classes=10, in_channels=3 if name == "torchvision" else 1)
         assert isinstance(model, Classifier) and model.arch == arch and model.randomized is False
 
 

@@ -53,10 +53,16 @@ def dataset_spec(node: Any) -> DatasetSpec:
 
 
 def model_spec(node: Any) -> ModelSpec:
-    from advbench.robustness.models.user_models import model_kind  # imports torch
+    """A `conf/model` option as its builder and the arguments it gives (the data set's classes and channels
+    are given when it is built), whose network it is, and its image size."""
+    from advbench.robustness.models import MODEL_META_KEYS  # imports torch
+    from advbench.robustness.models.user_models import model_kind
 
-    config = _resolved(node)
-    return ModelSpec(config=config, kind=model_kind(config))
+    option = _resolved(node)
+    arguments = {k: v for k, v in option.items() if k not in MODEL_META_KEYS}
+    return ModelSpec(name=str(option.get("name")), kind=model_kind(option),
+                     builder=bound_factory("model", arguments, leaves=("num_classes", "in_channels")),
+                     input_size=option.get("input_size"))
 
 
 def target_spec(cfg: DictConfig) -> TargetSpec:

@@ -85,8 +85,9 @@ NEWER_MODEL_KEYS = ("eot_samples",)
 computed with its dropout switched off and no EOT before, and must not be reused."""
 
 
-def model_identity(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """The model config minus its option name and description (and a deterministic model's newer keys left null)."""
-    spec = plain(cfg)
+def model_identity(source: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """What decides a model's network: its builder (`source`, keyed as `_target_`, the option's name for it)
+    and arguments, minus the option's name and description (and a deterministic model's newer keys left null)."""
+    spec = {"_target_": source, **plain(arguments)}
     return {k: v for k, v in spec.items() if k not in ("name", "description")
             and not (k in NEWER_MODEL_KEYS and v is None and not spec.get("randomized"))}

@@ -46,17 +46,23 @@ class DatasetSpec:
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A `conf/model` option, resolved; `kind` (one of MODEL_KINDS) says whose network it is."""
+    """A `conf/model` option, resolved where the options are read: its `builder` (the option's factory and
+    arguments, bound to its parameters; the data set's classes and channels come when it is built),
+    `kind` (one of MODEL_KINDS: whose network it is) and `input_size`, the image size data sets resize
+    to (the option's label, read by the YAML of imagenet and folder, never by the builder)."""
 
-    config: Mapping[str, Any]
+    name: str
     kind: str
+    builder: BoundFactory
+    input_size: Any = None
 
-    @property
-    def name(self) -> str:
-        return str(self.config["name"])
+    def argument(self, name: str) -> Any:
+        """The option's value of the builder's parameter `name` (None: not given)."""
+        return self.builder.given.get(name)
 
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.config.get(key, default)
+    def build(self, num_classes: int, in_channels: int) -> Any:
+        """The network (a `Classifier`) for a data set of `num_classes` classes and `in_channels` channels."""
+        return self.builder.call(num_classes=num_classes, in_channels=in_channels)
 
     @property
     def user_given(self) -> bool:
@@ -64,7 +70,7 @@ class ModelSpec:
         return self.kind != "zoo"
 
     def identity(self) -> dict[str, Any]:
-        return model_identity(self.config)
+        return model_identity(self.builder.source, {"input_size": self.input_size, **self.builder.given})
 
 
 @dataclass(frozen=True)

@@ -55,7 +55,7 @@ def load_target(target: TargetSpec, dataset: Any) -> torch.nn.Module:
         if users:
             torch.manual_seed(target.seed)
         if target.checkpoint:
-            model = build_defended_model(target.model.config, target.defense.recipe, dataset.num_classes,
+            model = build_defended_model(target.model, target.defense.recipe, dataset.num_classes,
                                          dataset.input_shape[0])
             load_checkpoint(Path(target.checkpoint), model)
             model = evaluation_mode(model).requires_grad_(False)

@@ -48,6 +48,6 @@ def train_command(target: TargetSpec) -> str:
     seed = f" seed={target.seed}" if target.seed != 0 else ""
     key = {"torchvision": "arch", "python": "target", "robustbench": "name"}.get(target.model.kind)
     option = "robustbench" if target.model.kind == "robustbench" else target.model.name  # its model.name is the zoo's name
-    model = f"{option} model.{key}={target.model.get(key)}" if key else target.model.name
+    model = f"{option} model.{key}={target.model.argument(key)}" if key else target.model.name
     line = f"advbench train dataset={target.dataset.name} model={model} defense={target.defense.trained}{seed}"
     return " ".join([line, *(shlex.quote(o) for o in target.train_overrides)])

@@ -43,7 +43,7 @@ def train_target(target: TargetSpec, reason: str = "") -> Path:
     path = cache_entry(target)
     init_state = None if target.init is None else load_trained_model(target.init, dataset).state_dict()
     with threads_for(target.training_threads):
-        meta = train_defense(dataset, target.model.config, recipe, path, device=target.device, seed=target.seed,
+        meta = train_defense(dataset, target.model, recipe, path, device=target.device, seed=target.seed,
                              reason=reason, static_models=[load_trained_model(s, dataset) for s in target.static_models],
                              init_state=init_state, extra_meta={"training_threads": target.training_threads})
     print(
@@ -78,7 +78,7 @@ def _uses_pretrained_weights(target: TargetSpec) -> bool:
     user's Python model) needs no checkpoint."""
     recipe = target.defense.recipe
     natural = recipe is not None and recipe.get("type") == "natural"
-    return natural and (target.model.get("weights_path") is not None or own_weights(target.model))
+    return natural and (target.model.argument("weights_path") is not None or own_weights(target.model))
 
 
 def load_trained_model(target: TargetSpec, dataset: ImageDataset) -> nn.Module:
@@ -87,7 +87,7 @@ def load_trained_model(target: TargetSpec, dataset: ImageDataset) -> nn.Module:
     Frozen parameters keep attack gradients (w.r.t. the input) from also filling weight grads;
     the caller moves the model to its device.
     """
-    model = build_defended_model(target.model.config, target.defense.recipe, dataset.num_classes,
+    model = build_defended_model(target.model, target.defense.recipe, dataset.num_classes,
                                  dataset.input_shape[0])
     if not _uses_pretrained_weights(target):
         path = ensure_checkpoint(target)

@@ -35,9 +35,9 @@ from advbench.core.runtime import resolve_device
 from advbench.core.version import __version__
 from advbench.robustness.data.image_dataset import ImageDataset
 from advbench.robustness.defenses.recipes import LOSSES, OPTIMIZERS, Recipe
-from advbench.robustness.models import instantiate_model
 from advbench.robustness.models.checkpoint_files import save_checkpoint
 from advbench.robustness.models.ensemble import Ensemble
+from advbench.robustness.specs import ModelSpec
 
 BatchLoss = Callable[[nn.Module, torch.Tensor, torch.Tensor, Recipe], torch.Tensor]
 
@@ -74,13 +74,13 @@ def evaluate_accuracy(model: nn.Module, data: Dataset, device: str = "cpu", batc
     return correct / total
 
 
-def build_defended_model(arch_cfg: Mapping[str, Any], recipe_cfg: Mapping[str, Any] | None, num_classes: int,
+def build_defended_model(model: ModelSpec, recipe_cfg: Mapping[str, Any] | None, num_classes: int,
                          in_channels: int) -> nn.Module:
-    """The network a recipe trains: one `arch_cfg` model, or an `Ensemble` of `members` of them."""
+    """The network a recipe trains: one `model`, or an `Ensemble` of `members` of them."""
     members = int((recipe_cfg or {}).get("members", 1))
     if members == 1:
-        return instantiate_model(arch_cfg, num_classes, in_channels)
-    return Ensemble([instantiate_model(arch_cfg, num_classes, in_channels) for _ in range(members)])
+        return model.build(num_classes, in_channels)
+    return Ensemble([model.build(num_classes, in_channels) for _ in range(members)])
 
 
 def _optimizers(model: nn.Module, recipe: Recipe) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
@@ -131,7 +131,7 @@ def _run_epochs(model: nn.Module, loader: DataLoader, recipe: Recipe, loss_of: B
     return time.perf_counter() - started
 
 
-def _meta(dataset: ImageDataset, model: nn.Module, recipe: Recipe, arch_cfg: Mapping[str, Any],
+def _meta(dataset: ImageDataset, model: nn.Module, recipe: Recipe, spec: ModelSpec,
           recipe_cfg: Mapping[str, Any], seed: int, device: str, seconds: float) -> dict[str, Any]:
     """The checkpoint's meta: what was trained, how, its clean accuracy, when and by which advbench."""
     return {
@@ -139,7 +139,8 @@ def _meta(dataset: ImageDataset, model: nn.Module, recipe: Recipe, arch_cfg: Map
         "architecture": model.arch,
         "recipe": recipe.type,
         "clean_accuracy": evaluate_accuracy(model, dataset.eval_set(), device),
-        "config": {"model": plain(arch_cfg), "recipe": plain(recipe_cfg), "seed": seed, "budgets": dict(dataset.budgets)},
+        "config": {"model": {"name": spec.name, **spec.identity()}, "recipe": plain(recipe_cfg), "seed": seed,
+                   "budgets": dict(dataset.budgets)},
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "advbench_version": __version__,
         "train_seconds": round(seconds, 3),
@@ -148,7 +149,7 @@ def _meta(dataset: ImageDataset, model: nn.Module, recipe: Recipe, arch_cfg: Map
 
 def train_defense(
     dataset: ImageDataset,
-    arch_cfg: Mapping[str, Any],
+    spec: ModelSpec,
     recipe_cfg: Mapping[str, Any],
     out: Path,
     device: str = "cpu",
@@ -160,7 +161,7 @@ def train_defense(
     init_state: Mapping[str, torch.Tensor] | None = None,
     extra_meta: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Train `arch_cfg` on `dataset` with a recipe, save a checkpoint at `out`, return its meta.
+    """Train the `spec` model on `dataset` with a recipe, save a checkpoint at `out`, return its meta.
 
     With `progress`, stderr says what trains and why (`reason`) before the first batch, then
     shows a live bar on a terminal or one line per epoch elsewhere (logs, pipes, CI), so a
@@ -171,7 +172,7 @@ def train_defense(
     recipe = Recipe.from_config(recipe_cfg)
     device = resolve_device(device)
     torch.manual_seed(seed)
-    model = build_defended_model(arch_cfg, recipe_cfg, dataset.num_classes, dataset.input_shape[0])
+    model = build_defended_model(spec, recipe_cfg, dataset.num_classes, dataset.input_shape[0])
     if init_state is not None:
         model.load_state_dict(init_state)
     model = model.to(device)
@@ -187,6 +188,6 @@ def train_defense(
     _say(console, f"training {recipe.type} {model.arch} on {dataset.name}{why}: {recipe.epochs} epochs "
                   f"of {len(loader)} batches on {device}")
     seconds = _run_epochs(model, loader, recipe, loss_of, console, f"{recipe.type} {model.arch} on {dataset.name}", device)
-    meta = {**_meta(dataset, model, recipe, arch_cfg, recipe_cfg, seed, device, seconds), **(extra_meta or {})}
+    meta = {**_meta(dataset, model, recipe, spec, recipe_cfg, seed, device, seconds), **(extra_meta or {})}
     save_checkpoint(out, model, meta)
     return meta

@@ -105,7 +105,7 @@ def built_identity(spec: CellSpec, dataset: Any) -> tuple[torch.nn.Module | None
     if spec.target.model.kind != "python":
         return None, {}
     model = load_target(spec.target, dataset)
-    what = f"model.target '{spec.target.model.get('target')}'"
+    what = f"model.target '{spec.target.model.argument('target')}'"
     return model, {"model_code": built_code(model, dataset.input_shape, what)}
 
 
@@ -113,7 +113,7 @@ def judge_identity(spec: CellSpec) -> dict[str, int]:
     """The vote's size where it changes numbers: only behind a randomized wrapper or for a model
     marked `model.randomized`, so the cells of deterministic models keep their keys."""
     wrapper = plain(spec.target.defense.wrapper)
-    randomized = getattr(WRAPPERS.get(wrapper.get("type")), "randomized", False) or bool(spec.target.model.get("randomized"))
+    randomized = getattr(WRAPPERS.get(wrapper.get("type")), "randomized", False) or bool(spec.target.model.argument("randomized"))
     return {"judge_draws": spec.settings.judge_draws} if randomized else {}
 
 

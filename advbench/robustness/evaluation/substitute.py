@@ -77,7 +77,7 @@ def built_substitute(spec: CellSpec, dataset: Any, threat: ThreatModel) -> tuple
     if sub is None or sub.model.kind != "python":
         return None, {}
     model = _as_substitute_error(load_target, sub, dataset)
-    what = f"substitute.model.target '{sub.model.get('target')}'"
+    what = f"substitute.model.target '{sub.model.argument('target')}'"
     return model, {"substitute_code": built_code(model, dataset.input_shape, what)}
 
 

@@ -1,14 +1,14 @@
 """Models: every architecture is built already wrapped in its normalisation.
 
 `build_model("resnet56", num_classes=10, in_channels=3)` returns a `Classifier` taking [0, 1]
-images. YAML files in `conf/model/` name the architecture and its options; `instantiate_model`
+images. YAML files in `conf/model/` name the architecture and its options; `specs.ModelSpec.build`
 adds what only the data set knows (classes, channels).
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 # The order of these imports is the order of the registry: each builder module registers its
@@ -25,9 +25,7 @@ from advbench.robustness.models import (  # noqa: F401 - each module registers i
     torchvision_nets,
 )
 # isort: on
-from advbench.core.construct import construct
 from advbench.core.errors import AdvbenchError
-from advbench.core.keys import plain
 from advbench.robustness.models.architectures import (
     ARCHITECTURES,
     CIFAR_MEAN,
@@ -71,11 +69,5 @@ def build_model(
                       normalization)
 
 
-def instantiate_model(model_cfg: Mapping[str, Any], num_classes: int, in_channels: int) -> Classifier:
-    """Instantiate a `conf/model` entry for a data set with `num_classes` and `in_channels`."""
-    args = {k: v for k, v in plain(model_cfg).items() if k not in MODEL_META_KEYS}
-    return construct(args, num_classes=num_classes, in_channels=in_channels)
-
-
 __all__ = ["ARCHITECTURES", "CIFAR_MEAN", "CIFAR_STD", "IMAGENET_MEAN", "IMAGENET_STD", "Architecture", "Classifier",
-           "build_model", "instantiate_model"]
+           "build_model"]

@@ -150,7 +150,7 @@ def default_label(model: ModelSpec, defense: str) -> str:
     """The records' `model_label` when `label=` is null: `model.arch` / `model.target` for
     users' models, else the defense's name."""
     key = {"torchvision": "arch", "python": "target", "robustbench": "model_name"}.get(model.kind)
-    return str(model.get(key)) if key is not None and model.get(key) else defense
+    return str(model.argument(key)) if key is not None and model.argument(key) else defense
 
 
 def source_identity(model: ModelSpec) -> dict[str, Any]:
@@ -159,8 +159,8 @@ def source_identity(model: ModelSpec) -> dict[str, Any]:
     code, weights and behaviour join the key in `evaluation.cell.built_identity`); for a
     RobustBench model, its zoo entry and the sha256 of its file (an error if it is absent)."""
     if model.kind == "robustbench":
-        return robustbench_zoo.identity(model.config)
-    return source_digest(model.get("target")) if model.kind == "python" else {}
+        return robustbench_zoo.identity(model.builder.given)
+    return source_digest(model.argument("target")) if model.kind == "python" else {}
 
 
 def built_code(model: nn.Module, input_shape: Sequence[int], what: str) -> dict[str, str]:
