@@ -16,6 +16,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from advbench.cli.metrics import build_metric
+from advbench.cli.spec_values import spec_fields
 from advbench.core.catalog import group_options
 
 
@@ -37,8 +38,10 @@ def resolved(value: Any) -> Any:
 
 
 def job_spec(spec_type: type, cfg: DictConfig, **given: Any) -> Any:
-    """`spec_type` (a frozen dataclass) filled with the config's resolved values of its fields, `given` on top."""
-    return spec_type(**{f.name: resolved(cfg[f.name]) for f in fields(spec_type) if f.name not in given}, **given)
+    """`spec_type` (a frozen dataclass) filled with the config's resolved values of its fields, a group of
+    settings built as its field's dataclass (`cli.spec_values`), `given` on top."""
+    values = {f.name: resolved(cfg[f.name]) for f in fields(spec_type) if f.name not in given}
+    return spec_type(**spec_fields(spec_type, values), **given)
 
 
 def train_main(cfg: DictConfig) -> Any:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import torch
 from rich.console import Console
@@ -20,12 +20,37 @@ from advbench.core.paths import no_links
 from advbench.core.resume import warn
 from advbench.quality.metrics.metric_contract import QualityMetric
 from advbench.quality.metrics.scoring import device_of
-from advbench.quality.stability.clips import MOTIONS, make_synthetic_videos
+from advbench.quality.stability.clips import make_synthetic_videos
 from advbench.quality.stability.rd import RDRun, run_rd
 from advbench.quality.stability.video import RawFormat
 from advbench.quality.uap.perturbation import CLAMP, apply_uap, check_amplitude, load_uap, uap_file
 
 VIDEO_SUFFIXES = {".y4m", ".yuv", ".mp4", ".mkv", ".avi", ".mov", ".webm"}
+
+
+@dataclass(frozen=True)
+class SyntheticClips:
+    """The synthetic clips filmed when no videos are given (`synthetic:`, `clips.make_synthetic_videos`):
+    how many (None: one per shipped photo), their size (H, W, or one side), frames, and the camera motions."""
+
+    n: int | None
+    size: int | tuple[int, int]
+    frames: int
+    motions: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RawSettings:
+    """How headerless .yuv videos are read (`raw:`): width and height None when the videos are not raw."""
+
+    width: int | None
+    height: int | None
+    pix_fmt: str
+    fps: float
+
+    def format(self) -> RawFormat | None:
+        """The raw format, as the values came (the RD records' identity holds them); None: not raw."""
+        return RawFormat(self.width, self.height, self.pix_fmt, self.fps) if self.width else None
 
 
 @dataclass(frozen=True)
@@ -36,8 +61,8 @@ class StabilitySpec:
     perturbation: str | None       # a UAP file; None: the newest `uap train` wrote under uap_dir
     uap_dir: str
     videos: str | None             # a folder of videos or one file; None: synthetic clips
-    synthetic: Mapping[str, Any]   # n, size, frames, motions of the synthetic clips
-    raw: Mapping[str, Any]         # width, height, pix_fmt, fps of headerless .yuv
+    synthetic: SyntheticClips
+    raw: RawSettings
     amplitudes: Sequence[float]
     bitrates_kbps: Sequence[float]
     preset: str
@@ -60,8 +85,8 @@ def job_videos(spec: Any) -> list[Path]:
     if spec.videos is None:
         s = spec.synthetic
         out_dir = Path(spec.out_dir).expanduser()
-        return make_synthetic_videos(no_links(out_dir / "videos", out_dir), n=s["n"], size=tuple(s["size"]),
-                                     frames=s["frames"], motions=tuple(s.get("motions", MOTIONS)))
+        return make_synthetic_videos(no_links(out_dir / "videos", out_dir), n=s.n, size=s.size, frames=s.frames,
+                                     motions=s.motions)
     source = Path(spec.videos).expanduser()
     if source.is_file():
         return [source]
@@ -80,8 +105,7 @@ def stability_job(spec: StabilitySpec, metric: QualityMetric) -> RDRun:
     path = uap_file(spec.perturbation, spec.uap_dir, name)
     delta = load_uap(path).to(device)
     check_visible(delta, amplitudes, path)
-    raw = spec.raw
-    fmt = RawFormat(raw["width"], raw["height"], raw["pix_fmt"], raw["fps"]) if raw["width"] else None
+    fmt = spec.raw.format()
     videos = job_videos(spec)
 
     def perturb(frames: torch.Tensor, amplitude: float) -> torch.Tensor:

@@ -11,7 +11,7 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Sequence
 
 import pandas as pd
 import torch
@@ -78,6 +78,16 @@ def madc_attack(metric: QualityMetric, images: torch.Tensor, amplitude: float, *
 
 
 @dataclass(frozen=True)
+class MadcSettings:
+    """Table 1's MADC (`madc:`): gradient evaluations per image, the first step as a fraction of the MSE ball's
+    radius, and the ball MSE <= amplitude ** mse_power."""
+
+    steps: int
+    lr: float
+    mse_power: float
+
+
+@dataclass(frozen=True)
 class Table1Spec:
     """What `advbench uap eval` runs: the plain values of its config (`conf/uap_eval.yaml`)."""
 
@@ -90,7 +100,7 @@ class Table1Spec:
     amplitudes: Sequence[float]
     methods: Sequence[str]
     csf: bool
-    madc: Mapping[str, Any]       # steps, lr, mse_power
+    madc: MadcSettings
     batch_size: int
     device: str
     out_dir: str
@@ -142,7 +152,7 @@ def table1_job(spec: Table1Spec, metric: QualityMetric) -> pd.DataFrame:
     attacked = {"UAP": (attacked_uap, uap_seconds)} if "uap" in methods else {}
     if "madc" in methods:
         with user_metric_failures(metric, name, f"attacking {len(images)} images with MADC"):
-            runs = [madc_attack(metric, images, a, steps=madc["steps"], lr=madc["lr"], mse_power=madc["mse_power"],
+            runs = [madc_attack(metric, images, a, steps=madc.steps, lr=madc.lr, mse_power=madc.mse_power,
                                 batch_size=spec.batch_size, device=device, progress=spec.progress) for a in amplitudes]
             scores = torch.stack([score(metric, adv, spec.batch_size, device) for adv, _ in runs])
         attacked["MADC"] = (scores, sum(s for _, s in runs))
@@ -165,7 +175,7 @@ def table1_job(spec: Table1Spec, metric: QualityMetric) -> pd.DataFrame:
     shown = table1_display(table.drop(columns="seconds"), [f"{a:g}" for a in amplitudes])
     flipped = "" if metric.higher_better else " (lower-better: sign flipped)"
     caption = (f"Table 1 · {name}: mean gain{flipped} at each amplitude a, {len(images)} images; UAP {path.name}; "
-               f"MADC {madc['steps']} steps, MSE <= a^{madc['mse_power']:g}")
+               f"MADC {madc.steps} steps, MSE <= a^{madc.mse_power:g}")
     stem.with_suffix(".md").write_text(table1_markdown(shown, caption), encoding="utf-8")
     table.to_csv(stem.with_suffix(".csv"), index=False)
     write_part(pd.concat(records, ignore_index=True), stem.with_suffix(".parquet"))

@@ -12,9 +12,9 @@ metric towards "better quality".
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import pandas as pd
 import torch
@@ -97,6 +97,28 @@ def train_uap(metric: QualityMetric, images: torch.Tensor | Dataset, *, size: in
 
 
 @dataclass(frozen=True)
+class UapSettings:
+    """The UAP's hyperparameters (`conf/uap/<option>.yaml`, whose defaults these are not: the YAML's are);
+    the fields in the YAML's order, as the .pt's metadata lists them."""
+
+    size: int
+    clamp: float
+    lr: float
+    epochs: int
+    batch_size: int
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """The held-out images the trained UAP's gains are measured on (`validate:`): folder (None: the sample
+    photos' test crops), how many (None: all), the amplitudes."""
+
+    data: str | None
+    n_images: int | None
+    amplitudes: tuple[float, ...]
+
+
+@dataclass(frozen=True)
 class TrainSpec:
     """What `advbench uap train` runs: the plain values of its config (`conf/uap_train.yaml`)."""
 
@@ -107,8 +129,8 @@ class TrainSpec:
     device: str
     out_dir: str
     progress: bool
-    uap: Mapping[str, Any]       # size, clamp, lr, epochs, batch_size
-    validate: Mapping[str, Any]  # data, n_images, amplitudes of the held-out gains
+    uap: UapSettings
+    validate: HeldOut
 
 
 def source_name(data: Any) -> str:
@@ -119,31 +141,31 @@ def source_name(data: Any) -> str:
 def train_job(spec: TrainSpec, metric: QualityMetric) -> Path:
     """Train, save (.pt + .png), measure throughput, record held-out gains; returns the .pt path."""
     name, hp, device = spec.metric, spec.uap, device_of(spec.device)
-    images = uap_images(spec.data, split="train", size=hp["size"], limit=spec.subset)
+    images = uap_images(spec.data, split="train", size=hp.size, limit=spec.subset)
     start = time.perf_counter()
     with user_metric_failures(metric, name, f"training the UAP on {len(images)} images"):
-        p = train_uap(metric, images, size=hp["size"], clamp=hp["clamp"], lr=hp["lr"], epochs=hp["epochs"],
-                      batch_size=hp["batch_size"], seed=spec.seed, device=device, progress=spec.progress)
+        p = train_uap(metric, images, size=hp.size, clamp=hp.clamp, lr=hp.lr, epochs=hp.epochs,
+                      batch_size=hp.batch_size, seed=spec.seed, device=device, progress=spec.progress)
     seconds = time.perf_counter() - start
-    train_rate = hp["epochs"] * len(images) / seconds
+    train_rate = hp.epochs * len(images) / seconds
     with user_metric_failures(metric, name, "timing its forward and backward pass"):
-        limit_rate = metric_throughput(metric, as_batch(images, hp["batch_size"]), device=device)
+        limit_rate = metric_throughput(metric, as_batch(images, hp.batch_size), device=device)
     data_tag = Path(str(spec.data)).name if spec.data else "photos"
-    base = Path(spec.out_dir).expanduser() / name / f"{data_tag}-seed{spec.seed}-n{len(images)}-ep{hp['epochs']}"
+    base = Path(spec.out_dir).expanduser() / name / f"{data_tag}-seed{spec.seed}-n{len(images)}-ep{hp.epochs}"
     meta = {"metric": name, "data": source_name(spec.data), "n_train": len(images), "seed": spec.seed,
-            **dict(hp), "train_seconds": seconds, "device": device.type}
+            **asdict(hp), "train_seconds": seconds, "device": device.type}
     pt, png = save_uap(p, base, meta)
 
     check = spec.validate
-    val = as_batch(uap_images(check["data"], split="test", size=hp["size"], limit=check["n_images"]))
+    val = as_batch(uap_images(check.data, split="test", size=hp.size, limit=check.n_images))
     with user_metric_failures(metric, name, f"scoring the trained UAP's {len(val)} held-out images"):
-        clean, attacked, _ = evaluate_uap(metric, val, p, check["amplitudes"], batch_size=hp["batch_size"],
+        clean, attacked, _ = evaluate_uap(metric, val, p, check.amplitudes, batch_size=hp.batch_size,
                                           device=device)
     gains = signed_gain(metric, clean, attacked)
-    amps = torch.tensor(list(check["amplitudes"]), dtype=torch.float64)
+    amps = torch.tensor(list(check.amplitudes), dtype=torch.float64)
     records = pd.DataFrame({
         "metric": name, "data": source_name(spec.data), "seed": spec.seed, "n_train": len(images),
-        "epochs": hp["epochs"], "lr": hp["lr"], "batch_size": hp["batch_size"], "device": device.type,
+        "epochs": hp.epochs, "lr": hp.lr, "batch_size": hp.batch_size, "device": device.type,
         "amplitude": amps.repeat_interleave(len(val)).numpy(),
         "image": torch.arange(len(val)).repeat(len(amps)).numpy(),
         "score_clean": clean.repeat(len(amps)).numpy(), "score_attacked": attacked.flatten().numpy(),
@@ -163,9 +185,9 @@ def _report(name: str, spec: TrainSpec, n_images: int, seconds: float, device: t
     hp = spec.uap
     console = Console()
     console.print(f"trained UAP for [bold]{name}[/] on {n_images} images ({source_name(spec.data)}), "
-                  f"{hp['epochs']} epochs, {seconds:.1f} s on {device.type}")
+                  f"{hp.epochs} epochs, {seconds:.1f} s on {device.type}")
     console.print(f"throughput: UAP training {train_rate:.1f} images/s; metric forward+backward "
-                  f"{limit_rate:.1f} images/s (batch {hp['batch_size']})")
+                  f"{limit_rate:.1f} images/s (batch {hp.batch_size})")
     summary = Table(title=f"held-out gain ({n_val} images)")
     for a in amps.tolist():
         summary.add_column(f"a={a:g}", justify="right")
