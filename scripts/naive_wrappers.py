@@ -22,6 +22,7 @@ import torch
 
 import advbench
 from advbench.cli.spec_builder import model_spec
+from advbench.robustness.defenses.recipes import Recipe
 from advbench.robustness.defenses.trainer import build_defended_model
 from advbench.robustness.defenses.wrappers import JPEG, BitDepth, RandomResizePad
 from advbench.robustness.models.checkpoint_files import load_checkpoint
@@ -33,7 +34,7 @@ ATTACKS = {"bim": ("linf", {}), "square": ("linf_score", {"n_queries": 500})}
 def natural(path: Path) -> torch.nn.Module:
     """The natural digits model of a cache entry, as its checkpoint's meta describes it."""
     config = torch.load(path, weights_only=True)["meta"]["config"]
-    model = build_defended_model(model_spec(config["model"]), config["recipe"], 10, 1)
+    model = build_defended_model(model_spec(config["model"]), Recipe.from_config(config["recipe"]), 10, 1)
     load_checkpoint(path, model)
     return model.eval().requires_grad_(False)
 

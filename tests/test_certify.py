@@ -186,10 +186,10 @@ def test_training_an_unsupported_model_fails_at_the_first_batch(tmp_path: Path) 
             "mean": [0.5], "std": [0.5]}
     recipe = dict(compose_config("train", ["defense=convex"]).defense.recipe)
     with pytest.raises(AdvbenchError, match=r"cannot bound layer 'net' \(CifarResNet\)"):
-        train_defense(Digits(n_samples=16), model_spec(arch), recipe, tmp_path / "c.pt", progress=False)
+        train_defense(Digits(n_samples=16), model_spec(arch), Recipe.from_config(recipe), tmp_path / "c.pt", progress=False)
     with pytest.raises(AdvbenchError, match="recipe 'convex' needs eps > 0, 0 <= kappa <= 1"):
         train_defense(Digits(n_samples=16), model_spec({"_target_": "advbench.robustness.models.build_model", "arch": "small_cnn"}),
-                      {**recipe, "kappa": 1.5}, tmp_path / "c.pt", progress=False)
+                      Recipe.from_config({**recipe, "kappa": 1.5}), tmp_path / "c.pt", progress=False)
 
 
 def test_advbench_train_convex_writes_a_checkpoint_with_meta(tmp_path: Path) -> None:
@@ -210,7 +210,8 @@ def test_no_sample_certified_at_eps_is_broken_by_pgd_and_records_agree(tmp_path:
     recipe = {**compose_config("train", ["defense=convex"]).defense.recipe, "epochs": 6, "lr": 0.003,
               "eps": 0.1, "warmup_steps": 10, "rampup_steps": 60}
     digits = Digits()
-    train_defense(digits, model_spec({"_target_": "advbench.robustness.models.build_model", "arch": "small_cnn"}), recipe,
+    train_defense(digits, model_spec({"_target_": "advbench.robustness.models.build_model", "arch": "small_cnn"}),
+                  Recipe.from_config(recipe),
                   tmp_path / "c.pt", progress=False)
     model = build_model("small_cnn", 10, 1)
     load_checkpoint(tmp_path / "c.pt", model)

@@ -19,7 +19,7 @@ from advbench.cli.spec_builder import cell_spec, run_main
 from advbench.robustness.attacks.gradient import BIM
 from advbench.robustness.attacks.model_draws import RowCalls, call_keys
 from advbench.robustness.attacks.score import Square
-from advbench.robustness.defenses.wrappers import wrap
+from advbench.robustness.defenses.wrappers import wrap, wrapper_spec
 from advbench.robustness.evaluation import cell
 from advbench.robustness.evaluation.measure import evaluate_batch
 from advbench.robustness.specs import SearchSettings
@@ -44,7 +44,7 @@ def test_row_calls_count_each_samples_passes_whatever_its_companions() -> None:
 def records(attack, spec: dict, x: torch.Tensor, y: torch.Tensor, ids: torch.Tensor, model, threat, search,
             batches: list[slice]) -> pd.DataFrame:
     """The batch records of rows `ids`, evaluated in the given batches by one wrapper (as a cell does)."""
-    wrapped = wrap(model, spec, seed=1)
+    wrapped = wrap(model, wrapper_spec(spec), seed=1)
     frames = []
     for part in batches:
         out = evaluate_batch(attack, wrapped, x[part], y[part], None, threat, search, sample_id=ids[part])
@@ -72,7 +72,7 @@ def test_the_same_rows_in_other_batches_give_the_same_records(tiny_model, digits
 def test_a_direct_call_still_draws_anew_on_every_pass(tiny_model, digits_tensors) -> None:
     x = digits_tensors[2][:4]
     for spec in (RSE, RP):
-        model = wrap(tiny_model, spec, seed=1)
+        model = wrap(tiny_model, wrapper_spec(spec), seed=1)
         assert not torch.equal(model(x), model(x)), spec
 
 

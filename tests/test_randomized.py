@@ -18,12 +18,14 @@ from advbench.robustness.data.digits import Digits
 from advbench.robustness.defenses.checkpoint_cache import cache_entry
 from advbench.robustness.defenses.masking import cell_flags, gradient_flags
 from advbench.robustness.defenses.noise_layers import conv_noise, inner_convolutions
+from advbench.robustness.defenses.recipes import Recipe
 from advbench.robustness.defenses.trained import load_trained_model
 from advbench.robustness.defenses.trainer import train_defense
 from advbench.robustness.defenses.wrappers import (
     RandomDiscretization,
     RandomSelfEnsemble,
     wrap,
+    wrapper_spec,
 )
 from advbench.robustness.models import build_model
 from advbench.robustness.models.checkpoint_files import load_checkpoint
@@ -69,10 +71,10 @@ def test_inner_noise_goes_before_every_convolution_but_the_first(tiny_model, bat
 def test_a_rows_draws_do_not_depend_on_its_batch(tiny_model, batch, spec) -> None:
     """Keyed draws: a row alone gives what it gives in a batch, and a fresh wrapper repeats a run."""
     x = batch[0]
-    whole = wrap(tiny_model, spec, seed=4)(x)
-    alone = wrap(tiny_model, spec, seed=4)(x[7:8].clone())
+    whole = wrap(tiny_model, wrapper_spec(spec), seed=4)(x)
+    alone = wrap(tiny_model, wrapper_spec(spec), seed=4)(x[7:8].clone())
     torch.testing.assert_close(whole[7:8], alone, rtol=1e-4, atol=1e-5)
-    again = wrap(tiny_model, spec, seed=4)
+    again = wrap(tiny_model, wrapper_spec(spec), seed=4)
     torch.testing.assert_close(again(x), whole, rtol=0, atol=0)
     assert not torch.equal(again(x), whole), "every call draws anew"
 
@@ -83,9 +85,9 @@ def test_large_calls_go_through_in_slices_with_the_same_draws(tiny_model, batch,
     import advbench.robustness.defenses.wrappers as W
 
     x = batch[0]
-    whole = wrap(tiny_model, spec, seed=4)(x)
+    whole = wrap(tiny_model, wrapper_spec(spec), seed=4)(x)
     calls = []
-    model = wrap(tiny_model, spec, seed=4)
+    model = wrap(tiny_model, wrapper_spec(spec), seed=4)
     original = type(model).noisy_logits
     monkeypatch.setattr(type(model), "noisy_logits", lambda self, *a: calls.append(len(a[0])) or original(self, *a))
     monkeypatch.setattr(W, "ENSEMBLE_ELEMENTS", 4 * 64 * 5)  # 5 rows of 4 members per call
@@ -98,7 +100,7 @@ def test_eot_gradient_variance_falls_with_more_samples(tiny_model, batch) -> Non
     x, y = batch[0][:8], batch[1][:8]
 
     def variance(passes: int) -> float:
-        model = wrap(tiny_model, {"type": "randmix", "ensemble": 1, "eot_samples": passes, "noise": 0.1}, seed=0)
+        model = wrap(tiny_model, wrapper_spec({"type": "randmix", "ensemble": 1, "eot_samples": passes, "noise": 0.1}), seed=0)
         oracle = build_oracle("white", model, len(x))
         assert oracle.grad_mode == "bpda+eot"
         grads = torch.stack([oracle.loss_grad(x, y, False, torch.arange(len(x)))[1] for _ in range(6)])
@@ -113,11 +115,11 @@ def test_flags_fire_on_probabilities_zero_gradients_and_randomness(tiny_model, b
     assert gradient_flags(tiny_model, x, y)[0] == NONE_FIRED
     softmax = nn.Sequential(tiny_model, nn.Softmax(dim=1))
     assert gradient_flags(softmax, x, y)[0] == {**NONE_FIRED, "flag_probabilities": True}
-    jpeg = wrap(tiny_model, {"type": "jpeg", "quality": 75}, seed=0)     # BPDA is switched off for the check
+    jpeg = wrap(tiny_model, wrapper_spec({"type": "jpeg", "quality": 75}), seed=0)     # BPDA is switched off for the check
     assert gradient_flags(jpeg, x, y) == ({**NONE_FIRED, "flag_zero_grad": True}, 1.0)
     assert jpeg.straight_through, "the check works on a copy"
     for spec in ({"type": "rse"}, {"type": "randmix"}, {"type": "random_resize_pad"}):
-        model = wrap(tiny_model, spec, seed=0)
+        model = wrap(tiny_model, wrapper_spec(spec), seed=0)
         assert gradient_flags(model, x, y)[0] == {**NONE_FIRED, "flag_randomized": True}, spec
         assert model.passes == 0, "the deployed model's draws are untouched"
 
@@ -171,7 +173,7 @@ def test_flags_stay_quiet_on_the_natural_small_cnn_and_warn_on_jpeg(trained_digi
     cpu = torch.device("cpu")
     assert cell_flags(model, dataset.eval_set(), range(64), cpu, label="cell", warn_user=True) == NONE_FIRED
     assert capsys.readouterr().err == ""
-    jpeg = wrap(model, {"type": "jpeg"}, seed=0)
+    jpeg = wrap(model, wrapper_spec({"type": "jpeg"}), seed=0)
     assert cell_flags(jpeg, dataset.eval_set(), range(64), cpu, label="cell", warn_user=True)["flag_zero_grad"]
     assert "cell: gradients may be masked: zero or non-finite input gradients for 100% of the first batch" in capsys.readouterr().err
 
@@ -185,7 +187,7 @@ def test_advbench_train_rse_on_digits_deploys_with_its_noise(tmp_path: Path) -> 
     assert path == cache_entry(target_spec(cfg))
     other = compose_config("train", [*args, "defense.recipe.inner_noise=0.05"])
     assert cache_entry(target_spec(other)) != path, "another noise level is another checkpoint"
-    model = wrap(build_model("small_cnn", 10, 1), dict(cfg.defense.wrapper), seed=0)
+    model = wrap(build_model("small_cnn", 10, 1), wrapper_spec(cfg.defense.wrapper), seed=0)
     meta = load_checkpoint(path, model.model)
     assert meta["recipe"] == "rse" and meta["config"]["recipe"]["init_noise"] == 0.2 and meta["clean_accuracy"] > 0.5
     assert (model.init_noise, model.inner_noise, model.ensemble) == (0.2, 0.1, 10)
@@ -195,10 +197,10 @@ def test_advbench_train_rse_on_digits_deploys_with_its_noise(tmp_path: Path) -> 
 def test_rse_trains_a_vgg16_on_tiny_cifar(tmp_path: Path, fake_cifar_root: Path) -> None:
     cfg = compose_config("train", ["dataset=cifar10", f"dataset.root={fake_cifar_root}", "model=vgg16", "defense=rse"])
     dataset = hydra.utils.instantiate(cfg.dataset)
-    recipe = {**dict(cfg.defense.recipe), "epochs": 1, "batch_size": 20}
+    recipe = Recipe.from_config({**dict(cfg.defense.recipe), "epochs": 1, "batch_size": 20})
     meta = train_defense(dataset, model_spec(cfg.model), recipe, tmp_path / "rse.pt", progress=False)
     assert meta["recipe"] == "rse" and meta["architecture"] == "vgg16"
-    model = wrap(build_model("vgg16", 10, 3), dict(cfg.defense.wrapper, ensemble=2), seed=0)
+    model = wrap(build_model("vgg16", 10, 3), wrapper_spec(dict(cfg.defense.wrapper, ensemble=2)), seed=0)
     load_checkpoint(tmp_path / "rse.pt", model.model)
     assert len(inner_convolutions(model.model)) == 12
     assert model(torch.rand(2, 3, 32, 32)).shape == (2, 10)

@@ -14,7 +14,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from advbench.cli.config import compose_config
-from advbench.cli.spec_builder import model_spec, static_target, target_spec, train_main
+from advbench.cli.spec_builder import defense_spec, model_spec, static_target, target_spec, train_main
 from advbench.core.catalog import group_options
 from advbench.core.errors import AdvbenchError
 from advbench.robustness.defenses.checkpoint_cache import checkpoint_key
@@ -27,7 +27,6 @@ from advbench.robustness.defenses.trained import load_trained_model
 from advbench.robustness.defenses.trainer import build_defended_model
 from advbench.robustness.models.checkpoint_files import load_checkpoint
 from advbench.robustness.models.ensemble import Ensemble
-from advbench.robustness.specs import DefenseSpec
 from advbench.robustness.targets import load_target
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -48,7 +47,7 @@ def _model_cfg(name: str) -> dict:
 def _one_step(recipe: Recipe, arch: str, x: torch.Tensor, y: torch.Tensor, statics: tuple[nn.Module, ...] = ()) -> float:
     """One optimiser step of `recipe` on (x, y); returns the loss after checking it moved every member."""
     torch.manual_seed(0)
-    model = build_defended_model(model_spec(_model_cfg(arch)), {"members": recipe.members}, 10, x.shape[1]).train()
+    model = build_defended_model(model_spec(_model_cfg(arch)), recipe, 10, x.shape[1]).train()
     before = [p.detach().clone() for p in model.parameters()]
     extra = {"static_models": statics} if statics else {}
     loss = LOSSES[recipe.type](model, x, y, recipe, **extra)
@@ -227,13 +226,12 @@ def test_every_defense_config_builds_its_model_and_recipe(name: str) -> None:
     for option, recipe in _defense_recipes().items():
         if recipe.type != name:
             continue
-        Recipe.from_config(recipe)
-        model = build_defended_model(model_spec(_model_cfg("small_cnn")), recipe, 10, 1)
+        model = build_defended_model(model_spec(_model_cfg("small_cnn")), Recipe.from_config(recipe), 10, 1)
         assert model(torch.zeros(2, 1, 8, 8)).shape == (2, 10), option
         built.append(option)
     assert name in built
     if REGISTRY[name].ensemble:
-        assert isinstance(build_defended_model(model_spec(_model_cfg("small_cnn")), _recipe(name).__dict__, 10, 1), Ensemble)
+        assert isinstance(build_defended_model(model_spec(_model_cfg("small_cnn")), _recipe(name), 10, 1), Ensemble)
 
 
 def test_every_defense_config_trains_a_registered_recipe() -> None:
@@ -264,8 +262,8 @@ def test_checkpoint_key_follows_the_checkpoints_a_recipe_starts_from(tmp_path: P
     target = target_spec(cfg)
     natural = target.static_models[0]
     assert checkpoint_key(target) != checkpoint_key(target_spec(other))
-    shorter = {**natural.defense.config, "recipe": {**natural.defense.recipe, "epochs": 1}}
-    assert checkpoint_key(natural) != checkpoint_key(dataclasses.replace(natural, defense=DefenseSpec(shorter)))
+    shorter = {**natural.defense.identity(), "name": "natural", "recipe": {**natural.defense.recipe_identity(), "epochs": 1}}
+    assert checkpoint_key(natural) != checkpoint_key(dataclasses.replace(natural, defense=defense_spec(shorter)))
     static = static_target(cfg, target, {"model": "small_cnn", "seed": 3, "width": 32})
     assert (static.defense.name, static.seed, static.model.argument("width"), static.model.argument("hidden")) == ("natural", 3, 32, 128)
     with pytest.raises(AdvbenchError, match="needs 'model:' naming a conf/model option"):
@@ -284,7 +282,7 @@ def test_advbench_train_writes_each_recipes_checkpoint_with_its_meta(tmp_path: P
         assert path.name.startswith(f"{name}-") and str(path) in capsys.readouterr().out.splitlines()[-1]
         dataset = hydra.utils.instantiate(cfg.dataset)
         model = load_trained_model(target_spec(cfg), dataset)
-        meta = load_checkpoint(path, build_defended_model(model_spec(cfg.model), cfg.defense.recipe, 10, 1))
+        meta = load_checkpoint(path, build_defended_model(model_spec(cfg.model), target_spec(cfg).defense.recipe, 10, 1))
         assert meta["recipe"] == name and 0.0 <= meta["clean_accuracy"] <= 1.0
         assert meta["architecture"] == ("small_cnnx3" if name == "adp" else "small_cnn")
         assert not any(p.requires_grad for p in model.parameters())

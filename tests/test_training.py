@@ -61,7 +61,8 @@ def trained(digits: Digits, tmp_path_factory: pytest.TempPathFactory) -> dict[st
     out = tmp_path_factory.mktemp("ckpt")
     models = {}
     for name, changes in [("natural", {}), ("pgd_at", {"epochs": 6}), ("trades", {"epochs": 3})]:
-        meta = train_defense(digits, model_spec(_arch()), _recipe(name, **changes), out / f"{name}.pt", progress=False)
+        meta = train_defense(digits, model_spec(_arch()), Recipe.from_config(_recipe(name, **changes)), out / f"{name}.pt",
+                             progress=False)
         model = model_spec(_arch()).build(10, 1)
         assert load_checkpoint(out / f"{name}.pt", model) == meta
         models[name] = (model.eval(), meta)
@@ -140,7 +141,7 @@ def test_checkpoint_meta_is_plain_and_complete(trained) -> None:
 
 
 def test_training_is_seeded(digits: Digits, tmp_path: Path) -> None:
-    recipe = _recipe("natural", epochs=1)
+    recipe = Recipe.from_config(_recipe("natural", epochs=1))
     metas = [train_defense(digits, model_spec(_arch()), recipe, tmp_path / f"{i}.pt", progress=False, seed=3) for i in range(2)]
     states = [torch.load(tmp_path / f"{i}.pt", weights_only=True)["state_dict"] for i in range(2)]
     assert metas[0]["clean_accuracy"] == metas[1]["clean_accuracy"]
@@ -171,8 +172,8 @@ def test_recipe_step_defaults_to_a_quarter_of_eps() -> None:
 
 def test_divergence_is_reported(digits: Digits, tmp_path: Path) -> None:
     with pytest.raises(AdvbenchError, match="training diverged"):
-        train_defense(digits, model_spec(_arch()), _recipe("natural", epochs=2, lr=1e12, optimizer="sgd"), tmp_path / "x.pt",
-                      progress=False)
+        recipe = Recipe.from_config(_recipe("natural", epochs=2, lr=1e12, optimizer="sgd"))
+        train_defense(digits, model_spec(_arch()), recipe, tmp_path / "x.pt", progress=False)
     assert not (tmp_path / "x.pt").exists()
 
 

@@ -13,7 +13,7 @@ from hydra.utils import instantiate
 from PIL import Image
 
 from advbench.cli.config import compose_config
-from advbench.cli.spec_builder import cell_spec, run_main, target_spec
+from advbench.cli.spec_builder import cell_spec, defense_spec, run_main, target_spec
 from advbench.core.catalog import describe, group_options
 from advbench.core.errors import AdvbenchError
 from advbench.core.records import read_records
@@ -26,6 +26,7 @@ from advbench.robustness.defenses.wrappers import (
     jpeg_roundtrip,
     row_keys,
     wrap,
+    wrapper_spec,
 )
 from advbench.robustness.evaluation import cell
 from advbench.robustness.specs import SearchSettings
@@ -78,7 +79,7 @@ def test_random_resize_pad_draws_per_sample_not_per_batch_position(x) -> None:
 
 def test_bpda_gradient_is_the_base_gradient_at_the_transformed_input(tiny_model, digits_tensors, x) -> None:
     y = digits_tensors[3][:16]
-    wrapped = wrap(tiny_model, {"type": "bit_depth", "bits": 1}, seed=0)
+    wrapped = wrap(tiny_model, wrapper_spec({"type": "bit_depth", "bits": 1}), seed=0)
     oracle = build_oracle("white", wrapped, len(x))
     assert oracle.grad_mode == "bpda"
     _, grad = oracle.loss_grad(x, y, False, torch.arange(len(x)))
@@ -94,12 +95,12 @@ def test_bpda_gradient_is_the_base_gradient_at_the_transformed_input(tiny_model,
 def test_eot_averages_n_passes_and_counts_each(tiny_model, digits_tensors, x) -> None:
     y = digits_tensors[3][:16]
     idx = torch.arange(len(x))
-    model = wrap(tiny_model, {"type": "random_resize_pad", "rate": 0.5, "eot_samples": 4}, seed=1)
+    model = wrap(tiny_model, wrapper_spec({"type": "random_resize_pad", "rate": 0.5, "eot_samples": 4}), seed=1)
     oracle = build_oracle("white", model, len(x))
     assert oracle.grad_mode == "eot"
     _, grad = oracle.loss_grad(x, y, False, idx)
     assert oracle.grad_evals.tolist() == [4] * len(x)
-    replay = wrap(tiny_model, {"type": "random_resize_pad", "rate": 0.5, "eot_samples": 1}, seed=1)
+    replay = wrap(tiny_model, wrapper_spec({"type": "random_resize_pad", "rate": 0.5, "eot_samples": 1}), seed=1)
     single = build_oracle("white", replay, len(x))
     grads = [single.loss_grad(x, y, False, idx)[1] for _ in range(4)]
     torch.testing.assert_close(grad, torch.stack(grads).mean(0))
@@ -116,7 +117,7 @@ def test_a_randomized_cell_repeats_exactly_and_judges_the_deployed_model(tiny_mo
     threat = ThreatModel(norm="linf", goal="untargeted", knowledge="white", eps=0.2)
 
     def once() -> dict:
-        model = wrap(tiny_model, {"type": "random_resize_pad", "rate": 0.5, "eot_samples": 2}, seed=0)
+        model = wrap(tiny_model, wrapper_spec({"type": "random_resize_pad", "rate": 0.5, "eot_samples": 2}), seed=0)
         return cell.evaluate_batch(BIM(steps=3), model, x, y, None, threat, SearchSettings(enabled=False))
 
     a, b = once(), once()
@@ -128,11 +129,11 @@ def test_a_randomized_cell_repeats_exactly_and_judges_the_deployed_model(tiny_mo
 
 def test_bad_wrapper_settings_are_one_line(tiny_model) -> None:
     with pytest.raises(AdvbenchError, match="valid: jpeg, bit_depth, random_resize_pad"):
-        wrap(tiny_model, {"type": "blur"}, seed=0)
+        wrapper_spec({"type": "blur"})
     with pytest.raises(AdvbenchError, match="quality"):
         JPEG(tiny_model, quality=0)
     with pytest.raises(AdvbenchError, match="bad defense.wrapper for 'bit_depth'"):
-        wrap(tiny_model, {"type": "bit_depth", "levels": 3}, seed=0)
+        wrapper_spec({"type": "bit_depth", "levels": 3})
 
 
 def key_of(tmp_path: Path, *extra: str) -> str:
@@ -153,7 +154,7 @@ def test_every_defense_has_metadata_and_instantiates(tmp_path, tiny_model) -> No
         cfg = compose_config("config", [f"defense={name}", f"out_dir={tmp_path}"])
         assert cfg.defense.category and cfg.defense.threat_model, name
         assert "intended threat" in describe("defense", name)
-        model = wrap(tiny_model, dict(cfg.defense.wrapper or {}), seed=0)
+        model = wrap(tiny_model, defense_spec(cfg.defense).wrapper, seed=0)
         assert model(torch.zeros(2, 1, 8, 8)).shape == (2, 10)
     with pytest.raises(AdvbenchError, match="defense.category must list"):
         compose_config("config", ["defense.category=[magic]", f"out_dir={tmp_path}"])

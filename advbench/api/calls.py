@@ -39,7 +39,7 @@ from advbench.robustness.models.given import (
 from advbench.robustness.models.user_models import check_forward, check_randomized, check_randomness, mark_randomized
 from advbench.robustness.report.cell_report import report_cell
 from advbench.robustness.report.table3 import summary_table, with_categories
-from advbench.robustness.specs import AttackSpec, CellSpec
+from advbench.robustness.specs import AttackSpec, CellSpec, WrapperSpec
 from advbench.robustness.threat import CORRUPTION
 
 
@@ -224,7 +224,7 @@ def _values(name: str, attack: str | Attack, eps: float | None, attack_params: M
 
 
 def _given(spec: CellSpec, model: nn.Module, dataset: Any, attack: str | Attack, normalisation: Normalisation,
-           randomness: tuple[bool, int | None], name: str, wrapper: dict[str, Any] | None) -> Given:
+           randomness: tuple[bool, int | None], name: str, wrapper: WrapperSpec | None) -> Given:
     """The objects and what stands for them in the cell key: the model's code (its files and those of the
     user's modules it imports) and behaviour (`core.fingerprint`), its weights, the data's content.
 

@@ -20,9 +20,9 @@ from typing import Any
 from omegaconf import DictConfig, open_dict
 
 from advbench.cli.choices import api_config
-from advbench.cli.spec_builder import cell_spec
+from advbench.cli.spec_builder import cell_spec, defense_spec
 from advbench.robustness.models.given import AS_GIVEN_DEFENSE, applicable_wrapper
-from advbench.robustness.specs import CellSpec
+from advbench.robustness.specs import CellSpec, WrapperSpec
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class ApiCell:
     front of the model object (None: the model as given)."""
 
     spec: CellSpec
-    wrapper: Any
+    wrapper: WrapperSpec | None
 
 
 def api_cell(choices: Mapping[str, str], values: Mapping[str, Any], overrides: Sequence[str] = (), *,
@@ -53,7 +53,7 @@ def preset_cells(preset: str, choices: Mapping[str, str], values: Mapping[str, A
 
 def _cell(cfg: DictConfig, *, as_given: bool) -> ApiCell:
     """A composed config's cell, its defense the model object's own where the call named none."""
-    wrapper = applicable_wrapper(cfg.defense)
+    wrapper = applicable_wrapper(defense_spec(cfg.defense))
     if as_given:
         with open_dict(cfg):
             cfg.defense = dict(AS_GIVEN_DEFENSE)

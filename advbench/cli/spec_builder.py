@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -23,7 +24,7 @@ from advbench.cli.validate import built_attack
 from advbench.core.catalog import override_key
 from advbench.core.construct import bound_factory
 from advbench.core.errors import AdvbenchError
-from advbench.core.keys import plain
+from advbench.core.keys import defense_identity, plain
 from advbench.robustness.specs import (
     AttackSpec,
     CellSettings,
@@ -52,6 +53,24 @@ def dataset_spec(node: Any) -> DatasetSpec:
     return DatasetSpec(name=str(option.get("name")), builder=bound_factory("dataset", option))
 
 
+def defense_spec(node: Any) -> DefenseSpec:
+    """A `conf/defense` option typed, its recipe checked against the schema and its wrapper against
+    its class here, once; the keys it gives that decide numbers are kept as written, for the keys."""
+    from advbench.robustness.defenses.recipes import Recipe  # imports torch
+    from advbench.robustness.defenses.wrappers import wrapper_spec
+
+    option = _resolved(node)
+    recipe, wrapper, category = option.get("recipe"), option.get("wrapper"), option.get("category") or ()
+    return DefenseSpec(
+        name=str(option["name"]),
+        written=json.dumps(defense_identity(option), sort_keys=True, default=str),
+        recipe=None if recipe is None else Recipe.from_config(recipe),
+        wrapper=wrapper_spec(wrapper) if wrapper else None,
+        base=None if option.get("base") is None else str(option["base"]),
+        category=(str(category),) if isinstance(category, str) else tuple(map(str, category)),
+    )
+
+
 def model_spec(node: Any) -> ModelSpec:
     """A `conf/model` option as its builder and the arguments it gives (the data set's classes and channels
     are given when it is built), whose network it is, and its image size."""
@@ -69,7 +88,7 @@ def target_spec(cfg: DictConfig) -> TargetSpec:
     """The run's target (or, for `advbench train`, what it trains), with what it trains from."""
     target = TargetSpec(
         model=model_spec(cfg.model),
-        defense=DefenseSpec(_resolved(cfg.defense)),
+        defense=defense_spec(cfg.defense),
         dataset=dataset_spec(cfg.dataset),
         seed=int(cfg.seed),
         checkpoint=str(cfg.checkpoint) if cfg.get("checkpoint") else None,
@@ -84,9 +103,9 @@ def target_spec(cfg: DictConfig) -> TargetSpec:
 
 def _with_sources(cfg: DictConfig, target: TargetSpec) -> TargetSpec:
     """`target` with the targets its recipe starts from (`init:`) and learns against (`static_models:`)."""
-    recipe = target.defense.recipe or {}
-    init = recipe.get("init")
-    statics = tuple(static_target(cfg, target, entry) for entry in recipe.get("static_models") or [])
+    recipe = target.defense.recipe
+    init = None if recipe is None else recipe.init
+    statics = tuple(static_target(cfg, target, entry) for entry in (() if recipe is None else recipe.static_models))
     start = None if init is None else _trained_from_scratch(cfg, target, str(init))
     return dataclasses.replace(target, init=start, static_models=statics)
 
@@ -103,7 +122,7 @@ def _trained_from_scratch(cfg: DictConfig, target: TargetSpec, defense: str, mod
         scratch.defense = option
         if model is not None:
             scratch.model = model
-    return dataclasses.replace(target, defense=DefenseSpec(_resolved(scratch.defense)), checkpoint=None,
+    return dataclasses.replace(target, defense=defense_spec(scratch.defense), checkpoint=None,
                                model=model_spec(scratch.model) if model is not None else target.model,
                                seed=target.seed if seed is None else int(seed), init=None, static_models=())
 
@@ -131,7 +150,7 @@ def substitute_spec(cfg: DictConfig, target: TargetSpec) -> tuple[TargetSpec | N
     if fallback is not None and sub.model.name == cfg.model.name and sub.defense.name == cfg.defense.name:
         sub = fallback
     chosen = dataclasses.replace(
-        target, model=model_spec(sub.model), defense=DefenseSpec(_resolved(sub.defense)),
+        target, model=model_spec(sub.model), defense=defense_spec(sub.defense),
         checkpoint=str(sub.checkpoint) if sub.get("checkpoint") else None,
         seed=target.seed if sub.get("seed") is None else int(sub.seed), init=None, static_models=())
     scratch = copy.deepcopy(cfg)

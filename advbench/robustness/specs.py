@@ -9,17 +9,20 @@ resolved, minus the labels that change no number (`advbench.core.keys`).
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from advbench.core.construct import BoundFactory
 from advbench.core.errors import AdvbenchError
-from advbench.core.keys import dataset_identity, defense_identity, model_identity
+from advbench.core.keys import dataset_identity, model_identity
 
-if TYPE_CHECKING:  # an attack module imports torch; the specs are read before any is loaded
+if TYPE_CHECKING:  # these modules import torch; the specs are read before any is loaded
+    from torch import nn
+
     from advbench.robustness.attacks.attack_contract import Attack
+    from advbench.robustness.defenses.recipes.recipe_schema import Recipe
 
 MODEL_KINDS = ("zoo", "torchvision", "python", "robustbench", "given")
 """Whose network a model is: advbench's architectures (`zoo`), torchvision's, a user's Python
@@ -74,31 +77,56 @@ class ModelSpec:
 
 
 @dataclass(frozen=True)
+class WrapperSpec:
+    """A defense's `wrapper:`, checked where the option is read (`defenses.wrappers.wrapper_spec`): the
+    registered `kind` (`wrapper.type`), its `transform` class (an `InputTransform`, named by its base
+    here since the wrappers module imports this one) and the keyword `arguments` the class takes,
+    each of the type its parameter declares, in the order written."""
+
+    kind: str
+    transform: type[nn.Module]
+    arguments: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def randomized(self) -> bool:
+        """A transform that draws at random: its cells are judged by a vote."""
+        return bool(self.transform.randomized)
+
+    def written(self) -> dict[str, Any]:
+        """The `wrapper:` block as the option wrote it (what the keys hash)."""
+        return {"type": self.kind, **dict(self.arguments)}
+
+
+@dataclass(frozen=True)
 class DefenseSpec:
-    """A `conf/defense` option, resolved: a training `recipe`, a `wrapper` in front of the model, or both."""
+    """A `conf/defense` option, typed where the options are read (`cli.spec_builder.defense_spec`): a
+    training `recipe` (checked against `Recipe`'s schema), a `wrapper` in front of the model, or both.
 
-    config: Mapping[str, Any]
+    `written` is the option's keys that decide numbers (all but `DEFENSE_LABELS`) as the YAML gave them,
+    as JSON: the cell key and the checkpoint key hash those, not the typed values, since `lr: 1`
+    and `lr: 1.0` train alike yet were keyed apart, and records and checkpoints keyed before must stay found.
+    """
 
-    @property
-    def name(self) -> str:
-        return str(self.config["name"])
-
-    @property
-    def recipe(self) -> Mapping[str, Any] | None:
-        return self.config.get("recipe")
-
-    @property
-    def wrapper(self) -> Mapping[str, Any] | None:
-        return self.config.get("wrapper")
+    name: str
+    written: str
+    recipe: Recipe | None = None
+    wrapper: WrapperSpec | None = None
+    base: str | None = None
+    category: tuple[str, ...] = ()
 
     @property
     def trained(self) -> str:
         """The defense whose checkpoint this one uses: a wrapper's `base:` (JPEG wraps natural's
         model, whose recipe its YAML pulls in), else the defense itself."""
-        return str(self.config.get("base") or self.name)
+        return self.base or self.name
 
     def identity(self) -> dict[str, Any]:
-        return defense_identity(self.config)
+        """The option minus its labels, as written: what the cell key's `defense_config` is."""
+        return dict(json.loads(self.written))
+
+    def recipe_identity(self) -> Any:
+        """The `recipe:` block as written (None: none): what the checkpoint key hashes."""
+        return self.identity().get("recipe")
 
 
 @dataclass(frozen=True)

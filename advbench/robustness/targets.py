@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from advbench.core.errors import AdvbenchError
-from advbench.core.keys import file_digest, plain
+from advbench.core.keys import file_digest
 from advbench.robustness.defenses.checkpoint_cache import checkpoint_key
 from advbench.robustness.defenses.trained import load_trained_model
 from advbench.robustness.defenses.trainer import build_defended_model
@@ -65,4 +65,4 @@ def load_target(target: TargetSpec, dataset: Any) -> torch.nn.Module:
             what = f"{target.model.kind} '{getattr(model, 'arch', target.model.kind)}'"
             check_forward(model, dataset.input_shape, dataset.num_classes, what)
             check_randomized(model, dataset.input_shape, what)
-    return wrap(model, plain(target.defense.wrapper) or None, seed=target.seed)
+    return wrap(model, target.defense.wrapper, seed=target.seed)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from advbench.core.keys import content_key, plain
+from advbench.core.keys import content_key
 from advbench.robustness.specs import TargetSpec
 
 
@@ -28,7 +28,7 @@ def checkpoint_key(target: TargetSpec) -> str:
     parts = {
         "dataset": target.dataset.identity(evaluation=False),
         "model": target.model.identity(),
-        "recipe": plain(target.defense.recipe),
+        "recipe": target.defense.recipe_identity(),  # as written, as ever: not the typed recipe's defaults
         "seed": target.seed,
         "training_threads": target.training_threads,
     }

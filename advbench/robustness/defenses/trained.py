@@ -77,7 +77,7 @@ def _uses_pretrained_weights(target: TargetSpec) -> bool:
     """A natural model with a `weights_path` (torchvision ImageNet nets) or its own weights (a
     user's Python model) needs no checkpoint."""
     recipe = target.defense.recipe
-    natural = recipe is not None and recipe.get("type") == "natural"
+    natural = recipe is not None and recipe.type == "natural"
     return natural and (target.model.argument("weights_path") is not None or own_weights(target.model))
 
 
@@ -102,7 +102,7 @@ def _check_cache_entry(path: Path, meta: Mapping[str, Any], target: TargetSpec, 
     Another defense's checkpoint of the same architecture, copied over the entry, would load
     without complaint and change every number of the cell.
     """
-    recipe = (target.defense.recipe or {}).get("type")
+    recipe = None if target.defense.recipe is None else target.defense.recipe.type
     expected = {"dataset": dataset.name, "recipe": recipe}
     found = {k: meta.get(k) for k in expected}
     if any(found[k] != v for k, v in expected.items() if v is not None and found[k] is not None):

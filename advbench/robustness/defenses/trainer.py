@@ -9,6 +9,7 @@ trained is the cache's business (`defenses.trained`).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -30,7 +31,6 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from advbench.core.errors import AdvbenchError
-from advbench.core.keys import plain
 from advbench.core.runtime import resolve_device
 from advbench.core.version import __version__
 from advbench.robustness.data.image_dataset import ImageDataset
@@ -74,10 +74,10 @@ def evaluate_accuracy(model: nn.Module, data: Dataset, device: str = "cpu", batc
     return correct / total
 
 
-def build_defended_model(model: ModelSpec, recipe_cfg: Mapping[str, Any] | None, num_classes: int,
+def build_defended_model(model: ModelSpec, recipe: Recipe | None, num_classes: int,
                          in_channels: int) -> nn.Module:
     """The network a recipe trains: one `model`, or an `Ensemble` of `members` of them."""
-    members = int((recipe_cfg or {}).get("members", 1))
+    members = 1 if recipe is None else recipe.members
     if members == 1:
         return model.build(num_classes, in_channels)
     return Ensemble([model.build(num_classes, in_channels) for _ in range(members)])
@@ -132,14 +132,14 @@ def _run_epochs(model: nn.Module, loader: DataLoader, recipe: Recipe, loss_of: B
 
 
 def _meta(dataset: ImageDataset, model: nn.Module, recipe: Recipe, spec: ModelSpec,
-          recipe_cfg: Mapping[str, Any], seed: int, device: str, seconds: float) -> dict[str, Any]:
+          seed: int, device: str, seconds: float) -> dict[str, Any]:
     """The checkpoint's meta: what was trained, how, its clean accuracy, when and by which advbench."""
     return {
         "dataset": dataset.name,
         "architecture": model.arch,
         "recipe": recipe.type,
         "clean_accuracy": evaluate_accuracy(model, dataset.eval_set(), device),
-        "config": {"model": {"name": spec.name, **spec.identity()}, "recipe": plain(recipe_cfg), "seed": seed,
+        "config": {"model": {"name": spec.name, **spec.identity()}, "recipe": dataclasses.asdict(recipe), "seed": seed,
                    "budgets": dict(dataset.budgets)},
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "advbench_version": __version__,
@@ -150,7 +150,7 @@ def _meta(dataset: ImageDataset, model: nn.Module, recipe: Recipe, spec: ModelSp
 def train_defense(
     dataset: ImageDataset,
     spec: ModelSpec,
-    recipe_cfg: Mapping[str, Any],
+    recipe: Recipe,
     out: Path,
     device: str = "cpu",
     *,
@@ -161,7 +161,8 @@ def train_defense(
     init_state: Mapping[str, torch.Tensor] | None = None,
     extra_meta: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Train the `spec` model on `dataset` with a recipe, save a checkpoint at `out`, return its meta.
+    """Train the `spec` model on `dataset` with `recipe`, save a checkpoint at `out`, return its meta (which
+    records every value of the recipe, its defaults too).
 
     With `progress`, stderr says what trains and why (`reason`) before the first batch, then
     shows a live bar on a terminal or one line per epoch elsewhere (logs, pipes, CI), so a
@@ -169,10 +170,9 @@ def train_defense(
     frozen sources of adversarial examples; `init_state` the weights fine-tuning starts from;
     `extra_meta` goes into the checkpoint's meta as given.
     """
-    recipe = Recipe.from_config(recipe_cfg)
     device = resolve_device(device)
     torch.manual_seed(seed)
-    model = build_defended_model(spec, recipe_cfg, dataset.num_classes, dataset.input_shape[0])
+    model = build_defended_model(spec, recipe, dataset.num_classes, dataset.input_shape[0])
     if init_state is not None:
         model.load_state_dict(init_state)
     model = model.to(device)
@@ -188,6 +188,6 @@ def train_defense(
     _say(console, f"training {recipe.type} {model.arch} on {dataset.name}{why}: {recipe.epochs} epochs "
                   f"of {len(loader)} batches on {device}")
     seconds = _run_epochs(model, loader, recipe, loss_of, console, f"{recipe.type} {model.arch} on {dataset.name}", device)
-    meta = {**_meta(dataset, model, recipe, spec, recipe_cfg, seed, device, seconds), **(extra_meta or {})}
+    meta = {**_meta(dataset, model, recipe, spec, seed, device, seconds), **(extra_meta or {})}
     save_checkpoint(out, model, meta)
     return meta

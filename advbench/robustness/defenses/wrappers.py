@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import typing
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import torch
@@ -33,12 +34,14 @@ from torch import nn
 
 from advbench.core import sample_draws as rng
 from advbench.core.errors import AdvbenchError
+from advbench.core.keys import plain
 from advbench.core.registry import Registry
 from advbench.core.sample_draws import member_keys, row_keys
 from advbench.core.transforms import bit_depth, bpda, jpeg_roundtrip
 from advbench.robustness.attacks import model_draws
 from advbench.robustness.attacks.transfer import diverse_inputs
 from advbench.robustness.defenses.noise_layers import conv_noise, inner_convolutions
+from advbench.robustness.specs import WrapperSpec
 
 
 class InputTransform(nn.Module):
@@ -260,7 +263,7 @@ class RandomDiscretization(_Ensemble):
         return self.model(bpda(lambda v: self.discretize(v, keys, stream), x))
 
 
-def check_wrapper(spec: dict[str, Any]) -> type[InputTransform]:
+def check_wrapper(spec: Mapping[str, Any]) -> type[InputTransform]:
     """The wrapper class `spec` names, once each of its keys has the type the class's argument takes.
 
     A constructor's own range checks would otherwise meet `quality=high` as "'<=' not supported
@@ -285,16 +288,24 @@ def check_wrapper(spec: dict[str, Any]) -> type[InputTransform]:
     return cls
 
 
-def wrap(model: nn.Module, spec: dict[str, Any] | None, *, seed: int) -> nn.Module:
-    """`model` behind the wrapper `spec` (a plain `defense.wrapper` dict; None: unwrapped)."""
-    if not spec:
-        return model
-    cls = check_wrapper(spec)
-    if getattr(model, "randomized", False):
-        raise AdvbenchError(f"a randomized model behind the wrapper '{spec['type']}' is not supported: the wrapper "
-                            "would judge and differentiate it as a deterministic one; attack it unwrapped")
-    spec = {k: v for k, v in spec.items() if k != "type"}
-    if cls.randomized:
-        spec.setdefault("seed", seed)
-    return cls(model, **spec).eval()
+def wrapper_spec(spec: Mapping[str, Any]) -> WrapperSpec:
+    """A `defense.wrapper` block (plain values) as the typed wrapper it names, checked (`check_wrapper`)."""
+    if not isinstance(spec, Mapping):
+        raise AdvbenchError(f"defense.wrapper must be a mapping with a type: key, got {spec!r}")
+    given = plain(spec)
+    transform = check_wrapper(given)
+    return WrapperSpec(kind=str(given["type"]), transform=transform,
+                       arguments=tuple((k, v) for k, v in given.items() if k != "type"))
 
+
+def wrap(model: nn.Module, spec: WrapperSpec | None, *, seed: int) -> nn.Module:
+    """`model` behind the wrapper `spec` (None: unwrapped); a randomized one draws from `seed` unless its arguments say."""
+    if spec is None:
+        return model
+    if getattr(model, "randomized", False):
+        raise AdvbenchError(f"a randomized model behind the wrapper '{spec.kind}' is not supported: the wrapper "
+                            "would judge and differentiate it as a deterministic one; attack it unwrapped")
+    arguments = dict(spec.arguments)
+    if spec.randomized:
+        arguments.setdefault("seed", seed)
+    return spec.transform(model, **arguments).eval()

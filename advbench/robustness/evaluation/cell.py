@@ -30,7 +30,7 @@ from torch.utils.data import DataLoader, Subset
 from advbench.core.cells import claim_cell, fill_cell
 from advbench.core.digests import module_digest
 from advbench.core.errors import AdvbenchError
-from advbench.core.keys import content_key, plain
+from advbench.core.keys import content_key
 from advbench.core.norms import norm as norm_of
 from advbench.core.resume import CellFiles, sample_ids
 from advbench.core.runtime import (
@@ -45,7 +45,6 @@ from advbench.core.version import __version__
 from advbench.robustness.attacks.attack_contract import Attack
 from advbench.robustness.data.target_classes import target_classes
 from advbench.robustness.defenses.masking import cell_flags
-from advbench.robustness.defenses.wrappers import WRAPPERS
 from advbench.robustness.evaluation.measure import evaluate_batch
 from advbench.robustness.evaluation.substitute import built_substitute, load_substitute, substitute_identity
 from advbench.robustness.models.user_models import built_code, default_label
@@ -112,8 +111,8 @@ def built_identity(spec: CellSpec, dataset: Any) -> tuple[torch.nn.Module | None
 def judge_identity(spec: CellSpec) -> dict[str, int]:
     """The vote's size where it changes numbers: only behind a randomized wrapper or for a model
     marked `model.randomized`, so the cells of deterministic models keep their keys."""
-    wrapper = plain(spec.target.defense.wrapper)
-    randomized = getattr(WRAPPERS.get(wrapper.get("type")), "randomized", False) or bool(spec.target.model.argument("randomized"))
+    wrapper = spec.target.defense.wrapper
+    randomized = (wrapper is not None and wrapper.randomized) or bool(spec.target.model.argument("randomized"))
     return {"judge_draws": spec.settings.judge_draws} if randomized else {}
 
 
@@ -300,7 +299,7 @@ def _static_columns(spec: CellSpec, identity: dict[str, Any], threat: ThreatMode
         "weights": json.dumps(identity.get("weights"), sort_keys=True, default=str),
         "model_sha256": module_digest(model),
         "defense": identity["defense"],
-        "defense_category": category_label(plain(spec.target.defense.config).get("category")),
+        "defense_category": category_label(spec.target.defense.category),
         "attack": identity["attack"],
         "attack_params": json.dumps(identity["attack_params"], sort_keys=True),
         "norm": threat.norm,

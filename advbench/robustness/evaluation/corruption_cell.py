@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader, Subset
 from advbench.core.cells import claim_cell, fill_cell
 from advbench.core.digests import module_digest
 from advbench.core.errors import AdvbenchError
-from advbench.core.keys import content_key, plain
+from advbench.core.keys import content_key
 from advbench.core.runtime import as_input, deploy, execution_identity, resolve_device, set_threads
 from advbench.core.version import __version__
 from advbench.robustness.attacks.model_draws import RowCalls
@@ -176,7 +176,7 @@ def _static_columns(spec: CellSpec, identity: dict[str, Any], model: torch.nn.Mo
         "dataset": identity["dataset"], "model": identity["model"], "model_label": model_label(spec),
         "weights": json.dumps(identity.get("weights"), sort_keys=True, default=str),
         "model_sha256": module_digest(model), "defense": identity["defense"],
-        "defense_category": category_label(plain(spec.target.defense.config).get("category")),
+        "defense_category": category_label(spec.target.defense.category),
         "threat": "corruptions", "corruption": name, "corruption_family": CORRUPTIONS[name].family,
         "corruption_source": source["source"],
         "corruption_constants": source.get("constants", "released"),

@@ -12,13 +12,12 @@ The caller's object is used in place and given back as it came
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from advbench.core.catalog import group_options, option_data, override_key
 from advbench.core.errors import AdvbenchError
-from advbench.core.keys import plain
+from advbench.robustness.specs import DefenseSpec, WrapperSpec
 
 _FIXED_BY_MODEL = ("model", "checkpoint")
 _FIXED_BY_DATA = ("dataset",)
@@ -60,19 +59,18 @@ def _instead(group: str) -> str:
             "dataset": "it fixes the images; pass the subset you want to attack (e.g. (x[:4], y[:4]))"}[group]
 
 
-def applicable_wrapper(defense: Mapping[str, Any]) -> dict[str, Any] | None:
+def applicable_wrapper(defense: DefenseSpec) -> WrapperSpec | None:
     """The wrapper a defense puts in front of a model object (None: the model as given).
 
     A defense whose recipe trains a model (anything but natural training) is refused: the
     object's weights are its own, and the records would name a training it never had.
     """
-    spec = plain(defense)
-    recipe = (spec.get("recipe") or {}).get("type")
+    recipe = None if defense.recipe is None else defense.recipe.type
     if recipe not in (None, "natural"):
-        raise AdvbenchError(f"defense '{spec.get('name')}' trains a model ({recipe}); a model object comes with its "
+        raise AdvbenchError(f"defense '{defense.name}' trains a model ({recipe}); a model object comes with its "
                             "own weights: train it yourself, or choose an input-transformation defense "
                             f"({', '.join(transformation_defenses())})")
-    return spec.get("wrapper") or None
+    return defense.wrapper
 
 
 AS_GIVEN = "none"
