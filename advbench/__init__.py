@@ -1,7 +1,7 @@
 """advbench: adversarial-robustness benchmark and NR quality-metric stability tool.
 
-The Python API (`advbench.evaluate`, `evaluate_metric`, `evaluate_preset`, `preset_cost`, `plot`, `report`,
-`summary`, `options`) loads on first use, so that `import advbench` and the command line's help stay light.
+The Python API (`advbench.evaluate` of a module or a `Model`, `evaluate_metric`, `evaluate_preset`, `preset_cost`,
+`plot`, `report`, `summary`, `options`) loads on first use, so that `import advbench` and the command line's help stay light.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 from advbench.core.version import __version__
 
-_API = ("evaluate", "evaluate_metric", "evaluate_preset", "preset_cost", "plot", "report", "summary", "options")
+_API = ("evaluate", "evaluate_metric", "evaluate_preset", "preset_cost", "plot", "report", "summary", "options", "Model")
 
 
 def __getattr__(name: str) -> Any:

@@ -55,7 +55,7 @@ def main() -> None:
     for attack, (threat, params) in ATTACKS.items():
         # fresh wrappers per attack: R&P's pass counter is part of its module digest, the cells' weights identity
         for label, model in naive_rows(args.checkpoint).items():
-            advbench.evaluate(model, "digits", attack=attack, threat=threat, attack_params=params, label=label,
+            advbench.evaluate(advbench.Model(model, label=label), "digits", attack=attack, threat=threat, attack_params=params,
                               out_dir=args.out, overrides=SETTINGS)
             print(f"{label} {attack}: done")
 

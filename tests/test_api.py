@@ -61,7 +61,7 @@ def test_evaluate_and_the_cli_give_equal_records(net_file: Path, tmp_path: Path)
                                        f"out_dir={tmp_path / 'cli'}", *QUICK])
     assert result.exit_code == 0, result.output
     cli = pd.read_parquet(next((tmp_path / "cli" / "records").glob("*.parquet")))
-    api = advbench.evaluate(_net(net_file), "digits", attack="fgsm", label="net.py:Net", overrides=QUICK)
+    api = advbench.evaluate(advbench.Model(_net(net_file), label="net.py:Net"), "digits", attack="fgsm", overrides=QUICK)
     assert list(api.columns) == list(cli.columns), "the CLI's schema, column for column"
     pd.testing.assert_frame_equal(api[MEASURED], cli[MEASURED])
     assert set(api["model_label"]) == set(cli["model_label"]) == {"net.py:Net"}
@@ -93,9 +93,9 @@ def test_tensors_an_attack_object_and_resume_in_an_out_dir(net_file: Path, tmp_p
 def test_a_torch_dataset_and_score_and_decision_threats(net_file: Path, digits_tensors) -> None:
     _, _, x, y = digits_tensors
     dataset = torch.utils.data.TensorDataset(x[:12], y[:12])
-    score = advbench.evaluate(_net(net_file), dataset, num_classes=10, attack="square", threat="linf_score", eps=0.2,
+    score = advbench.evaluate(advbench.Model(_net(net_file), num_classes=10), dataset, attack="square", threat="linf_score", eps=0.2,
                               attack_params={"n_queries": 30}, overrides=["search.enabled=false"])
-    decision = advbench.evaluate(_net(net_file), dataset, num_classes=10, attack="hsj", threat="l2_decision", eps=1.0,
+    decision = advbench.evaluate(advbench.Model(_net(net_file), num_classes=10), dataset, attack="hsj", threat="l2_decision", eps=1.0,
                                  attack_params={"max_queries": 60})
     for records in (score, decision):
         assert len(records) == 12
@@ -114,6 +114,8 @@ def test_plot_summary_and_options(net_file: Path, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("call", "message"), [
     (lambda net, x, y: advbench.evaluate("not a model", "digits"), "model must be a torch.nn.Module"),
+    (lambda net, x, y: advbench.evaluate(advbench.Model("not a model"), "digits"), "or an advbench.Model around one, got str"),
+    (lambda net, x, y: advbench.evaluate(advbench.Model(net, eot_samples=4), (x, y)), "eot_samples"),
     (lambda net, x, y: advbench.evaluate(net, "digits", attack="nope"), "attack"),
     (lambda net, x, y: advbench.evaluate(net, (x * 255, y), eps=0.1), "must lie in [0, 1]"),
     (lambda net, x, y: advbench.evaluate(net, [1, 2, 3]), "data must be"),
@@ -161,9 +163,9 @@ def test_a_wrapper_defense_is_applied_to_the_model_object(tiny_model, digits_ten
 def test_eot_counts_its_passes_and_makes_the_attack_stronger(tiny_model, digits_tensors) -> None:
     _, _, x, y = digits_tensors
     model = Noisy(tiny_model, 0.3)
-    common = dict(attack="bim", eps=0.08, attack_params={"steps": 5}, randomized=True, overrides=["search.enabled=false"])
-    one = advbench.evaluate(model, (x[:64], y[:64]), eot_samples=1, **common)
-    ten = advbench.evaluate(model, (x[:64], y[:64]), eot_samples=10, **common)
+    common = dict(attack="bim", eps=0.08, attack_params={"steps": 5}, overrides=["search.enabled=false"])
+    one = advbench.evaluate(advbench.Model(model, randomized=True, eot_samples=1), (x[:64], y[:64]), **common)
+    ten = advbench.evaluate(advbench.Model(model, randomized=True, eot_samples=10), (x[:64], y[:64]), **common)
     assert set(one["grad_mode"]) == {"exact"} and set(ten["grad_mode"]) == {"eot"}
     assert (ten["grad_evals"] % 10 == 0).all() and ten["grad_evals"].max() == 50
     assert one["grad_evals"].max() == 5

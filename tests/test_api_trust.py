@@ -93,8 +93,8 @@ def test_mc_dropout_stays_on_and_the_model_is_handed_back(tiny_model, data) -> N
     model.inner.eval()  # mixed flags: each must come back as it was
     flags = {name: m.training for name, m in model.named_modules()}
     rng = torch.get_rng_state()
-    records = advbench.evaluate(model, data, attack="bim", eps=0.1, attack_params={"steps": 3}, randomized=True,
-                                eot_samples=2, num_classes=10, overrides=QUIET)
+    records = advbench.evaluate(advbench.Model(model, randomized=True, eot_samples=2, num_classes=10), data, attack="bim",
+                                eps=0.1, attack_params={"steps": 3}, overrides=QUIET)
     assert model.seen and all(model.seen), "dropout drew in every pass"
     assert {name: m.training for name, m in model.named_modules()} == flags
     assert torch.equal(rng, torch.get_rng_state())
@@ -108,20 +108,20 @@ def test_the_caller_state_comes_back_after_a_failure_too(tiny_model, data) -> No
     with pytest.raises(AdvbenchError):
         advbench.evaluate(model, data, attack="fgsm", eps=0.1, overrides=["defense=pgd_at"])
     with pytest.raises(AdvbenchError):
-        advbench.evaluate(model, data, attack="fgsm", eps=0.1, randomized=True, overrides=["search.max_probes=-1"])
+        advbench.evaluate(advbench.Model(model, randomized=True), data, attack="fgsm", eps=0.1, overrides=["search.max_probes=-1"])
     assert all(m.training for m in model.modules()) and torch.equal(rng, torch.get_rng_state())
 
 
 def test_a_deterministic_model_marked_randomized_is_refused(tiny_model, data) -> None:
     with pytest.raises(AdvbenchError, match="two passes on the same input agree"):
-        advbench.evaluate(tiny_model, data, attack="fgsm", eps=0.1, randomized=True)
+        advbench.evaluate(advbench.Model(tiny_model, randomized=True), data, attack="fgsm", eps=0.1)
     with pytest.raises(AdvbenchError, match="eot_samples applies to a randomized model"):
-        advbench.evaluate(tiny_model, data, attack="fgsm", eps=0.1, eot_samples=4)
+        advbench.evaluate(advbench.Model(tiny_model, eot_samples=4), data, attack="fgsm", eps=0.1)
 
 
 def test_a_randomized_model_behind_a_wrapper_is_refused(tiny_model, data) -> None:
     with pytest.raises(AdvbenchError, match="randomized model behind the wrapper"):
-        advbench.evaluate(Dropped(tiny_model), data, attack="fgsm", eps=0.1, randomized=True, defense="jpeg")
+        advbench.evaluate(advbench.Model(Dropped(tiny_model), randomized=True), data, attack="fgsm", eps=0.1, defense="jpeg")
 
 
 def _write(path: Path, negate: bool) -> None:
@@ -200,7 +200,7 @@ class FailsLater(nn.Module):
 def test_the_models_own_failure_mid_run_is_one_line_with_its_cause(tiny_model, data) -> None:
     with pytest.raises(AdvbenchError, match=r"model 'FailsLater' failed on a batch of \d+ 1x8x8 inputs: "
                                             r"ValueError: index 7 is out of bounds$") as caught:
-        advbench.evaluate(FailsLater(tiny_model), data, attack="bim", eps=0.1, num_classes=10)
+        advbench.evaluate(advbench.Model(FailsLater(tiny_model), num_classes=10), data, attack="bim", eps=0.1)
     assert isinstance(caught.value.__cause__, ValueError)
 
 
@@ -254,7 +254,7 @@ def test_a_model_object_is_recorded_as_given_and_its_warnings_are_python_warning
     torch.nn.init.constant_(untrained[1].bias, 0.0)
     untrained[1].bias.data[0] = 1.0
     with pytest.warns(AdvbenchWarning, match="near chance"):
-        advbench.evaluate(untrained, (x[y != 0], y[y != 0]), attack="fgsm", eps=0.1, num_classes=10, overrides=QUIET)
+        advbench.evaluate(advbench.Model(untrained, num_classes=10), (x[y != 0], y[y != 0]), attack="fgsm", eps=0.1, overrides=QUIET)
     with pytest.warns(AdvbenchWarning, match="gradients may be masked"):
         advbench.evaluate(tiny_model, data, attack="fgsm", eps=0.1, defense="jpeg", overrides=QUIET)
 

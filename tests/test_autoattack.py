@@ -207,7 +207,7 @@ def test_rand_records_its_twenty_passes_and_which_judge_made_the_number(tiny_mod
     attack_params say which, and the 20 EOT passes."""
     x, y = batch
     short = {"apgd_ce": {"n_iter": 2}, "apgd_dlr": {"n_iter": 2}}
-    frames = {judge: advbench.evaluate(Noisy(tiny_model).eval(), (x[:6], y[:6]), eps=0.1, randomized=True,
+    frames = {judge: advbench.evaluate(advbench.Model(Noisy(tiny_model).eval(), randomized=True), (x[:6], y[:6]), eps=0.1,
                                        overrides=["search.enabled=false"],
                                        attack=AutoAttack(version="rand", member_params=short, judge=judge))
               for judge in ("vote", "original")}

@@ -119,10 +119,11 @@ def _parts(out: Path) -> list[Path]:
     return sorted((out / "records").glob("*.parquet"))
 
 
-def _evaluate(model: nn.Module, digits_tensors, out: Path, **kwargs) -> pd.DataFrame:
+def _evaluate(model: nn.Module, digits_tensors, out: Path, **described) -> pd.DataFrame:
+    """`model` evaluated, with what `described` says of it (`randomized=True`, ...)."""
     _, _, x, y = digits_tensors
-    return advbench.evaluate(model, (x[:6], y[:6]), attack="fgsm", eps=0.1, out_dir=out,
-                             overrides=["search.enabled=false"], **kwargs)
+    return advbench.evaluate(advbench.Model(model, **described), (x[:6], y[:6]), attack="fgsm", eps=0.1, out_dir=out,
+                             overrides=["search.enabled=false"])
 
 
 def _ran_anew(capsys: pytest.CaptureFixture[str]) -> bool:

@@ -189,7 +189,8 @@ def test_generated_and_released_images_give_the_same_records(tmp_path) -> None:
         blocks = [corrupt(x, ids, name, s, seed=0) for s in SEVERITIES]
         images = (torch.cat(blocks) * 255).round().to(torch.uint8).permute(0, 2, 3, 1).numpy()
         write_released(folder, name, images, np.tile(y.numpy(), 5))
-    common = {"threat": "corruptions", "out_dir": tmp_path, "num_classes": 4}
+    common = {"threat": "corruptions", "out_dir": tmp_path}
+    model = advbench.Model(model, num_classes=4)
     made = advbench.evaluate(model, (x, y), **common, overrides=["threat.corruptions=[fog,glass_blur]"])
     read = advbench.evaluate(model, (x, y), **common, overrides=[f"threat.released={folder}"])
     assert set(read["corruption_source"]) == {"released"} and set(made["corruption_source"]) == {"generated"}
@@ -207,7 +208,7 @@ def test_corruption_errors_relative_to_a_baseline_row(tiny_model, digits_tensors
     data, chosen = (x[:30], y[:30]), ["threat.corruptions=[contrast,pixelate]"]
     torch.manual_seed(1)
     weak = nn.Sequential(nn.Flatten(), nn.Linear(64, 10))
-    records = pd.concat([advbench.evaluate(m, data, threat="corruptions", label=name, out_dir=tmp_path, overrides=chosen)
+    records = pd.concat([advbench.evaluate(advbench.Model(m, label=name), data, threat="corruptions", out_dir=tmp_path, overrides=chosen)
                          for m, name in ((tiny_model, "tiny"), (weak, "weak"))])
     table = with_corruption_errors(corruption_table(records), "weak")
     error = {(r, c): 1 - g[[f"correct_s{s}" for s in SEVERITIES]].to_numpy().mean()

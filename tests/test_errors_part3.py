@@ -193,8 +193,10 @@ def test_a_user_file_under_a_shipped_name_is_said_to_be_ignored(user_conf: Path,
 def test_evaluate_refuses_a_keyword_and_an_override_of_the_same_thing(keywords: dict, override: str,
                                                                       message: str) -> None:
     net, data = _three_classes()
+    keywords = dict(keywords)
+    model = advbench.Model(net, label=keywords.pop("label")) if "label" in keywords else net  # the model's own name
     with pytest.raises(AdvbenchError, match="give it once") as caught:
-        advbench.evaluate(net, data, **{"eps": 0.05, **keywords}, overrides=[override, *QUIET])
+        advbench.evaluate(model, data, **{"eps": 0.05, **keywords}, overrides=[override, *QUIET])
     assert message in str(caught.value)
 
 
@@ -210,7 +212,7 @@ def test_evaluate_takes_an_override_where_no_keyword_set_the_same() -> None:
 def test_evaluate_preset_refuses_a_label_twice() -> None:
     net, data = _three_classes()
     with pytest.raises(AdvbenchError, match="label='mine' and override 'label=other' both set label"):
-        advbench.evaluate_preset(net, data, label="mine", budgets={"linf": 0.03, "l2": 0.5}, overrides=["label=other"])
+        advbench.evaluate_preset(advbench.Model(net, label="mine"), data, budgets={"linf": 0.03, "l2": 0.5}, overrides=["label=other"])
 
 
 @pytest.mark.parametrize(("keywords", "override", "message"), [

@@ -121,7 +121,7 @@ def test_one_network_is_one_row_name_from_the_api_and_the_command_line(tmp_path:
                                     f"out_dir={tmp_path / 'cli'}", *QUICK])
     assert cli.exit_code == 0, cli.output
     capsys.readouterr()
-    api = advbench.evaluate(_net(tmp_path / "net.py"), "digits", attack="fgsm", label="net.py:Net", overrides=QUICK)
+    api = advbench.evaluate(advbench.Model(_net(tmp_path / "net.py"), label="net.py:Net"), "digits", attack="fgsm", overrides=QUICK)
     lines = _cell_lines(cli.output) + _cell_lines(capsys.readouterr().err)
     records = pd.read_parquet(next((tmp_path / "cli" / "records").glob("*.parquet")))
     assert set(records["defense"]) == {"natural"} and set(api["defense"]) == {"none"}  # two defenses, one name

@@ -154,8 +154,8 @@ def test_evaluate_preset_runs_every_cell_on_a_model_object(tiny_model, digits_te
     torch.manual_seed(1)  # a substitute of the digits shape, as a state dict file
     substitute = tmp_path / "substitute.pt"
     torch.save(build_model("small_cnn", 10, 1).net.state_dict(), substitute)
-    records = advbench.evaluate_preset(tiny_model, data, overrides=[*given, f"substitute.checkpoint={substitute}"],
-                                       label="tiny", budgets=budgets)
+    records = advbench.evaluate_preset(advbench.Model(tiny_model, label="tiny"), data, budgets=budgets,
+                                       overrides=[*given, f"substitute.checkpoint={substitute}"])
     assert set(records["model_label"]) == {"tiny"} and set(records["dataset"]) == {"tensors"}
     assert set(zip(records["norm"], records["eps_budget"])) == {("linf", 0.2), ("l2", 0.8)}
     cost = records.attrs["cost"]

@@ -20,6 +20,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from advbench.api.described_model import Model
+
 if TYPE_CHECKING:  # annotations only: the modules load with `api.calls`
     import pandas as pd
     from torch import nn
@@ -43,16 +45,14 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'advbench.api' has no attribute '{name}'")
 
 
-def evaluate(model: nn.Module, data: Any = None, *, attack: str | Attack | None = None, threat: str | None = None,
-             eps: float | None = None, attack_params: Mapping[str, Any] | None = None, out_dir: str | Path | None = None,
-             device: str = "cpu", seed: int = 0, mean: Sequence[float] | None = None, std: Sequence[float] | None = None,
-             randomized: bool = False, eot_samples: int | None = None, defense: str | None = None,
-             label: str | None = None, num_classes: int | None = None, overrides: Sequence[str] = ()) -> pd.DataFrame:
+def evaluate(model: nn.Module | Model, data: Any = None, *, attack: str | Attack | None = None,
+             threat: str | None = None, eps: float | None = None, attack_params: Mapping[str, Any] | None = None,
+             defense: str | None = None, out_dir: str | Path | None = None, device: str = "cpu", seed: int = 0,
+             overrides: Sequence[str] = ()) -> pd.DataFrame:
     """Attack `model` on `data` under `threat`; one record per sample, the CLI's schema.
 
-    `model`: any `nn.Module` from NCHW floats in [0, 1] to logits (with `mean`/`std` when it
-    expects normalised input; `randomized=True` for a stochastic one, judged by a vote, its
-    dropout kept active and its gradients EOT means over `eot_samples` passes, default 10).
+    `model`: any `nn.Module` from NCHW floats in [0, 1] to logits, or a `Model` around one that
+    says its normalisation, randomness, classes or name.
     `defense`: an input-transformation defense put in front of it (`"jpeg"`, `"rp"`, ...); a
     defense that trains a model is refused, since the object comes with its weights.
     `data`: a data set option name (`"cifar10"` with `overrides=["dataset.root=..."]`; default
@@ -71,11 +71,9 @@ def evaluate(model: nn.Module, data: Any = None, *, attack: str | Attack | None 
     return _calls().evaluate(**locals())
 
 
-def evaluate_preset(model: nn.Module, data: Any = None, preset: str = "full_eval", *,
+def evaluate_preset(model: nn.Module | Model, data: Any = None, preset: str = "full_eval", *,
+                    defense: str | None = None, budgets: Mapping[str, float] | None = None,
                     out_dir: str | Path | None = None, device: str = "cpu", seed: int = 0,
-                    mean: Sequence[float] | None = None, std: Sequence[float] | None = None, randomized: bool = False,
-                    eot_samples: int | None = None, defense: str | None = None, label: str | None = None,
-                    num_classes: int | None = None, budgets: Mapping[str, float] | None = None,
                     overrides: Sequence[str] = ()) -> pd.DataFrame:
     """Every cell of `preset` (as `advbench run -m experiment=PRESET`) on `model`: their records, one frame.
 

@@ -17,6 +17,7 @@ import pandas as pd
 import torch
 from torch import nn
 
+from advbench.api.described_model import Model
 from advbench.cli.api_cells import ApiCell, api_cell, preset_cells
 from advbench.cli.spec_builder import refuse_attack_options
 from advbench.core.caller_state import caller_state_kept
@@ -43,43 +44,39 @@ from advbench.robustness.specs import AttackSpec, CellSpec, WrapperSpec
 from advbench.robustness.threat import CORRUPTION
 
 
-def evaluate(*, model, data, attack, threat, eps, attack_params, out_dir, device, seed, mean, std, randomized,
-             eot_samples, defense, label, num_classes, overrides):
+def evaluate(*, model, data, attack, threat, eps, attack_params, defense, out_dir, device, seed, overrides):
     """`advbench.api.evaluate`'s body: its arguments as the caller gave them, its defaults filled."""
     if eps is not None and (isinstance(eps, bool) or not isinstance(eps, (int, float))):
         raise AdvbenchError(f"eps must be one number, the budget, got {eps!r}: records give each sample's minimum ε, "
                             "so one call draws the whole accuracy-vs-ε curve (advbench.plot)")
-    refuse_twice_set(_said(data=data, attack=attack, threat=threat, eps=eps, attack_params=attack_params, label=label,
-                           defense=defense), overrides)
+    refuse_twice_set(_said(data=data, attack=attack, threat=threat, eps=eps, attack_params=attack_params,
+                           label=_label(model), defense=defense), overrides)
     attack_said = [f"{k}={v!r}" for k, v in (("attack", attack), ("attack_params", attack_params), ("eps", eps))
                    if v is not None]
     data, attack, threat = "digits" if data is None else data, "bim" if attack is None else attack, threat or "linf"
-    subject = _subject(model, data, label, Normalisation(mean, std), (randomized, eot_samples), num_classes, defense,
-                       overrides, out_dir)
-    with tempfile.TemporaryDirectory(prefix="advbench-") as scratch, caller_state_kept(model, device), \
+    subject = _subject(model, data, defense, overrides, out_dir)
+    with tempfile.TemporaryDirectory(prefix="advbench-") as scratch, caller_state_kept(subject.model, device), \
             python_warnings():
         cell = api_cell(_choices(data, attack, threat, defense),
-                        _values(subject.name, attack, eps, attack_params,
-                                Path(out_dir) if out_dir is not None else Path(scratch), device, seed, randomized),
+                        _values(subject, attack, eps, attack_params,
+                                Path(out_dir) if out_dir is not None else Path(scratch), device, seed),
                         overrides, as_given=subject.as_given)
         if cell.spec.threat.norm == CORRUPTION:
             refuse_attack_options([*attack_said, *overrides])
         return _evaluate_cell(cell, subject, _data_object(data, subject), attack)
 
 
-def evaluate_preset(*, model, data, preset, out_dir, device, seed, mean, std, randomized, eot_samples, defense, label,
-                    num_classes, budgets, overrides):
+def evaluate_preset(*, model, data, preset, defense, budgets, out_dir, device, seed, overrides):
     """`advbench.api.evaluate_preset`'s body: its arguments as the caller gave them, its defaults filled."""
     from advbench.cli.presets import specs_cost  # Hydra composes the preset's cells
 
-    refuse_twice_set(_said(data=data, label=label, defense=defense), overrides)
+    refuse_twice_set(_said(data=data, label=_label(model), defense=defense), overrides)
     data = "digits" if data is None else data
-    subject = _subject(model, data, label, Normalisation(mean, std), (randomized, eot_samples), num_classes, defense,
-                       overrides, out_dir)
-    with tempfile.TemporaryDirectory(prefix="advbench-") as scratch, caller_state_kept(model, device), \
+    subject = _subject(model, data, defense, overrides, out_dir)
+    with tempfile.TemporaryDirectory(prefix="advbench-") as scratch, caller_state_kept(subject.model, device), \
             python_warnings():
-        values = _values(subject.name, "preset", None, None, Path(out_dir) if out_dir is not None else Path(scratch),
-                         device, seed, randomized)
+        values = _values(subject, "preset", None, None, Path(out_dir) if out_dir is not None else Path(scratch),
+                         device, seed)
         held = _data_object(data, subject, budgets)
         if held is not None:  # the cost counts the samples handed in
             values["dataset.n_samples"] = len(held.labels)
@@ -116,19 +113,25 @@ class _Subject:
     kept: bool
 
 
-def _subject(model: Any, data: Any, label: str | None, normalisation: Normalisation,
-             randomness: tuple[bool, int | None], num_classes: int | None, defense: str | None,
-             overrides: Sequence[str], out_dir: str | Path | None) -> _Subject:
-    """The call's model and what it says about it, once the model and `overrides` are checked
-    against what a model object combines with (`given.refuse_inapplicable`)."""
-    if not isinstance(model, nn.Module):
-        raise AdvbenchError(f"model must be a torch.nn.Module from NCHW floats in [0, 1] to logits, "
-                            f"got {type(model).__name__}")
-    check_randomness(*randomness)
+def _subject(model: Any, data: Any, defense: str | None, overrides: Sequence[str],
+             out_dir: str | Path | None) -> _Subject:
+    """The call's model and what it says about it (a bare module: `Model(net)`), once the model and
+    `overrides` are checked against what a model object combines with (`given.refuse_inapplicable`)."""
+    described = model if isinstance(model, Model) else Model(model)
+    if not isinstance(described.net, nn.Module):
+        raise AdvbenchError(f"model must be a torch.nn.Module from NCHW floats in [0, 1] to logits, or an "
+                            f"advbench.Model around one, got {type(described.net).__name__}")
+    check_randomness(described.randomized, described.eot_samples)
     refuse_inapplicable(overrides, data_object=not isinstance(data, str))
     as_given = defense is None and not any(str(o).lstrip("+").startswith("defense") for o in overrides)
-    return _Subject(model, label or type(model).__name__, normalisation, randomness, num_classes, as_given,
-                    kept=out_dir is not None)
+    return _Subject(described.net, described.label or type(described.net).__name__,
+                    Normalisation(described.mean, described.std), (described.randomized, described.eot_samples),
+                    described.num_classes, as_given, kept=out_dir is not None)
+
+
+def _label(model: Any) -> str | None:
+    """The records' name a call gives its model (None: its class name)."""
+    return model.label if isinstance(model, Model) else None
 
 
 _KEYWORD_KEYS = {"data": "dataset", "attack": "attack", "threat": "threat", "eps": "threat.eps", "label": "label", "defense": "defense"}
@@ -209,11 +212,11 @@ def _choices(data: Any, attack: str | Attack, threat: str, defense: str | None) 
     return picked
 
 
-def _values(name: str, attack: str | Attack, eps: float | None, attack_params: Mapping[str, Any] | None,
-            out_dir: Path, device: str, seed: int, randomized: bool) -> dict[str, Any]:
+def _values(subject: _Subject, attack: str | Attack, eps: float | None, attack_params: Mapping[str, Any] | None,
+            out_dir: Path, device: str, seed: int) -> dict[str, Any]:
     """The values these arguments set, by dotted key."""
-    values: dict[str, Any] = {"device": device, "seed": seed, "label": name, "out_dir": str(out_dir),
-                              "model.randomized": bool(randomized)}
+    values: dict[str, Any] = {"device": device, "seed": seed, "label": subject.name, "out_dir": str(out_dir),
+                              "model.randomized": bool(subject.randomness[0])}
     if isinstance(attack, str):
         values.update({f"attack.params.{k}": v for k, v in (attack_params or {}).items()})
     elif attack_params:
