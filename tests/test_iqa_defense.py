@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from omegaconf import OmegaConf
 from test_cli import assert_one_line_error, run_cli
 from torch import nn
 
@@ -26,8 +27,19 @@ from advbench.core.sample_draws import row_keys
 from advbench.quality.attacks.iterative import IFGSM
 from advbench.quality.images import as_batch, uap_images
 from advbench.quality.iqa.defense_cost import clean_cost
-from advbench.quality.iqa.run import IqaSpec, iqa_cell
-from advbench.quality.metrics.defended import KINDS, DefendedMetric, MetricDefense
+from advbench.quality.iqa.run import IqaSpec, MetricAttackSpec, iqa_cell
+from advbench.quality.metrics.defended import (
+    KINDS,
+    BitDepthParams,
+    BlurParams,
+    CropFlipParams,
+    DefendedMetric,
+    JpegParams,
+    MedianParams,
+    MetricDefense,
+    ResizeParams,
+    TransformParams,
+)
 from advbench.quality.metrics.learned import CNNQA, save_weights, train_cnnqa
 from advbench.quality.metrics.metric_contract import QualityMetric
 from advbench.quality.metrics.niqe import NIQE
@@ -76,8 +88,8 @@ def images(n: int = 2, size: int = 32) -> torch.Tensor:
     return (smooth + 0.1 * torch.rand(n, 3, size, size, generator=g)).clamp(0, 1)
 
 
-DEFAULTS = {"jpeg": {"quality": 50}, "bit_depth": {"bits": 4}, "median": {"k": 3}, "blur": {"sigma": 1.0},
-            "resize": {"factor": 2.0}, "crop_flip": {"crop": 0.75}}
+DEFAULTS = {"jpeg": JpegParams(50), "bit_depth": BitDepthParams(4), "median": MedianParams(3), "blur": BlurParams(1.0),
+            "resize": ResizeParams(2.0), "crop_flip": CropFlipParams(0.75)}
 
 
 def test_jpeg_matches_a_pil_round_trip() -> None:
@@ -156,7 +168,7 @@ def test_the_adaptive_attack_gains_at_least_as_much_as_the_naive_one(name: str) 
 def test_median_exact_gradient_beats_bpda() -> None:
     """Why `median` is differentiated exactly, not by BPDA's identity."""
     metric, x = Texture(), images(2, 32)
-    exact = DefendedMetric(metric, MetricDefense("median", {"k": 5}))
+    exact = DefendedMetric(metric, MetricDefense("median", MedianParams(5)))
     via_bpda = Bpda(metric, lambda v: transforms.median_filter(v, 5))
     assert gain(exact, exact, x) > 2 * gain(via_bpda, exact, x)
 
@@ -185,8 +197,8 @@ def test_bpda_with_an_approximation_is_the_transform_forward_and_the_approximati
 def test_the_differentiable_jpeg_backward_beats_the_identity() -> None:
     """Why JPEG's BPDA runs through the codec: the identity spends the budget on frequencies JPEG drops."""
     metric, x = Texture(), images(2, 32)
-    defended = DefendedMetric(metric, MetricDefense("jpeg", {"quality": 50}))
-    identity = DefendedMetric(metric, MetricDefense("jpeg", {"quality": 50}, backward="identity"))
+    defended = DefendedMetric(metric, MetricDefense("jpeg", JpegParams(50)))
+    identity = DefendedMetric(metric, MetricDefense("jpeg", JpegParams(50), backward="identity"))
     by_hand = Bpda(metric, lambda v: transforms.jpeg_roundtrip(v, 50))
     assert gain(identity, defended, x) == pytest.approx(gain(by_hand, defended, x), rel=1e-6)
     assert gain(defended, defended, x) > 2 * gain(identity, defended, x)
@@ -194,7 +206,7 @@ def test_the_differentiable_jpeg_backward_beats_the_identity() -> None:
 
 def test_bit_depth_gradient_is_the_mean_of_the_quantised_and_the_input_gradients() -> None:
     metric, x = Tiny(), images(2, 16).requires_grad_(True)
-    defended = DefendedMetric(metric, MetricDefense("bit_depth", {"bits": 3}))
+    defended = DefendedMetric(metric, MetricDefense("bit_depth", BitDepthParams(3)))
     out = defended(x)
     with torch.no_grad():
         torch.testing.assert_close(out, metric(transforms.bit_depth(x, 3)))
@@ -214,10 +226,10 @@ def offline_metrics(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Quali
 
 
 @pytest.mark.parametrize("metric_name", ["cnnqa", "niqe"])
-@pytest.mark.parametrize(("name", "params"), [("jpeg", {"quality": 75}), ("bit_depth", {"bits": 3}),
-                                              ("bit_depth", {"bits": 5})])
+@pytest.mark.parametrize(("name", "params"), [("jpeg", JpegParams(75)), ("bit_depth", BitDepthParams(3)),
+                                              ("bit_depth", BitDepthParams(5))])
 def test_bpda_gains_at_least_as_much_as_the_naive_attack_on_real_metrics(
-        metric_name: str, name: str, params: dict, offline_metrics: dict) -> None:
+        metric_name: str, name: str, params: TransformParams, offline_metrics: dict) -> None:
     """BPDA (`bpda=true`) against the undefended metric's gradient (`bpda=false`), both judged by the
     defended metric, on photos; gains in the metric's better direction."""
     metric = offline_metrics[metric_name]
@@ -269,25 +281,25 @@ def test_clean_cost_on_constructed_scores() -> None:
 
 
 def cell(tmp_path: Path, defense: MetricDefense) -> pd.DataFrame:
-    spec = IqaSpec(metric="tiny", attack_params={"steps": 2}, eps=[2 / 255, 4 / 255], data=None, n_images=2, size=32,
-                   seed=0, device="cpu", batch_size=4, chunk_size=64, force=False, run_id="t", progress=False,
-                   records_dir=str(tmp_path / "records"), defense=defense)
-    part = iqa_cell(spec, Tiny(), IFGSM(steps=2), given=(images(2, 32), "test"))
+    spec = IqaSpec(metric="tiny", attack=MetricAttackSpec(IFGSM(steps=2), ("steps",)), eps=[2 / 255, 4 / 255], data=None,
+                   n_images=2, size=32, seed=0, device="cpu", batch_size=4, chunk_size=64, force=False, run_id="t",
+                   progress=False, records_dir=str(tmp_path / "records"), defense=defense)
+    part = iqa_cell(spec, Tiny(), given=(images(2, 32), "test"))
     return pd.read_parquet(part).assign(part=part.name)
 
 
 def test_identity_defense_costs_nothing_and_the_defense_is_in_the_cell_key(tmp_path: Path) -> None:
-    same = cell(tmp_path, MetricDefense("resize", {"factor": 1.0}))
+    same = cell(tmp_path, MetricDefense("resize", ResizeParams(1.0)))
     np.testing.assert_allclose(same["score_clean"], same["clean_score_undefended"], rtol=1e-5)
     assert clean_cost(same) == pytest.approx((1.0, 0.0), abs=1e-6)
     assert set(same["metric"]) == {"tiny+resize"} and set(same["defense"]) == {"resize"}
     assert json.loads(same["defense_params"][0])["params"] == {"factor": 1.0}
-    jpeg50 = cell(tmp_path, MetricDefense("jpeg", {"quality": 50}))
+    jpeg50 = cell(tmp_path, MetricDefense("jpeg", JpegParams(50)))
     assert json.loads(jpeg50["defense_params"][0])["backward"] == "differentiable"
-    jpeg90 = cell(tmp_path, MetricDefense("jpeg", {"quality": 90}))
-    naive = cell(tmp_path, MetricDefense("jpeg", {"quality": 50}, bpda=False))
+    jpeg90 = cell(tmp_path, MetricDefense("jpeg", JpegParams(90)))
+    naive = cell(tmp_path, MetricDefense("jpeg", JpegParams(50), bpda=False))
     plain = cell(tmp_path, MetricDefense())
-    identity = cell(tmp_path, MetricDefense("jpeg", {"quality": 50}, backward="identity"))
+    identity = cell(tmp_path, MetricDefense("jpeg", JpegParams(50), backward="identity"))
     assert json.loads(naive["defense_params"][0])["backward"] == "undefended"
     keys = {f["cell_key"][0] for f in (same, jpeg50, jpeg90, naive, plain, identity)}
     assert len(keys) == 6 and "_jpeg_" in jpeg50["part"][0] and "jpeg" not in plain["part"][0]
@@ -314,7 +326,7 @@ def test_identity_defense_costs_nothing_and_the_defense_is_in_the_cell_key(tmp_p
 ])
 def test_bad_defense_settings_are_one_line(bad: dict, needle: str) -> None:
     with pytest.raises(AdvbenchError, match=needle.replace(".", r"\.")):
-        MetricDefense(**bad)
+        defense_spec(OmegaConf.create({"defense": bad}))
 
 
 def test_a_bad_defense_parameter_is_one_line_on_the_command_line(tmp_path: Path) -> None:
@@ -327,7 +339,7 @@ def test_a_bad_defense_parameter_is_one_line_on_the_command_line(tmp_path: Path)
 @pytest.mark.parametrize("option", group_options("defense", config_root("iqa")))
 def test_every_defense_option_composes_to_a_checked_spec(option: str) -> None:
     spec = defense_spec(compose_config("iqa", [f"defense={option}"]))
-    assert spec.name == option and set(spec.params) == set(KINDS[option].checks)
+    assert spec.name == option and type(spec.params) is KINDS[option].params
     assert spec.backward_name == (next(iter(KINDS[option].backwards)) if KINDS[option].backwards else KINDS[option].grad)
 
 

@@ -12,7 +12,7 @@ import torch
 from advbench.core.errors import AdvbenchError
 from advbench.quality.attacks.iterative import MetricFGSM
 from advbench.quality.attacks.square import MetricSquare
-from advbench.quality.iqa.run import IqaSpec, iqa_cell
+from advbench.quality.iqa.run import IqaSpec, MetricAttackSpec, iqa_cell
 from advbench.quality.metrics.metric_contract import QualityMetric
 
 EPS = torch.tensor([2 / 255, 8 / 255])
@@ -91,8 +91,8 @@ def test_bad_hyperparameters_are_one_line(bad: dict) -> None:
         MetricSquare(**bad)
 
 
-def spec(tmp_path: Path, folder: Path) -> IqaSpec:
-    return IqaSpec(metric="rounded", attack_params={"n_queries": 25}, eps=[2 / 255, 8 / 255], data=str(folder),
+def spec(tmp_path: Path, folder: Path, attack: MetricAttackSpec) -> IqaSpec:
+    return IqaSpec(metric="rounded", attack=attack, eps=[2 / 255, 8 / 255], data=str(folder),
                    n_images=2, size=16, seed=0, device="cpu", batch_size=4, chunk_size=64, force=False,
                    run_id="t", progress=False, records_dir=str(tmp_path / "records"))
 
@@ -111,7 +111,7 @@ def folder(tmp_path: Path) -> Path:
 def test_cell_records_queries_and_plots_them(tmp_path: Path, folder: Path, capsys: pytest.CaptureFixture) -> None:
     from advbench.quality.iqa.iqa_report import render_iqa
 
-    part = iqa_cell(spec(tmp_path, folder), Rounded(), MetricSquare(n_queries=25))
+    part = iqa_cell(spec(tmp_path, folder, MetricAttackSpec(MetricSquare(n_queries=25), ("n_queries",))), Rounded())
     frame = pd.read_parquet(part)
     assert frame["queries"].tolist() == [25] * 4 and frame["iterations"].tolist() == [25] * 4
     gain = frame["score_attacked"] - frame["score_clean"]
@@ -123,4 +123,4 @@ def test_cell_records_queries_and_plots_them(tmp_path: Path, folder: Path, capsy
 
 def test_gradient_attack_on_such_a_metric_is_one_line(tmp_path: Path, folder: Path) -> None:
     with pytest.raises(AdvbenchError, match="not differentiable.*attack=square"):
-        iqa_cell(spec(tmp_path, folder), Rounded(), MetricFGSM())
+        iqa_cell(spec(tmp_path, folder, MetricAttackSpec(MetricFGSM())), Rounded())

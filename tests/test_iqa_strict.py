@@ -23,7 +23,7 @@ from advbench.core.user_code import resolve_target
 from advbench.quality.attacks.metric_attack import check_attackable
 from advbench.quality.iqa.guard import check_judged, is_user_metric
 from advbench.quality.iqa.run import summarize
-from advbench.quality.metrics.defended import DefendedMetric, DefenseSpec
+from advbench.quality.metrics.defended import BlurParams, DefendedMetric, MetricDefense
 from advbench.quality.metrics.metric_contract import QualityMetric
 from advbench.quality.metrics.user import UserMetric
 from advbench.quality.stability.uap_rd import check_visible
@@ -142,7 +142,7 @@ def test_only_a_users_metric_is_blamed() -> None:
             return x.mean(dim=(1, 2, 3))
 
     user = UserMetric(torch.nn.Identity(), "mine", True)
-    assert is_user_metric(user) and is_user_metric(DefendedMetric(user, DefenseSpec("blur", {"sigma": 1.0})))
+    assert is_user_metric(user) and is_user_metric(DefendedMetric(user, MetricDefense("blur", BlurParams(1.0))))
     assert not is_user_metric(Shipped())
 
 

@@ -27,7 +27,7 @@ from advbench.quality.attacks.iterative import IFGSM
 from advbench.quality.images import as_batch, sample_photos, uap_images
 from advbench.quality.iqa.metric_transfer import render_transfer, transfer_gains, transfer_matrix
 from advbench.quality.iqa.msu_scores import msu_scores
-from advbench.quality.iqa.run import IqaSpec, iqa_cell
+from advbench.quality.iqa.run import IqaSpec, MetricAttackSpec, iqa_cell
 from advbench.quality.metrics.learned import CNNQA, save_weights, train_cnnqa
 from advbench.quality.metrics.metric_contract import QualityMetric
 from advbench.quality.metrics.niqe import NIQE
@@ -64,15 +64,15 @@ class HalfBrightness(nn.Module):
         return (x[..., :half] if self.side == "left" else x[..., half:]).mean(dim=(1, 2, 3))
 
 
-def spec(records: Path, metric: str) -> IqaSpec:
-    return IqaSpec(metric=metric, attack_params={"steps": 2}, eps=BUDGETS, data=None, n_images=2, size=96, seed=0,
-                   device="cpu", batch_size=16, chunk_size=64, force=False, run_id="test", progress=False,
-                   records_dir=str(records))
+def spec(records: Path, metric: str, attack: IFGSM) -> IqaSpec:
+    return IqaSpec(metric=metric, attack=MetricAttackSpec(attack, ("steps",)), eps=BUDGETS, data=None, n_images=2,
+                   size=96, seed=0, device="cpu", batch_size=16, chunk_size=64, force=False, run_id="test",
+                   progress=False, records_dir=str(records))
 
 
 def run(records: Path, name: str, metric: QualityMetric, judges: dict, images: torch.Tensor,
         attack: IFGSM | None = None) -> pd.DataFrame:
-    part = iqa_cell(spec(records, name), metric, attack or Recording(), (images, "test"), judges)
+    part = iqa_cell(spec(records, name, attack or Recording()), metric, (images, "test"), judges)
     return read_kind([part], kinds=("iqa",))[1]
 
 

@@ -16,7 +16,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from advbench.cli.metrics import build_metric
-from advbench.cli.spec_values import spec_fields
+from advbench.cli.spec_values import settings, spec_fields
 from advbench.core.catalog import group_options
 
 
@@ -73,16 +73,23 @@ def iqa_main(cfg: DictConfig) -> Any:
 def iqa_job(cfg: DictConfig, metric: Any, name: str, given: Any = None) -> Any:
     """One `iqa run` cell of a composed config and a built metric (the Python API's object, or the
     option's); `given` are the API's images and their source. The part's path."""
-    from advbench.core.construct import construct
     from advbench.core.runtime import set_threads
     from advbench.quality.iqa.run import IqaSpec, iqa_cell
 
     set_threads(cfg.get("threads"))
-    params = resolved(cfg.attack.params)
-    spec = job_spec(IqaSpec, cfg, metric=name, attack_params={k: v for k, v in params.items() if k != "_target_"},
-                    defense=defense_spec(cfg))
+    spec = job_spec(IqaSpec, cfg, metric=name, attack=attack_spec(cfg), defense=defense_spec(cfg))
     judges = {judge: build_metric(judge) for judge in judge_names(cfg)}
-    return iqa_cell(spec, metric, construct(params), given, judges)
+    return iqa_cell(spec, metric, given, judges)
+
+
+def attack_spec(cfg: DictConfig) -> Any:
+    """The job's `attack=` option built and checked (its constructor's hyperparameter checks), with the names
+    of the hyperparameters its `params` set: a `MetricAttackSpec`."""
+    from advbench.core.construct import construct
+    from advbench.quality.iqa.run import MetricAttackSpec
+
+    params = resolved(cfg.attack.params)
+    return MetricAttackSpec(construct(params), tuple(key for key in params if key != "_target_"))
 
 
 def judge_names(cfg: DictConfig) -> list[str]:
@@ -93,13 +100,15 @@ def judge_names(cfg: DictConfig) -> list[str]:
 
 
 def defense_spec(cfg: DictConfig) -> Any:
-    """The job's `defense=` option as a checked `MetricDefense` (`none` where the config has no defense)."""
-    from advbench.quality.metrics.defended import MetricDefense
+    """The job's `defense=` option as a checked `MetricDefense` (`none` where the config has no defense), its
+    `params` its kind's `TransformParams`."""
+    from advbench.quality.metrics.defended import MetricDefense, kind_of
 
     defense = resolved(cfg.get("defense")) or {}
     given = {key: defense[key] for key in ("bpda", "backward", "eot", "score_draws") if key in defense}
-    return MetricDefense(name=str(defense.get("name", "none")), params=defense.get("params") or {},
-                       seed=int(cfg.get("seed", 0)), **given)
+    name = str(defense.get("name", "none"))
+    params = settings(kind_of(name).params, defense.get("params") or {}, "defense.params", f"defense '{name}'")
+    return MetricDefense(name=name, params=params, seed=int(cfg.get("seed", 0)), **given)
 
 
 def check_iqa(cfg: DictConfig) -> None:

@@ -46,12 +46,33 @@ from advbench.quality.metrics.user import user_identity
 console = Console(stderr=True)
 
 
+@dataclass(frozen=True, eq=False)
+class MetricAttackSpec:
+    """An `attack=` option of `advbench iqa run`, built where the options are read: the attack, its
+    hyperparameters checked by its constructor (`MetricAttack.hyperparameters`), and the names of those
+    the option sets (`given`). The cell key holds these, as the option gave them (`identity`); the
+    class's defaults of the others are not in it, as they were not in the option's `params`."""
+
+    attack: MetricAttack
+    given: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        undeclared = [name for name in self.given if name not in self.attack.hyperparameters]
+        if undeclared:
+            raise AdvbenchError(f"{type(self.attack).__name__}: its option sets {undeclared[0]}, which the class "
+                                "does not declare in `hyperparameters`")
+
+    def identity(self) -> dict[str, Any]:
+        """The hyperparameters the option sets, by name: the cell key's and the records' `attack_params`."""
+        return {name: getattr(self.attack, name) for name in self.given}
+
+
 @dataclass(frozen=True)
 class IqaSpec:
     """What one job of `advbench iqa run` runs: the plain values of its config (`conf/iqa/iqa.yaml`)."""
 
     metric: str                        # the metric option's name: records, file names, the UAP cache
-    attack_params: Mapping[str, Any]   # the attack option's `params` but `_target_`: the cell's identity
+    attack: MetricAttackSpec
     eps: Sequence[float]
     data: str | None
     n_images: int | None
@@ -78,14 +99,14 @@ def load_images(spec: IqaSpec) -> tuple[torch.Tensor, str]:
     return images, source
 
 
-def iqa_cell(spec: IqaSpec, metric: QualityMetric, attack: MetricAttack,
-             given: tuple[torch.Tensor, str] | None = None, judges: Mapping[str, QualityMetric] | None = None) -> Path:
-    """Run one cell: `metric` under `attack` at every budget (skipped when its records exist); the part's path.
+def iqa_cell(spec: IqaSpec, metric: QualityMetric, given: tuple[torch.Tensor, str] | None = None,
+             judges: Mapping[str, QualityMetric] | None = None) -> Path:
+    """Run one cell: `metric` under the spec's attack at every budget (skipped when its records exist); the part's path.
 
     `given`: the images and what the records call their source (the Python API's tensors),
     instead of `spec.data`'s folder or the sample photos. `judges`: metrics by name that score
     every clean and attacked image beside `metric` (`advbench.quality.iqa.judges`)."""
-    budgets = list(spec.eps)
+    budgets, attack = list(spec.eps), spec.attack.attack
     name = safe_name(spec.metric, "metric")
     device = device_of(spec.device)
     metric = metric.to(device).eval()
@@ -99,7 +120,7 @@ def iqa_cell(spec: IqaSpec, metric: QualityMetric, attack: MetricAttack,
     extra = attack.prepare(metric, PrepareContext(cache=records_dir.parent / "uaps" / name, seed=int(spec.seed),
                                                   device=device, progress=bool(spec.progress)))
     identity = {"metric": name, "metric_digest": module_digest(metric), "attack": attack.name,
-                "attack_params": dict(spec.attack_params), "eps": budgets, "images": tensor_digest(images),
+                "attack_params": spec.attack.identity(), "eps": budgets, "images": tensor_digest(images),
                 "size": int(spec.size), "seed": int(spec.seed), **extra, **judge_identity(judges),
                 **user_identity(defended.metric if defended else metric, images),
                 **({"defense": spec.defense.identity()} if defended else {})}

@@ -32,7 +32,8 @@ differentiated is decided here, so attacks stay adaptive with no per-defense cod
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+import typing
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable, Mapping
 
 import torch
@@ -45,11 +46,65 @@ from advbench.quality.metrics.metric_contract import QualityMetric
 
 
 @dataclass(frozen=True)
+class TransformParams:
+    """The parameters of a defense's transform: each kind's are a frozen subclass (`KINDS[name].params`),
+    each field declaring its valid values (`_param`); `none` takes this one, with none."""
+
+    def check(self) -> None:
+        """Each parameter of a valid type and in its range, else one line naming it."""
+        types = typing.get_type_hints(type(self))
+        for spec in fields(self):
+            value, (ok, wanted) = getattr(self, spec.name), spec.metadata["valid"]
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not number or (types[spec.name] is int and not isinstance(value, int)) or math.isnan(value) or not ok(value):
+                raise AdvbenchError(f"defense.params.{spec.name} must be {wanted}, got {value!r}")
+
+
+def _param(ok: Callable[[Any], bool], wanted: str) -> Any:
+    """A parameter's field: which values it takes (`ok`, on a number of its type) and how a message says so."""
+    return field(metadata={"valid": (ok, wanted)})
+
+
+def _whole(lo: int, hi: int) -> Any:
+    return _param(lambda v: lo <= v <= hi, f"a whole number in {lo}..{hi}")
+
+
+@dataclass(frozen=True)
+class JpegParams(TransformParams):
+    quality: int = _whole(1, 100)
+
+
+@dataclass(frozen=True)
+class BitDepthParams(TransformParams):
+    bits: int = _whole(1, 16)
+
+
+@dataclass(frozen=True)
+class MedianParams(TransformParams):
+    k: int = _param(lambda v: v >= 1 and v % 2 == 1 and v <= 15, "an odd whole number in 1..15")
+
+
+@dataclass(frozen=True)
+class BlurParams(TransformParams):
+    sigma: float = _param(lambda v: 0 < v <= 10, "a number in (0, 10]")
+
+
+@dataclass(frozen=True)
+class ResizeParams(TransformParams):
+    factor: float = _param(lambda v: 1 <= v <= 16, "a number in [1, 16]")
+
+
+@dataclass(frozen=True)
+class CropFlipParams(TransformParams):
+    crop: float = _param(lambda v: 0 < v <= 1, "a number in (0, 1]")
+
+
+@dataclass(frozen=True)
 class Backward:
     """A BPDA backward pass: through `approx(x, params)`, a differentiable stand-in of the transform
     (None: the identity), its gradient averaged with the undefended metric's at x when `with_input`."""
 
-    approx: Callable[[torch.Tensor, Mapping[str, Any]], torch.Tensor] | None = None
+    approx: Callable[[torch.Tensor, Any], torch.Tensor] | None = None
     with_input: bool = False
 
 
@@ -58,48 +113,47 @@ IDENTITY = Backward()
 
 @dataclass(frozen=True)
 class Kind:
-    """One defense: its transform of (x, params, seed, keys, draw), its parameters' checks, its gradient,
+    """One defense: its transform of (x, params, seed, keys, draw), its parameters' class, its gradient,
     and for BPDA the backward passes `defense.backward` chooses from (the first is the default)."""
 
     transform: Callable[..., torch.Tensor]
-    checks: Mapping[str, tuple[type, Callable[[Any], bool], str]]
+    params: type[TransformParams]
     grad: str   # "exact" | "bpda" | "eot"
     backwards: Mapping[str, Backward] = field(default_factory=dict)
 
 
-def _whole(lo: int, hi: int) -> tuple[type, Callable[[Any], bool], str]:
-    return int, lambda v: lo <= v <= hi, f"a whole number in {lo}..{hi}"
-
-
 KINDS: dict[str, Kind] = {
-    "none": Kind(lambda x, p, *_: x, {}, "exact"),
-    "jpeg": Kind(lambda x, p, *_: transforms.jpeg_roundtrip(x, p["quality"]), {"quality": _whole(1, 100)}, "bpda",
-                 {"differentiable": Backward(lambda x, p: differentiable_jpeg(x, p["quality"])), "identity": IDENTITY}),
-    "bit_depth": Kind(lambda x, p, *_: transforms.bit_depth(x, p["bits"]), {"bits": _whole(1, 16)}, "bpda",
+    "none": Kind(lambda x, p, *_: x, TransformParams, "exact"),
+    "jpeg": Kind(lambda x, p, *_: transforms.jpeg_roundtrip(x, p.quality), JpegParams, "bpda",
+                 {"differentiable": Backward(lambda x, p: differentiable_jpeg(x, p.quality)), "identity": IDENTITY}),
+    "bit_depth": Kind(lambda x, p, *_: transforms.bit_depth(x, p.bits), BitDepthParams, "bpda",
                       {"mean": Backward(with_input=True), "identity": IDENTITY}),
-    "median": Kind(lambda x, p, *_: transforms.median_filter(x, p["k"]),
-                   {"k": (int, lambda v: v >= 1 and v % 2 == 1 and v <= 15, "an odd whole number in 1..15")}, "exact"),
-    "blur": Kind(lambda x, p, *_: transforms.gaussian_blur(x, p["sigma"]),
-                 {"sigma": (float, lambda v: 0 < v <= 10, "a number in (0, 10]")}, "exact"),
-    "resize": Kind(lambda x, p, *_: transforms.resize_down_up(x, p["factor"]),
-                   {"factor": (float, lambda v: 1 <= v <= 16, "a number in [1, 16]")}, "exact"),
-    "crop_flip": Kind(lambda x, p, seed, keys, k: transforms.crop_flip(x, p["crop"], seed, keys, k),
-                      {"crop": (float, lambda v: 0 < v <= 1, "a number in (0, 1]")}, "eot"),
+    "median": Kind(lambda x, p, *_: transforms.median_filter(x, p.k), MedianParams, "exact"),
+    "blur": Kind(lambda x, p, *_: transforms.gaussian_blur(x, p.sigma), BlurParams, "exact"),
+    "resize": Kind(lambda x, p, *_: transforms.resize_down_up(x, p.factor), ResizeParams, "exact"),
+    "crop_flip": Kind(lambda x, p, seed, keys, k: transforms.crop_flip(x, p.crop, seed, keys, k), CropFlipParams, "eot"),
 }
 """`defense.name` -> its kind; `advbench list iqa/defense` lists the options (conf/iqa/defense)."""
+
+
+def kind_of(name: str) -> Kind:
+    """The defense kind `name`, else one line listing them."""
+    if name not in KINDS:
+        raise AdvbenchError(f"defense.name is '{name}'; valid: {', '.join(KINDS)}")
+    return KINDS[name]
 
 
 @dataclass(frozen=True)
 class MetricDefense:
     """A `defense=` option of `advbench iqa run` as plain values; checked on construction.
 
-    A transform in front of a metric and how attacks differentiate it (`bpda`, `backward`, `eot`), and
-    how a score is judged (`score_draws`): a classifier's defense option (`robustness.specs.DefenseSpec`)
-    is a training recipe and/or a wrapper instead, and the transforms themselves are both halves'
-    (`core.transforms`)."""
+    A transform in front of a metric (`params`: its kind's `TransformParams`) and how attacks
+    differentiate it (`bpda`, `backward`, `eot`), and how a score is judged (`score_draws`): a
+    classifier's defense option (`robustness.specs.DefenseSpec`) is a training recipe and/or a wrapper
+    instead, and the transforms themselves are both halves' (`core.transforms`)."""
 
     name: str = "none"
-    params: Mapping[str, Any] = field(default_factory=dict)
+    params: TransformParams = field(default_factory=TransformParams)
     bpda: bool = True
     backward: str | None = None      # None: the kind's first (default) backward
     eot: int = 1
@@ -107,20 +161,10 @@ class MetricDefense:
     score_draws: int = 16
 
     def __post_init__(self) -> None:
-        if self.name not in KINDS:
-            raise AdvbenchError(f"defense.name is '{self.name}'; valid: {', '.join(KINDS)}")
-        checks = KINDS[self.name].checks
-        for key, value in self.params.items():
-            if key not in checks:
-                raise AdvbenchError(f"defense.params.{key} is not a parameter of defense '{self.name}'; "
-                                    f"valid: {', '.join(checks) or 'none'}")
-            kind, ok, wanted = checks[key]
-            number = isinstance(value, (int, float)) and not isinstance(value, bool)
-            if not number or (kind is int and not isinstance(value, int)) or math.isnan(value) or not ok(value):
-                raise AdvbenchError(f"defense.params.{key} must be {wanted}, got {value!r}")
-        missing = sorted(set(checks) - set(self.params))
-        if missing:
-            raise AdvbenchError(f"defense '{self.name}' needs defense.params.{missing[0]}")
+        wanted = kind_of(self.name).params
+        if type(self.params) is not wanted:
+            raise AdvbenchError(f"defense '{self.name}' takes {wanted.__name__}, not {type(self.params).__name__}")
+        self.params.check()
         if not isinstance(self.bpda, bool):
             raise AdvbenchError(f"defense.bpda must be true or false, got {self.bpda!r}")
         self._check_backward()
@@ -164,7 +208,7 @@ class MetricDefense:
     def identity(self) -> dict[str, Any]:
         """What of the defense changes numbers: the cell key's entry (only the settings its kind uses)."""
         grad = KINDS[self.name].grad
-        return {"name": self.name, "params": dict(sorted(self.params.items())),
+        return {"name": self.name, "params": dict(sorted(asdict(self.params).items())),
                 **({"bpda": self.bpda, "backward": self.backward_name} if grad == "bpda" else {}),
                 **({"eot": self.eot, "score_draws": self.score_draws, "seed": self.seed} if grad == "eot" else {})}
 
