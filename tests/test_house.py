@@ -211,3 +211,40 @@ def test_the_config_finder_finds_one(tmp_path: Path, monkeypatch: pytest.MonkeyP
                       "    return json.dumps(omegaconf.OmegaConf.to_container(cfg))\n")
     assert config_handling(source) == [f"advbench/api/planted.py:{where}" for where in (
         "3 json.dumps", "4 DictConfig", "4 open_dict", "8 DictConfig", "9 compose_config", "10 json.dumps", "10 OmegaConf")]
+
+
+SPEC_SUFFIXES = ("Spec", "Settings", "Defense")
+"""Dataclasses a job or a cell is made of below the command line: `CellSpec`, `CellSettings`, `MetricDefense`, ..."""
+UNTYPED = ("Mapping[str, Any]", "dict[str, Any]", "Mapping[str, Mapping", "DictConfig")
+
+
+def untyped_spec_fields(path: Path) -> list[str]:
+    """`file:line Class.field` for each field of a spec dataclass that is a mapping of anything (or a config)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found = []
+    for node in ast.walk(tree):
+        decorated = isinstance(node, ast.ClassDef) and any("dataclass" in ast.unparse(d) for d in node.decorator_list)
+        if not decorated or not node.name.endswith(SPEC_SUFFIXES):
+            continue
+        for item in node.body:
+            if isinstance(item, ast.AnnAssign) and any(u in ast.unparse(item.annotation) for u in UNTYPED):
+                found.append(f"{path.relative_to(PACKAGE.parent).as_posix()}:{item.lineno} {node.name}.{ast.unparse(item.target)}")
+    return found
+
+
+def test_specs_below_the_command_line_are_typed_to_their_leaves() -> None:
+    """A spec field holding a mapping of anything is read by key wherever it goes, each reader with its
+    own idea of the keys and defaults; typed fields are checked once, where the options are read."""
+    below = [p for layer in ("core", "robustness", "quality") for p in sorted((PACKAGE / layer).rglob("*.py"))]
+    assert [field for p in below for field in untyped_spec_fields(p)] == []
+
+
+def test_the_untyped_field_finder_finds_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(f"{__name__}.PACKAGE", tmp_path / "advbench")
+    source = tmp_path / "advbench" / "robustness" / "planted.py"
+    source.parent.mkdir(parents=True)
+    source.write_text("from dataclasses import dataclass, field\n\n\n@dataclass(frozen=True)\nclass OddSpec:\n"
+                      "    name: str\n    config: Mapping[str, Any]\n    extra: dict[str, Any] = field(default_factory=dict)\n\n\n"
+                      "@dataclass\nclass Record:\n    columns: dict[str, Any]\n")
+    assert untyped_spec_fields(source) == ["advbench/robustness/planted.py:7 OddSpec.config",
+                                           "advbench/robustness/planted.py:8 OddSpec.extra"]
