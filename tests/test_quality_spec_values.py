@@ -149,7 +149,7 @@ def test_a_bad_defense_parameter_is_one_line_naming_it(defense: dict, message: s
 
 
 def test_a_defense_built_in_python_is_checked_too() -> None:
-    with pytest.raises(AdvbenchError, match=r"defense.params.quality must be a whole number in 1\.\.100, got 5.5"):
+    with pytest.raises(AdvbenchError, match=r"defense.params.quality must be a whole number in \[1, 100\], got 5.5"):
         MetricDefense("jpeg", JpegParams(5.5))
     with pytest.raises(AdvbenchError, match="defense 'blur' takes BlurParams, not JpegParams"):
         MetricDefense("blur", JpegParams(50))

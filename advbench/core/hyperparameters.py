@@ -37,17 +37,23 @@ def _shown(value: object) -> str:
 
 
 def refuse(owner: object, name: str, needs: str, value: object) -> AdvbenchError:
-    return AdvbenchError(f"{_owner(owner)}: {name} must be {needs}, got {_shown(value)}")
+    """One line naming the value's owner (an attack; none, "", where `name` is an option's key) and what it needs."""
+    said = f"{_owner(owner)}: " if owner != "" else ""
+    return AdvbenchError(f"{said}{name} must be {needs}, got {_shown(value)}")
 
 
 def _is_whole(value: object) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
-def whole(owner: object, name: str, value: Any, low: int | None = 1, *, odd: bool = False) -> Any:
-    """`value` if it is an integer (not a bool) >= `low` (any integer when `low` is None), and odd if asked."""
-    needs = ("an odd whole number" if odd else "a whole number") + ("" if low is None else f" >= {low}")
-    if not _is_whole(value) or (low is not None and value < low) or (odd and value % 2 == 0):
+def whole(owner: object, name: str, value: Any, low: int | None = 1, *, odd: bool = False,
+          high: int | None = None) -> Any:
+    """`value` if it is an integer (not a bool) >= `low` (any integer when `low` is None), <= `high`
+    (when given), and odd if asked."""
+    bounds = "" if low is None else f" in [{low}, {high}]" if high is not None else f" >= {low}"
+    needs = ("an odd whole number" if odd else "a whole number") + bounds
+    if not _is_whole(value) or (low is not None and value < low) or (high is not None and value > high) \
+            or (odd and value % 2 == 0):
         raise refuse(owner, name, needs, value)
     return value
 
@@ -125,17 +131,18 @@ class Range:
 
 @dataclass(frozen=True)
 class Whole(Range):
-    """A whole number >= `low` (any when `low` is None), odd if asked (`whole`)."""
+    """A whole number >= `low` (any when `low` is None), <= `high` where given, odd if asked (`whole`)."""
 
     low: int | None = 1
     odd: bool = False
     optional: bool = False
+    high: int | None = None
 
     def _check(self, owner: object, name: str, value: Any) -> Any:
-        return whole(owner, name, value, self.low, odd=self.odd)
+        return whole(owner, name, value, self.low, odd=self.odd, high=self.high)
 
     def _bad(self) -> list[Any]:
-        below = [] if self.low is None else [self.low - 1]
+        below = ([] if self.low is None else [self.low - 1]) + ([] if self.high is None else [self.high + 1])
         even = [self.low + self.low % 2 if self.low is not None else 2] if self.odd else []
         return below + even + [2.5, "3", True]
 

@@ -16,6 +16,7 @@ the mean of a function over several random draws, whose gradient is the mean of 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any, Callable
 
 import torch
@@ -23,6 +24,25 @@ import torch.nn.functional as F
 
 from advbench.core import sample_draws
 from advbench.core.errors import AdvbenchError
+from advbench.core.hyperparameters import Range, Real, Whole
+
+PARAMETERS: dict[str, dict[str, Range]] = {
+    "jpeg": {"quality": Whole(1, high=100)},
+    "bit_depth": {"bits": Whole(1, high=16)},
+    "median": {"k": Whole(1, odd=True, high=15)},
+    "blur": {"sigma": Real(0, 10, open_low=True)},
+    "resize": {"factor": Real(1, 16)},
+    "crop_flip": {"crop": Real(0, 1, open_low=True)},
+}
+"""Each transform's parameters and their valid values, declared once for both halves' defenses: a
+classifier's wrapper (`defense.wrapper.*`) and a metric's defense (`defense.params.*`) check them alike."""
+
+
+def check_parameters(transform: str, arguments: Mapping[str, Any], key: str) -> dict[str, Any]:
+    """The `arguments` of `transform` that it declares, each checked; a bad one is one line naming it by the
+    option's key (`key.<name>`: `defense.wrapper.quality`, `defense.params.quality`)."""
+    return {name: valid.check("", f"{key}.{name}", arguments[name])
+            for name, valid in PARAMETERS[transform].items() if name in arguments}
 
 
 class _StraightThrough(torch.autograd.Function):

@@ -31,10 +31,8 @@ differentiated is decided here, so attacks stay adaptive with no per-defense cod
 
 from __future__ import annotations
 
-import math
-import typing
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, ClassVar, Mapping
 
 import torch
 
@@ -47,56 +45,53 @@ from advbench.quality.metrics.metric_contract import QualityMetric
 
 @dataclass(frozen=True)
 class TransformParams:
-    """The parameters of a defense's transform: each kind's are a frozen subclass (`KINDS[name].params`),
-    each field declaring its valid values (`_param`); `none` takes this one, with none."""
+    """The parameters of a defense's transform: each kind's are a frozen subclass (`KINDS[name].params`)
+    naming its `transform`, whose parameters' valid values both halves declare once
+    (`core.transforms.PARAMETERS`); `none` takes this one, with none."""
+
+    transform: ClassVar[str | None] = None
 
     def check(self) -> None:
-        """Each parameter of a valid type and in its range, else one line naming it."""
-        types = typing.get_type_hints(type(self))
-        for spec in fields(self):
-            value, (ok, wanted) = getattr(self, spec.name), spec.metadata["valid"]
-            number = isinstance(value, (int, float)) and not isinstance(value, bool)
-            if not number or (types[spec.name] is int and not isinstance(value, int)) or math.isnan(value) or not ok(value):
-                raise AdvbenchError(f"defense.params.{spec.name} must be {wanted}, got {value!r}")
-
-
-def _param(ok: Callable[[Any], bool], wanted: str) -> Any:
-    """A parameter's field: which values it takes (`ok`, on a number of its type) and how a message says so."""
-    return field(metadata={"valid": (ok, wanted)})
-
-
-def _whole(lo: int, hi: int) -> Any:
-    return _param(lambda v: lo <= v <= hi, f"a whole number in {lo}..{hi}")
+        """Each parameter of a valid type and in its range, else one line naming it (`defense.params.<name>`)."""
+        if self.transform is not None:
+            transforms.check_parameters(self.transform, {f.name: getattr(self, f.name) for f in fields(self)},
+                                        "defense.params")
 
 
 @dataclass(frozen=True)
 class JpegParams(TransformParams):
-    quality: int = _whole(1, 100)
+    transform: ClassVar[str] = "jpeg"
+    quality: int
 
 
 @dataclass(frozen=True)
 class BitDepthParams(TransformParams):
-    bits: int = _whole(1, 16)
+    transform: ClassVar[str] = "bit_depth"
+    bits: int
 
 
 @dataclass(frozen=True)
 class MedianParams(TransformParams):
-    k: int = _param(lambda v: v >= 1 and v % 2 == 1 and v <= 15, "an odd whole number in 1..15")
+    transform: ClassVar[str] = "median"
+    k: int
 
 
 @dataclass(frozen=True)
 class BlurParams(TransformParams):
-    sigma: float = _param(lambda v: 0 < v <= 10, "a number in (0, 10]")
+    transform: ClassVar[str] = "blur"
+    sigma: float
 
 
 @dataclass(frozen=True)
 class ResizeParams(TransformParams):
-    factor: float = _param(lambda v: 1 <= v <= 16, "a number in [1, 16]")
+    transform: ClassVar[str] = "resize"
+    factor: float
 
 
 @dataclass(frozen=True)
 class CropFlipParams(TransformParams):
-    crop: float = _param(lambda v: 0 < v <= 1, "a number in (0, 1]")
+    transform: ClassVar[str] = "crop_flip"
+    crop: float
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from advbench.core.errors import AdvbenchError
 from advbench.core.keys import plain
 from advbench.core.registry import Registry
 from advbench.core.sample_draws import member_keys, row_keys
-from advbench.core.transforms import bit_depth, bpda, jpeg_roundtrip
+from advbench.core.transforms import bit_depth, bpda, check_parameters, jpeg_roundtrip
 from advbench.robustness.attacks import model_draws
 from advbench.robustness.attacks.transfer import diverse_inputs
 from advbench.robustness.defenses.noise_layers import conv_noise, inner_convolutions
@@ -107,9 +107,7 @@ class JPEG(_BPDA):
 
     def __init__(self, model: nn.Module, quality: int = 75) -> None:
         super().__init__(model)
-        if not 1 <= quality <= 100:
-            raise AdvbenchError(f"defense.wrapper.quality must be a whole number in 1..100, got {quality}")
-        self.quality = int(quality)
+        self.quality = int(check_parameters("jpeg", {"quality": quality}, "defense.wrapper")["quality"])
 
     def transform(self, x: torch.Tensor) -> torch.Tensor:
         return jpeg_roundtrip(x, self.quality)
@@ -122,9 +120,7 @@ class BitDepth(_BPDA):
 
     def __init__(self, model: nn.Module, bits: int = 4) -> None:
         super().__init__(model)
-        if not 1 <= bits <= 16:
-            raise AdvbenchError(f"defense.wrapper.bits must be a whole number in 1..16, got {bits}")
-        self.bits = int(bits)
+        self.bits = int(check_parameters("bit_depth", {"bits": bits}, "defense.wrapper")["bits"])
 
     def transform(self, x: torch.Tensor) -> torch.Tensor:
         return bit_depth(x, self.bits)
