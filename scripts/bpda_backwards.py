@@ -26,7 +26,7 @@ import torch
 from advbench.cli.metrics import build_metric
 from advbench.quality.attacks.iterative import IFGSM, Korhonen
 from advbench.quality.images import as_batch, uap_images
-from advbench.quality.metrics.defended import DefendedMetric, DefenseSpec
+from advbench.quality.metrics.defended import KINDS, DefendedMetric, MetricDefense
 from advbench.quality.metrics.metric_contract import QualityMetric
 
 SETTINGS = [("jpeg", {"quality": 50}), ("jpeg", {"quality": 75}), ("jpeg", {"quality": 90}),
@@ -36,9 +36,10 @@ SIZES = {"cnnqa": 64, "niqe_fitted": 128}   # NIQE needs 96 px at least
 
 def gains(metric: QualityMetric, name: str, params: dict, x: torch.Tensor, attack, eps: float) -> dict[str, float]:
     """Mean gain on the defended metric, in its better direction, of `attack` led by each backward."""
-    judge = DefendedMetric(metric, DefenseSpec(name, params))
-    leads = {"naive": DefendedMetric(metric, DefenseSpec(name, params, bpda=False)),
-             "identity": DefendedMetric(metric, DefenseSpec(name, params, backward="identity")), "default": judge}
+    typed = KINDS[name].params(**params)
+    judge = DefendedMetric(metric, MetricDefense(name, typed))
+    leads = {"naive": DefendedMetric(metric, MetricDefense(name, typed, bpda=False)),
+             "identity": DefendedMetric(metric, MetricDefense(name, typed, backward="identity")), "default": judge}
     sign = 1.0 if metric.higher_better else -1.0
     out = {}
     for lead, attacked in leads.items():
