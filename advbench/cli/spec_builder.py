@@ -79,7 +79,7 @@ def model_spec(node: Any) -> ModelSpec:
 
     option = _resolved(node)
     arguments = {k: v for k, v in option.items() if k not in MODEL_META_KEYS}
-    return ModelSpec(name=str(option.get("name")), kind=model_kind(option),
+    return ModelSpec(name=str(option.get("name")), kind=model_kind(option.get("_target_")),
                      builder=bound_factory("model", arguments, leaves=("num_classes", "in_channels")),
                      input_size=option.get("input_size"))
 

@@ -327,7 +327,7 @@ def validate(cfg: DictConfig) -> None:
     if isinstance(model, DictConfig):
         from advbench.robustness.models.user_models import check_config as check_model_config  # imports torch
 
-        check_model_config(model)
+        check_model_config(model.get("_target_"), model)
     for key in ("dataset", "attack.params", "metric"):
         _check_arguments(key, OmegaConf.select(cfg, key))
     params = OmegaConf.select(cfg, "attack.params")

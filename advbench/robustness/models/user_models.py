@@ -133,11 +133,11 @@ def check_randomness(randomized: Any, eot_samples: Any, prefix: str = "") -> Non
 # ---------------------------------------------------------------- what the rest of advbench asks
 
 
-def model_kind(model_cfg: Mapping[str, Any]) -> str:
-    """Whose network a `conf/model` entry builds (`specs.MODEL_KINDS`): `torchvision`, `python`,
-    `robustbench` (`models.robustbench_zoo`) for users' models, `zoo` for advbench's own."""
+def model_kind(builder: str | None) -> str:
+    """Whose network a `conf/model` entry's builder (its dotted path) builds (`specs.MODEL_KINDS`):
+    `torchvision`, `python`, `robustbench` (`models.robustbench_zoo`) for users' models, `zoo` for advbench's own."""
     kinds = {TORCHVISION_TARGET: "torchvision", PYTHON_TARGET: "python", robustbench_zoo.TARGET: "robustbench"}
-    return kinds.get(str(model_cfg.get("_target_")), "zoo")
+    return kinds.get(str(builder), "zoo")
 
 
 def own_weights(model: ModelSpec) -> bool:
@@ -206,9 +206,9 @@ def check_randomized(model: nn.Module, input_shape: Sequence[int], what: str) ->
                             "must draw whatever its `training` flag); drop randomized=true for a deterministic model")
 
 
-def check_config(model_cfg: Mapping[str, Any]) -> None:
-    """The user-model keys of a composed config (`cli.validate`), before any work starts."""
-    kind = model_kind(model_cfg)
+def check_config(builder: str | None, model_cfg: Mapping[str, Any]) -> None:
+    """The user-model keys of a composed config's model option, built by `builder` (`cli.validate`), before any work starts."""
+    kind = model_kind(builder)
     if kind == "torchvision" and model_cfg.get("arch") is not None:
         check_torchvision_arch(model_cfg.get("arch"))
     if kind == "robustbench" and model_cfg.get("model_name") not in (None, robustbench_zoo.PLACEHOLDER):
