@@ -45,8 +45,6 @@ def _fits(annotation: type, value: Any) -> bool:
 
 def typed(annotation: Any, value: Any, where: str) -> Any:
     """`value` (plain data) as `annotation` says, checked; `where` names it in a message (`uap.lr`)."""
-    if annotation is Any:
-        return value
     if dataclasses.is_dataclass(annotation):
         return settings(annotation, value, where)
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
