@@ -15,6 +15,11 @@ busy 2-core CPU): ℓ∞ untargeted 0.1026 / 0.1026 (97.5% of samples agree), ta
 0.1750 (93.5%); ℓ2 untargeted 0.530 / 0.907, targeted 0.905 / 1.530; ours at most 5% above
 Foolbox's on every sample in all four. Wall time a run, over two runs: ours 1.0–2.2 s, Foolbox
 1.3–3.5 s. Ours costs at most 100 gradient evaluations a sample (Foolbox: 100).
+
+Under ℓ1 (`L1FMNAttack`) ours finds every digit and Foolbox 81.5% untargeted, 83% targeted; where both
+find one the medians agree (untargeted 1.375 / 1.375, targeted 2.852 / 2.852) and 93% and 82% of the
+per-sample norms within 0.1%; about 0.5 s a run on either side. The difference is traced in
+`test_fmn_l1_finds_every_digit_and_matches_foolbox_where_both_find`.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from advbench.robustness.data.target_classes import target_classes
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 
 N = 200
-FOOLBOX = {"linf": fb.attacks.LInfFMNAttack, "l2": fb.attacks.L2FMNAttack}
+FOOLBOX = {"linf": fb.attacks.LInfFMNAttack, "l2": fb.attacks.L2FMNAttack, "l1": fb.attacks.L1FMNAttack}
 
 
 def min_norms(model, x: torch.Tensor, y: torch.Tensor, target: torch.Tensor | None, x_adv: torch.Tensor,
@@ -42,21 +47,29 @@ def min_norms(model, x: torch.Tensor, y: torch.Tensor, target: torch.Tensor | No
     return torch.where(met, lp_norm(x_adv - x, norm), torch.full((len(y),), float("inf")))
 
 
-@pytest.mark.parametrize("targeted", [False, True])
-@pytest.mark.parametrize("norm", ["linf", "l2"])
-def test_fmn_matches_foolbox(norm: str, targeted: bool, tiny_model, digits_tensors) -> None:
+def run_both(norm: str, targeted: bool, model, digits_tensors):
+    """Ours and Foolbox's at the catalogue's settings on the first N test digits: each side's per-sample
+    minimum norms (`min_norms`), our result and our oracle."""
     _, _, x, y = digits_tensors
     x, y = x[:N], y[:N]
     target = target_classes(torch.arange(N), y, 10, seed=0) if targeted else None
     ours_attack = catalogue("fmn")
-    oracle = WhiteBoxOracle(tiny_model, N)
+    oracle = WhiteBoxOracle(model, N)
     ours = ours_attack(oracle, x, y, eps=torch.full((N,), 0.1), norm=norm, target=target)
     fb_attack = FOOLBOX[norm](steps=ours_attack.steps, max_stepsize=ours_attack.max_stepsize, gamma=ours_attack.gamma)
     criterion = y if target is None else fb.criteria.TargetedMisclassification(target)
-    _, x_fb, _ = fb_attack(fb.PyTorchModel(tiny_model, bounds=(0.0, 1.0)), x, criterion, epsilons=None)
+    _, x_fb, _ = fb_attack(fb.PyTorchModel(model, bounds=(0.0, 1.0)), x, criterion, epsilons=None)
+    assert ours.x_adv.min() >= 0.0 and ours.x_adv.max() <= 1.0
+    assert (oracle.grad_evals <= ours_attack.steps).all()
+    d_ours = min_norms(model, x, y, target, ours.x_adv, norm)
+    assert torch.equal(ours.success, torch.isfinite(d_ours)), "success where the model disagrees"
+    return d_ours, min_norms(model, x, y, target, x_fb, norm)
 
-    d_ours = min_norms(tiny_model, x, y, target, ours.x_adv, norm)
-    d_theirs = min_norms(tiny_model, x, y, target, x_fb, norm)
+
+@pytest.mark.parametrize("targeted", [False, True])
+@pytest.mark.parametrize("norm", ["linf", "l2"])
+def test_fmn_matches_foolbox(norm: str, targeted: bool, tiny_model, digits_tensors) -> None:
+    d_ours, d_theirs = run_both(norm, targeted, tiny_model, digits_tensors)
     found_ours, found_theirs = torch.isfinite(d_ours).float().mean(), torch.isfinite(d_theirs).float().mean()
     same = torch.isclose(d_ours, d_theirs, rtol=1e-3) | (torch.isinf(d_ours) & torch.isinf(d_theirs))
     not_weaker = (d_ours <= 1.05 * d_theirs).float().mean()
@@ -64,9 +77,26 @@ def test_fmn_matches_foolbox(norm: str, targeted: bool, tiny_model, digits_tenso
             f"norms agree on {same.float().mean():.1%}, ours at most 5% above on {not_weaker:.1%}")
     assert float(d_ours.median()) <= 1.05 * float(d_theirs.median()), seen
     assert abs(float(found_ours - found_theirs)) <= 0.02, f"found ours {found_ours:.1%} vs Foolbox {found_theirs:.1%}"
-    assert ours.x_adv.min() >= 0.0 and ours.x_adv.max() <= 1.0
-    assert torch.equal(ours.success, torch.isfinite(d_ours)), "success where the model disagrees"
-    assert (oracle.grad_evals <= ours_attack.steps).all()
     assert not_weaker >= 0.95, seen
     if norm == "linf":
         assert same.float().mean() >= 0.9, seen
+
+
+@pytest.mark.parametrize("targeted", [False, True])
+def test_fmn_l1_finds_every_digit_and_matches_foolbox_where_both_find(targeted: bool, tiny_model,
+                                                                       digits_tensors) -> None:
+    """Ours finds every sample, Foolbox's `L1FMNAttack` 81.5% (untargeted) and 83% (targeted); where both
+    find one, the norms are Foolbox's. Foolbox clips after its ℓ1 projection, which cuts the step
+    on the digits' saturated pixels, so iterates fall short of the linearised boundary's distance
+    and its radius, set to that distance alone before a first adversarial, never passes the
+    boundary; ours projects onto ball ∩ box exactly (`Norm.project`), and would find every sample
+    with either of the two fixes alone (its radius rule, `fmn.next_radius`, or the exact projection)."""
+    d_ours, d_theirs = run_both("l1", targeted, tiny_model, digits_tensors)
+    both = torch.isfinite(d_ours) & torch.isfinite(d_theirs)
+    same = torch.isclose(d_ours[both], d_theirs[both], rtol=1e-3).float().mean()
+    seen = (f"found ours {torch.isfinite(d_ours).float().mean():.1%}, Foolbox {torch.isfinite(d_theirs).float().mean():.1%}; where both "
+            f"found, median ours {d_ours[both].median():.4f} vs {d_theirs[both].median():.4f}, equal on {same:.1%}")
+    assert torch.isfinite(d_ours).all() and 0.7 <= torch.isfinite(d_theirs).float().mean() < 0.95, seen
+    assert float(d_ours[both].median()) <= 1.01 * float(d_theirs[both].median()), seen
+    assert same >= 0.75, seen
+    assert (d_ours <= 1.05 * d_theirs).float().mean() >= 0.95, seen

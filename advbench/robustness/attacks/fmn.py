@@ -1,8 +1,8 @@
-"""Fast Minimum-Norm attack (FMN; Pintor et al. 2021): a minimum-norm ℓ∞ and ℓ2 gradient attack.
+"""Fast Minimum-Norm attack (FMN; Pintor et al. 2021): a minimum-norm ℓ∞, ℓ2 and ℓ1 gradient attack.
 
 FMN, like DDN (`ddn`), steers a radius ε instead of searching over budgets: each iteration
 takes one normalised step down the logit margin and projects it onto the ℓp ball of radius
-ε around the input. While an iterate is adversarial ε shrinks by (1 − γ), never above the
+ε around the input, intersected with the box (`Norm.project`). While an iterate is adversarial ε shrinks by (1 − γ), never above the
 smallest adversarial norm found; while it is not, ε grows by (1 + γ), and before a first
 adversarial iterate to at least the linearised boundary's distance, ‖δ‖ + |margin|/‖∇‖_dual
 (`Norm.dual`), so the first projections already aim at the boundary. It returns per sample
@@ -15,7 +15,7 @@ import torch
 
 from advbench.core import hyperparameters as hyper
 from advbench.core.norms import norm as norm_of
-from advbench.core.steps import clip, cosine_anneal, lp_norm, project
+from advbench.core.steps import cosine_anneal
 from advbench.robustness.attacks.attack_contract import Attack, AttackResult
 from advbench.robustness.attacks.minimum_norm import SmallestAdversarial, goal_margin, unit_l2
 from advbench.robustness.attacks.oracles import Oracle
@@ -44,7 +44,7 @@ def next_radius(radius: torch.Tensor, hit: torch.Tensor, smallest: torch.Tensor,
 
 
 class FMN(Attack):
-    """FMN ℓ∞ / ℓ2 (Pintor et al. 2021), with Foolbox 3.3.4's schedules and defaults.
+    """FMN ℓ∞ / ℓ2 / ℓ1 (Pintor et al. 2021), with Foolbox 3.3.4's schedules and defaults.
 
     From δ = 0 and ε = 0, iteration i (of `steps`) takes the margin m of the goal
     (`goal_margin`: logit of the label minus the best other; targeted: best other minus the
@@ -52,11 +52,15 @@ class FMN(Attack):
     adversarial example so far, updates ε (`next_radius`, with γ_i annealed on a cosine from
     `gamma` to 0.001; it says where it departs from the paper) and caps it at the farthest
     point of the box, ‖max(x − lo, hi − x)‖_p. Then δ ← δ − α_i·g/‖g‖₂, projected onto the
-    ℓp ball of radius ε and clipped into the oracle's bounds; α_i anneals on a cosine from
-    `max_stepsize` to `min_stepsize` (None: `max_stepsize`/100). The projection is the
-    paper's and the authors' code's: Foolbox 3.3.4's ℓ2 version scales δ by ‖x‖/‖x‖ = 1, so
-    its ε never binds. The step is ℓ2-normalised under ℓ∞ too, as in the paper's Algorithm 1
-    and all three peers: a sign step would jump to the corners of the ball and overshoot.
+    ℓp ball of radius ε intersected with the oracle's bounds (`Norm.project`); α_i anneals on
+    a cosine from `max_stepsize` to `min_stepsize` (None: `max_stepsize`/100). The projection
+    is the paper's and the authors' code's: Foolbox 3.3.4's ℓ2 version scales δ by ‖x‖/‖x‖ = 1,
+    so its ε never binds. Under ℓ∞ and ℓ2 it is the ball's projection clipped to the box, as
+    in the paper; under ℓ1 the exact projection onto ball ∩ box, where the paper and Foolbox
+    project onto the ball and clip after it, which leaves budget on saturated pixels (a
+    digit's background) unspent. The step is ℓ2-normalised under ℓ∞ and ℓ1 too, as in the
+    paper's Algorithm 1 and all three peers: a steepest-ascent step would jump to the corners
+    (one coordinate, under ℓ1) of the ball and overshoot.
 
     One gradient evaluation an iteration, `steps` a sample; a sample adversarial at its input
     stops after the first (its norm, 0, cannot be beaten). Strength (`first_success`) is the
@@ -67,7 +71,7 @@ class FMN(Attack):
 
     kind = "minimizing"
     knowledge = ("white", "transfer")
-    norms = ("linf", "l2")
+    norms = ("linf", "l2", "l1")
 
     hyperparameters = {"steps": hyper.Whole(1), "max_stepsize": hyper.Real(0, open_low=True),
                        "min_stepsize": hyper.Real(0, open_low=True, optional=True),
@@ -86,10 +90,10 @@ class FMN(Attack):
 
     def run(self, oracle: Oracle, x: torch.Tensor, y: torch.Tensor, *, eps: torch.Tensor, norm: str,
             target: torch.Tensor | None, sample_id: torch.Tensor) -> AttackResult:
-        n = x.shape[0]
+        n, ball = x.shape[0], norm_of(norm)
         best = SmallestAdversarial(x, eps, norm)
         lo, hi = oracle.bounds
-        worst = lp_norm(torch.maximum(x - lo, hi - x), norm)
+        worst = ball.size(torch.maximum(x - lo, hi - x))
         radius = torch.zeros(n, dtype=x.dtype, device=x.device)
         last = self.max_stepsize / 100 if self.min_stepsize is None else self.min_stepsize
         x_adv = x.clone()
@@ -101,13 +105,13 @@ class FMN(Attack):
             hit = oracle.verdict(xa, ya, goal, active, logits)
             best.offer(active, xa, hit, i)
             xo = x[active]
-            dual = lp_norm(grad, norm_of(norm).dual).clamp_min(1e-12)
-            reach = lp_norm(xa - xo, norm) + goal_margin(logits, ya, goal).abs() / dual
+            dual = ball.dual.size(grad).clamp_min(1e-12)
+            reach = ball.distance(xa, xo) + goal_margin(logits, ya, goal).abs() / dual
             gamma = cosine_anneal(i, self.steps, self.gamma, FINAL_GAMMA)
             radius[active] = next_radius(radius[active], hit, best.best[active], reach, gamma).minimum(worst[active])
             alpha = cosine_anneal(i, self.steps, self.max_stepsize, last)
             stepped = xa - alpha * unit_l2(grad, i, sample_id[active])
-            x_adv[active] = clip(project(stepped, xo, radius[active], norm), oracle.bounds)
+            x_adv[active] = ball.project(stepped, xo, radius[active], oracle.bounds)
             if i == 0:  # adversarial at the input: its norm, 0, cannot be beaten
                 active = active[~hit]
                 if active.numel() == 0:
