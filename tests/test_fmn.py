@@ -27,7 +27,7 @@ from advbench.robustness.data.target_classes import target_classes
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 N = 60
-NORMS = ["linf", "l2"]
+NORMS = ["linf", "l2", "l1"]
 
 
 @pytest.fixture(scope="module")
