@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 import torch
@@ -38,7 +38,7 @@ from advbench.core import hyperparameters as hyper
 from advbench.core.errors import AdvbenchError
 from advbench.core.norms import norm as norm_of
 from advbench.core.steps import ascend, per_sample, unit_direction
-from advbench.robustness.attacks.apgd_sparse import SparseRun, settle, stages
+from advbench.robustness.attacks.apgd_sparse import ApgdRows, SparseRun, settle, stages
 from advbench.robustness.attacks.attack_contract import Attack, AttackResult, Cost
 from advbench.robustness.attacks.oracles import WhiteBoxOracle
 from advbench.robustness.attacks.starts import boundary_start
@@ -235,29 +235,15 @@ class APGD(Attack):
 
 
 @dataclass
-class _RunRows:
-    """The per-row state of one APGD run, for the rows still running.
-
-    `rows` index the run's inputs; `oracle_rows` are the same rows as the oracle counts them.
-    The search state follows the paper: the step size `eta`, the previous point (momentum),
-    the best point and loss so far with its gradient, the loss at the last checkpoint, the
+class _RunRows(ApgdRows):
+    """The ℓ∞/ℓ2 run's state beyond what both runs keep: following the paper, the step size `eta`,
+    the previous point (momentum), the loss before, the best loss at the last checkpoint, the
     count of loss increases since then, and whether the last checkpoint halved the step.
     """
 
-    rows: torch.Tensor
-    origin: torch.Tensor
-    labels: torch.Tensor
-    loss_target: torch.Tensor | None
-    goal_target: torch.Tensor | None
-    eps: torch.Tensor
-    oracle_rows: torch.Tensor
     eta: torch.Tensor | None = None
     prev: torch.Tensor | None = None
-    best: torch.Tensor | None = None
-    grad: torch.Tensor | None = None
-    best_grad: torch.Tensor | None = None
     loss_prev: torch.Tensor | None = None
-    loss_best: torch.Tensor | None = None
     loss_best_last: torch.Tensor | None = None
     increases: torch.Tensor | None = None
     halved_last: torch.Tensor | None = None
@@ -277,19 +263,10 @@ class _RunRows:
 
     def track(self, cur: torch.Tensor, grad: torch.Tensor | None, loss: torch.Tensor) -> _RunRows:
         """Count a loss increase, keep the best point (and its gradient while steps remain)."""
-        better = loss > self.loss_best
         self.increases = self.increases + (loss > self.loss_prev)
         self.loss_prev = loss
-        self.best = torch.where(per_sample(better, cur), cur, self.best)
-        self.loss_best = torch.where(better, loss, self.loss_best)
-        if grad is not None:
-            self.grad = grad
-            self.best_grad = torch.where(per_sample(better, grad), grad, self.best_grad)
+        self.keep_best(cur, grad, loss)
         return self
-
-    def keep(self, keep: torch.Tensor) -> _RunRows:
-        """The state of rows `keep` only."""
-        return _RunRows(*(None if value is None else value[keep] for value in astuple_shallow(self)))
 
     def halve(self, cur: torch.Tensor, interval: int, rho: float) -> torch.Tensor:
         """At a checkpoint: halve the step and restart from the best point where the paper's conditions say so."""
@@ -312,8 +289,3 @@ class _RunRows:
                          self.eps, norm, bounds)
         self.prev = cur
         return nxt
-
-
-def astuple_shallow(state: _RunRows) -> tuple:
-    """The dataclass's fields in order, without copying tensors (dataclasses.astuple deep-copies)."""
-    return tuple(getattr(state, f.name) for f in fields(state))

@@ -152,10 +152,10 @@ class SparseRun:
 
 
 @dataclass
-class _Rows:
-    """The per-row state of one stage, for the rows still running: what `keep` subsets, and the
-    stage's step size `eta`, share of coordinates `share`, sparsity at the last checkpoint, the best
-    point and loss so far with its gradient, and the current gradient."""
+class ApgdRows:
+    """The per-row state both APGD runs (ℓ∞/ℓ2 and ℓ1) keep for the rows still running: `rows` index the
+    run's inputs, `oracle_rows` are the same rows as the oracle counts them; the best point and loss so
+    far with its gradient, and the gradient to step along."""
 
     rows: torch.Tensor
     origin: torch.Tensor
@@ -164,13 +164,34 @@ class _Rows:
     goal_target: torch.Tensor | None
     eps: torch.Tensor
     oracle_rows: torch.Tensor
-    eta: torch.Tensor
-    share: torch.Tensor
-    sparsity: torch.Tensor
     best: torch.Tensor | None = None
     loss_best: torch.Tensor | None = None
     grad: torch.Tensor | None = None
     best_grad: torch.Tensor | None = None
+
+    def keep_best(self, cur: torch.Tensor, grad: torch.Tensor | None, loss: torch.Tensor) -> None:
+        """Keep the best point (strictly higher loss) and its gradient; `grad` (None after the last step) to step along."""
+        better = loss > self.loss_best
+        self.best = torch.where(per_sample(better, cur), cur, self.best)
+        self.loss_best = torch.where(better, loss, self.loss_best)
+        if grad is not None:
+            self.grad = grad
+            self.best_grad = torch.where(per_sample(better, grad), grad, self.best_grad)
+
+    def keep(self, keep: torch.Tensor) -> ApgdRows:
+        """The state of rows `keep` only (tensors indexed, not copied beyond that)."""
+        return replace(self, **{f.name: None if (v := getattr(self, f.name)) is None else v[keep]
+                                for f in fields(self)})
+
+
+@dataclass
+class _Rows(ApgdRows):
+    """The ℓ1 stage's state: its step size `eta`, share of coordinates `share` and sparsity at the last
+    checkpoint (all set by `fresh`)."""
+
+    eta: torch.Tensor | None = None
+    share: torch.Tensor | None = None
+    sparsity: torch.Tensor | None = None
 
     @classmethod
     def fresh(cls, x: torch.Tensor, y: torch.Tensor, loss_target: torch.Tensor | None,
@@ -193,12 +214,7 @@ class _Rows:
         if self.best is None:
             self.best, self.loss_best, self.grad, self.best_grad = cur.clone(), loss.clone(), grad, grad
             return
-        better = loss > self.loss_best
-        self.best = torch.where(per_sample(better, cur), cur, self.best)
-        self.loss_best = torch.where(better, loss, self.loss_best)
-        if grad is not None:
-            self.grad = grad
-            self.best_grad = torch.where(per_sample(better, grad), grad, self.best_grad)
+        self.keep_best(cur, grad, loss)
 
     def checkpoint(self, cur: torch.Tensor) -> torch.Tensor:
         """The sparsity schedule's checkpoint: new k, η, and x_best where the best point got sparser."""
@@ -216,7 +232,3 @@ class _Rows:
         stepped = cur + per_sample(self.eta, cur) * ball.sparse_direction(self.grad, self.share)
         return ball.project(stepped, self.origin, self.eps, bounds)
 
-    def keep(self, keep: torch.Tensor) -> _Rows:
-        """The state of rows `keep` only."""
-        return replace(self, **{f.name: None if (v := getattr(self, f.name)) is None else v[keep]
-                                for f in fields(self)})
