@@ -1,14 +1,19 @@
 """Shared test helpers: the budgeted and the minimum-norm attack contracts as one assertion each, a
 model that counts the images it is shown (the exact query cost of decision and score attacks), and
-the query-cost and determinism checks the query attacks share."""
+the query-cost and determinism checks the query attacks share, the first bad number the command line
+tries for an option's declared hyperparameters, and the verdict of a cross-check against the original
+AutoAttack."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import torch
 from torch import nn
 
+from advbench.core import hyperparameters as hyper
 from advbench.core.steps import lp_norm
 from advbench.robustness.attacks.attack_contract import Attack, AttackResult
 from advbench.robustness.attacks.oracles import Oracle, WhiteBoxOracle
@@ -87,3 +92,26 @@ def assert_seeded_and_batch_independent(run: Callable[[int, torch.Tensor], Attac
         alone = run(0, torch.tensor([i]))
         assert torch.allclose(alone.x_adv[0], a.x_adv[i], atol=1e-5)  # batched convolutions round differently
         assert alone.first_success[0] == a.first_success[i]
+
+
+def first_numeric_case(declared: Callable[[str], Any], names: Iterable[str]) -> tuple[str, Any] | None:
+    """A number past an end of the first numeric range among `names` (an option's YAML keys; `declared`
+    gives each one's range, or None): what the command line tries for that option."""
+    for name in names:
+        spec = declared(name)
+        if isinstance(spec, (hyper.Whole, hyper.Real)):
+            ends = [v for v in spec.bad() if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
+            if ends:
+                return name, ends[0]
+    return None
+
+
+def assert_close_to_the_original(robust: torch.Tensor, theirs: torch.Tensor, said: str) -> None:
+    """Robust accuracy within one point of the original's at a budget leaving it between 20 % and 80 %,
+    and the same verdict on at least 95 % of samples; `said` is printed beside the figures (`-s`)."""
+    ours, original = float(robust.float().mean()), float(theirs.float().mean())
+    agree = float((robust == theirs).float().mean())
+    print(f"{said}: ours {ours:.2%}, original {original:.2%}, same verdict on {agree:.1%}")
+    assert 0.2 <= original <= 0.8, "the budget should leave robust accuracy between 20% and 80%"
+    assert abs(ours - original) <= 0.01 + 1e-6, f"robust accuracy {ours:.2%} vs the original's {original:.2%}"
+    assert agree >= 0.95

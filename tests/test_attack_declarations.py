@@ -2,7 +2,7 @@
 
 Parametrised over `advbench.core.catalog.group_options("attack")` (the shipped options and any
 in the user's `ADVBENCH_CONF` folders): each option's class declares the valid values of every
-constructor argument (`Attack.hyperparameters`, `advbench.robustness.attacks.hyper`), and each
+constructor argument (`Attack.hyperparameters`, `advbench.core.hyperparameters`), and each
 argument the option's YAML sets is tried at every value its declaration refuses (`Range.bad`:
 past each end of its range, NaN and infinities, wrong types, None unless optional), each one
 an AdvbenchError of one line naming the argument. The bad values come from the declarations,
@@ -13,7 +13,6 @@ tests/test_attack_hyperparameters.py pins the ranges themselves against a list o
 from __future__ import annotations
 
 import inspect
-import math
 import os
 import subprocess
 import sys
@@ -22,11 +21,11 @@ from typing import Any
 
 import pytest
 import torch
+from contract import first_numeric_case
 from omegaconf import OmegaConf
 
 import advbench
 from advbench.cli.config import compose_config
-from advbench.core import hyperparameters as hyper
 from advbench.core.catalog import group_options, option_file
 from advbench.core.construct import target_of
 from advbench.core.errors import AdvbenchError
@@ -96,15 +95,8 @@ def test_every_option_with_params_has_bad_cases() -> None:
 
 
 def _first_numeric_case(option: str) -> tuple[str, Any] | None:
-    """A number past an end of the first numeric range the option's YAML sets: what the command line tries."""
     cls, params = yaml_params(option)
-    for name in params:
-        spec = cls.hyperparameters.get(name)
-        if isinstance(spec, (hyper.Whole, hyper.Real)):
-            ends = [v for v in spec.bad() if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
-            if ends:
-                return name, ends[0]
-    return None
+    return first_numeric_case(cls.hyperparameters.get, params)
 
 
 CLI_CASES = [(o, *case) for o in OPTIONS if (case := _first_numeric_case(o)) is not None]

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import torch
+from contract import first_numeric_case
 from omegaconf import OmegaConf
 
 import advbench
@@ -117,15 +118,8 @@ def test_the_ends_a_range_includes_are_accepted(option: str) -> None:
 
 
 def _first_numeric_case(option: str) -> tuple[str, Any] | None:
-    """A number past an end of the first numeric range the option's YAML sets: what the command line tries."""
     cls, params = yaml_params(option)
-    for name in params:
-        spec = cls.hyperparameters[name]
-        if isinstance(spec, (hyper.Whole, hyper.Real)):
-            ends = [v for v in spec.bad() if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
-            if ends:
-                return name, ends[0]
-    return None
+    return first_numeric_case(cls.hyperparameters.get, params)
 
 
 CLI_CASES = [(o, *case) for o in OPTIONS if (case := _first_numeric_case(o)) is not None]
