@@ -1,6 +1,6 @@
 """advbench: adversarial-robustness benchmark and NR quality-metric stability tool.
 
-The Python API (`advbench.evaluate` of a module or a `Model`, `evaluate_metric`, `evaluate_preset`, `preset_cost`,
+The Python API (`advbench.evaluate` of a module or a `Model`, `evaluate_metric` of a module or a `Metric`, `evaluate_preset`, `preset_cost`,
 `plot`, `report`, `summary`, `options`) loads on first use, so that `import advbench` and the command line's help stay light.
 """
 
@@ -10,7 +10,7 @@ from typing import Any
 
 from advbench.core.version import __version__
 
-_API = ("evaluate", "evaluate_metric", "evaluate_preset", "preset_cost", "plot", "report", "summary", "options", "Model")
+_API = ("evaluate", "evaluate_metric", "evaluate_preset", "preset_cost", "plot", "report", "summary", "options", "Model", "Metric")
 
 
 def __getattr__(name: str) -> Any:

@@ -100,7 +100,7 @@ def _parts(where: Path) -> list[Path]:
 def test_a_metric_raising_mid_cell_is_one_line_naming_it_the_images_and_budgets(folder: Path, mode: str,
                                                                                  says: str) -> None:
     with pytest.raises(AdvbenchError) as caught:
-        advbench.evaluate_metric(_late(mode), _images(), attack="fgsm", eps=EPS, label="late", out_dir=folder / "o")
+        advbench.evaluate_metric(advbench.Metric(_late(mode), label="late"), _images(), attack="fgsm", eps=EPS, out_dir=folder / "o")
     message = str(caught.value)
     assert message.startswith("metric 'late': ") and says in message and "\n" not in message
     assert _parts(folder / "o") == []
@@ -115,7 +115,7 @@ def test_rows_are_named_as_a_user_reads_them() -> None:
 
 def test_a_batch_of_one_row_names_its_image_and_budget(folder: Path) -> None:
     with pytest.raises(AdvbenchError, match=r"metric 'late': fgsm on image 2 at ε=1/255 failed: ValueError"):
-        advbench.evaluate_metric(_late("raise"), _images(), attack="fgsm", eps=EPS, label="late",
+        advbench.evaluate_metric(advbench.Metric(_late("raise"), label="late"), _images(), attack="fgsm", eps=EPS,
                                  overrides=["batch_size=1"])
 
 
@@ -159,7 +159,7 @@ def test_only_a_users_metric_is_blamed() -> None:
 def test_non_finite_scores_after_the_check_write_nothing(folder: Path, mode: str, says: str) -> None:
     eps = [0.5 / 255] if mode == "off_grid_nan" else EPS
     with pytest.raises(AdvbenchError) as caught:
-        advbench.evaluate_metric(_late(mode), _images(), attack="fgsm", eps=eps, label="late", out_dir=folder / "o")
+        advbench.evaluate_metric(advbench.Metric(_late(mode), label="late"), _images(), attack="fgsm", eps=eps, out_dir=folder / "o")
     assert str(caught.value) == f"{says}; no records are written for the cell"
     assert _parts(folder / "o") == []
 
@@ -172,7 +172,7 @@ def test_non_finite_scores_after_the_check_write_nothing(folder: Path, mode: str
 ])
 def test_a_defended_metrics_undefended_scores_are_checked_too(folder: Path, mode: str, says: str) -> None:
     with pytest.raises(AdvbenchError) as caught:
-        advbench.evaluate_metric(_late(mode), _images(), attack="fgsm", eps=EPS, label="late", out_dir=folder / "o",
+        advbench.evaluate_metric(advbench.Metric(_late(mode), label="late"), _images(), attack="fgsm", eps=EPS, out_dir=folder / "o",
                                  overrides=["defense=median"])
     assert str(caught.value) == says and _parts(folder / "o") == []
 

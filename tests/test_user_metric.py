@@ -106,7 +106,7 @@ def test_evaluate_metric_attacks_the_metric_the_way_it_says_is_better(folder: Pa
     assert (frame["linf"] <= frame["eps"] + 1e-6).all() and (frame["iterations"] == 10).all()
     assert (frame["score_attacked"] > frame["score_clean"]).mean() > 0.5, "I-FGSM raises a higher-better score"
     assert set(frame["metric"]) == {"Net"} and frame["score_lo"].isna().all() and set(frame["higher_better"]) == {True}
-    down = advbench.evaluate_metric(net, x, eps=EPS, higher_better=False, score_range=(-5, 5), label="net_down")
+    down = advbench.evaluate_metric(advbench.Metric(net, higher_better=False, score_range=(-5, 5), label="net_down"), x, eps=EPS)
     assert (down["score_attacked"] < down["score_clean"]).mean() > 0.5, "and lowers a lower-better one"
     assert set(down["score_lo"]) == {-5.0} and set(down["metric"]) == {"net_down"}
     again = advbench.evaluate_metric(net, x, eps=EPS, out_dir=folder / "up")
@@ -185,9 +185,10 @@ def test_a_metric_breaking_the_contract_is_one_error(folder: Path, name: str, sa
     (lambda net: advbench.evaluate_metric(net, "no/such/folder"), "image folder 'no/such/folder' does not exist"),
     (lambda net: advbench.evaluate_metric(net, torch.rand(2, 3, 8, 8)), "images must be at least 11x11 pixels"),
     (lambda net: advbench.evaluate_metric(net, _images(), eps=[0.5, 2]), "every budget must be a number in (0, 1]"),
-    (lambda net: advbench.evaluate_metric(net, _images(), higher_better="yes"), "higher_better must be true or false"),
-    (lambda net: advbench.evaluate_metric(net, _images(), score_range=(1, 0)), "score_range must be [low, high]"),
-    (lambda net: advbench.evaluate_metric(net, _images(), label="a/b"), "label='a/b' cannot be part of a file name"),
+    (lambda net: advbench.evaluate_metric(advbench.Metric(net, higher_better="yes"), _images()), "higher_better must be true or false"),
+    (lambda net: advbench.evaluate_metric(advbench.Metric(net, score_range=(1, 0)), _images()), "score_range must be [low, high]"),
+    (lambda net: advbench.evaluate_metric(advbench.Metric(net, label="a/b"), _images()), "label='a/b' cannot be part of a file name"),
+    (lambda net: advbench.evaluate_metric(advbench.Metric("not a module"), _images()), "or an advbench.Metric around one, got str"),
     (lambda net: advbench.evaluate_metric(net, _images(), overrides=["metric.weights=x.pt"]),
      "cannot apply to a metric object"),
     (lambda net: advbench.evaluate_metric(net, _images(), overrides=["n_images=2"]), "cannot apply to a tensor of images"),

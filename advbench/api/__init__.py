@@ -20,7 +20,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from advbench.api.described_model import Model
+from advbench.api.described import Metric as Metric  # re-exported: `advbench.Metric`
+from advbench.api.described import Model
 
 if TYPE_CHECKING:  # annotations only: the modules load with `api.calls`
     import pandas as pd

@@ -17,7 +17,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from advbench.api.described_model import Model
+from advbench.api.described import Model
 from advbench.cli.api_cells import ApiCell, api_cell, preset_cells
 from advbench.cli.spec_builder import refuse_attack_options
 from advbench.core.caller_state import caller_state_kept

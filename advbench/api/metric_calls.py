@@ -17,6 +17,7 @@ import pandas as pd
 import torch
 from torch import nn
 
+from advbench.api.described import Metric
 from advbench.cli.api_metric_cells import metric_part
 from advbench.core.caller_state import caller_state_kept
 from advbench.core.catalog import keywords_said, override_key, refuse_twice_set
@@ -29,22 +30,20 @@ from advbench.quality.images import given_images
 from advbench.quality.metrics.user import UserMetric
 
 
-def evaluate_metric(metric: nn.Module, images: torch.Tensor | str | Path, *, attack: str | None = None,
-                    eps: Sequence[float] | None = None, higher_better: bool = True,
-                    score_range: Sequence[float] | None = None, attack_params: Mapping[str, Any] | None = None,
-                    out_dir: str | Path | None = None, device: str = "cpu", seed: int = 0, label: str | None = None,
-                    n_images: int | None = None, size: int = 256, judges: Sequence[str] = (),
+def evaluate_metric(metric: nn.Module | Metric, images: torch.Tensor | str | Path, *, attack: str | None = None,
+                    eps: Sequence[float] | None = None, attack_params: Mapping[str, Any] | None = None,
+                    judges: Sequence[str] = (), n_images: int | None = None, size: int = 256,
+                    out_dir: str | Path | None = None, device: str = "cpu", seed: int = 0,
                     overrides: Sequence[str] = ()) -> pd.DataFrame:
     """Attack a quality metric of your own on `images`, as `advbench iqa run` does; its iqa records.
 
-    `metric`: any `nn.Module` from NCHW images in [0, 1] to one score per image, (N,);
-    `higher_better`: whether a higher score means a better image (the attacks push scores
-    that way); `score_range`: its scores' [low, high], recorded beside them (None: unknown).
+    `metric`: any `nn.Module` from NCHW images in [0, 1] to one score per image, (N,), or a
+    `Metric` around one that says whether higher is better, its score range and its name.
     `images`: a float tensor (N, 3, H, W) in [0, 1], or a folder of image files (the first
     `n_images`, centre-cropped to `size`). `attack`: an `advbench list iqa/attack` option (default
     `"ifgsm"`), with `attack_params`; `eps`: the ℓ∞ budgets (default 1, 4 and 8 / 255); an override
     that sets what one of these set is refused. `out_dir`: where parts are written and resumed
-    (None: a temporary folder); `label`: the records' metric name (default: the class name).
+    (None: a temporary folder).
     `judges`: shipped metric options (`advbench list metric`) that score every clean and
     attacked image beside `metric`, for the transfer matrix of `plot`.
     `overrides`: further `advbench iqa run` overrides (`"batch_size=4"`, ...).
@@ -55,13 +54,15 @@ def evaluate_metric(metric: nn.Module, images: torch.Tensor | str | Path, *, att
     and the budget, and nothing is written for the cell. The code and weights of `metric` key the cell;
     it is handed back as it came (training flags, parameters' `requires_grad`, device).
     """
+    described = metric if isinstance(metric, Metric) else Metric(metric)
+    metric = described.net
     if not isinstance(metric, nn.Module):
         raise AdvbenchError(f"metric must be a torch.nn.Module from NCHW images in [0, 1] to one score per image, "
-                            f"got {type(metric).__name__}")
+                            f"or an advbench.Metric around one, got {type(metric).__name__}")
     refuse_twice_set(keywords_said({"attack": "attack", "eps": "eps"}, {"attack": attack, "eps": eps},
                                    dict(attack_params) if isinstance(attack_params, Mapping) else None), overrides)
     attack, eps = "ifgsm" if attack is None else attack, (1 / 255, 4 / 255, 8 / 255) if eps is None else eps
-    name = safe_name(label or type(metric).__name__, "label")
+    name = safe_name(described.label or type(metric).__name__, "label")
     if not isinstance(images, (torch.Tensor, str, Path)):
         raise AdvbenchError(f"images must be a float tensor (N, 3, H, W) in [0, 1] or a folder of image files, "
                             f"got {type(images).__name__}")
@@ -79,7 +80,8 @@ def evaluate_metric(metric: nn.Module, images: torch.Tensor | str | Path, *, att
                   "data": None if given is not None else str(images), "judges": judges,
                   **{f"attack.params.{k}": v for k, v in (attack_params or {}).items()}}
         part = metric_part({"metric": "python", "attack": attack}, values, overrides,
-                           metric=UserMetric(metric, name, higher_better, score_range), name=name, given=given)
+                           metric=UserMetric(metric, name, described.higher_better, described.score_range), name=name,
+                           given=given)
         return read_kind([part], kinds=("iqa",))[1]
 
 

@@ -1,4 +1,4 @@
-"""`advbench.Model`: a model object with what advbench cannot see in it, said in one place.
+"""`advbench.Model` and `advbench.Metric`: a model or a metric object with what advbench cannot see in it, said in one place.
 
 Light on purpose (no torch at import): `advbench.api` re-exports it, and looking up `advbench.evaluate`
 must cost no more than `import torch` (`tests/test_startup.py`).
@@ -34,4 +34,22 @@ class Model:
     randomized: bool = False
     eot_samples: int | None = None
     num_classes: int | None = None
+    label: str | None = None
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A quality metric object with what advbench cannot see in it, so that
+    `evaluate_metric(Metric(net, higher_better=False, score_range=(0, 100)), images)` says it in one
+    place (a bare `nn.Module` is `Metric(net)`).
+
+    `net`: any `nn.Module` from NCHW images in [0, 1] to one score per image, (N,); `higher_better`:
+    whether a higher score means a better image (the attacks push scores that way); `score_range`:
+    its scores' [low, high], recorded beside them (None: unknown); `label`: the records' metric name
+    (default: its class name).
+    """
+
+    net: nn.Module
+    higher_better: bool = True
+    score_range: Sequence[float] | None = None
     label: str | None = None
