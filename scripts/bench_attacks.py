@@ -58,9 +58,10 @@ from advbench.core.steps import lp_norm
 from advbench.robustness.attacks.apgd import APGD
 from advbench.robustness.attacks.attack_contract import Attack
 from advbench.robustness.attacks.boundary import Boundary
+from advbench.robustness.attacks.carlini_wagner import CarliniWagnerL2
 from advbench.robustness.attacks.evolutionary import Evolutionary
 from advbench.robustness.attacks.gradient import BIM
-from advbench.robustness.attacks.minimum_norm import CarliniWagnerL2, DeepFool
+from advbench.robustness.attacks.minimum_norm import DeepFool
 from advbench.robustness.attacks.oracles import (
     DecisionOracle,
     Oracle,

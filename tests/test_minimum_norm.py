@@ -13,14 +13,8 @@ from torch import nn
 
 from advbench.core.errors import AdvbenchError
 from advbench.core.steps import adam_step, lp_norm
-from advbench.robustness.attacks.minimum_norm import (
-    CarliniWagnerL2,
-    ClipBox,
-    DeepFool,
-    goal_margin,
-    max_other,
-    next_const,
-)
+from advbench.robustness.attacks.carlini_wagner import CarliniWagnerL2, ClipBox, next_const
+from advbench.robustness.attacks.minimum_norm import DeepFool, goal_margin, max_other
 from advbench.robustness.attacks.oracles import TransferOracle, WhiteBoxOracle
 from advbench.robustness.data.target_classes import target_classes
 from advbench.robustness.evaluation.measure import evaluate_batch

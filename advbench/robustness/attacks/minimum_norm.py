@@ -1,20 +1,22 @@
-"""Minimum-norm white-box attacks: DeepFool (ℓ2, ℓ∞) and Carlini–Wagner ℓ2.
+"""Minimum-norm white-box attacks: DeepFool (ℓ2, ℓ∞), and what the minimum-norm attacks share.
 
-They do not take a budget: each returns, per sample, the smallest adversarial example it found (the input itself
-where it found none), so one run gives every sample's minimum ε and no ε search is needed. The benchmark budget
-`eps` only dates `first_success`: the first iteration at which the best example so far was within it.
+Minimum-norm attacks do not take a budget: each returns, per sample, the smallest adversarial example it found (the
+input itself where it found none), so one run gives every sample's minimum ε and no ε search is needed. The benchmark
+budget `eps` only dates `first_success`: the first iteration at which the best example so far was within it.
 
-Both are batched over samples (and DeepFool over candidate classes), keep per-sample state in tensors, and drop a
+They are batched over samples (DeepFool over candidate classes too), keep per-sample state in tensors, and drop a
 sample from the active set once nothing more is to be gained for it, so a sample's result never depends on its
 batch. Under transfer knowledge they optimise on the substitute and an example counts once the target's top-1
 label (a counted query) meets the goal, as for the transfer versions of FGSM/BIM/MIM.
 
-`SmallestAdversarial` and `unit_l2` serve DDN (`ddn`) and FMN (`fmn`) too.
+`SmallestAdversarial`, `goal_margin`, `rows_of` and `unit_l2` serve C&W and EAD (`carlini_wagner`, `ead`), DDN (`ddn`),
+FMN (`fmn`) and the others.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 
@@ -23,9 +25,9 @@ from advbench.core.norms import L2_NORM
 from advbench.core.norms import norm as norm_of
 from advbench.core.runtime import grad_rows, pieces
 from advbench.core.sample_draws import normal
-from advbench.core.steps import adam_step, clip, lp_norm, per_sample, unit_direction
+from advbench.core.steps import clip, lp_norm, per_sample, unit_direction
 from advbench.robustness.attacks.attack_contract import Attack, AttackResult, Cost
-from advbench.robustness.attacks.oracles import Objective, Oracle, TransferOracle
+from advbench.robustness.attacks.oracles import Objective, Oracle
 
 CPU_GRAD_ELEMENTS = 1 << 18
 """On the CPU, the most input elements one forward of DeepFool's and FAB's class gradients takes
@@ -75,20 +77,24 @@ def unit_l2(grad: torch.Tensor, i: int, sample_id: torch.Tensor) -> torch.Tensor
     return grad / per_sample(norms.clamp_min(1e-12), grad)
 
 
-def _rows(v: torch.Tensor | None, idx: torch.Tensor) -> torch.Tensor | None:
+def rows_of(v: torch.Tensor | None, idx: torch.Tensor) -> torch.Tensor | None:
+    """Rows `idx` of an optional per-sample tensor (a targeted attack's targets)."""
     return None if v is None else v[idx]
 
 
 class SmallestAdversarial:
     """Per-sample record of the smallest adversarial example seen so far.
 
-    `first_success` is the strength (iteration) at which the best norm first fell within the
-    benchmark budget eps; since the best norm never grows, that is the first time any
-    adversarial example within eps was seen.
+    `measure` ranks candidates (a perturbation batch to one size each; by default the threat's
+    norm): EAD's elastic-net decision rule keeps its smallest β‖δ‖₁ + ‖δ‖₂² instead. `first_success`
+    is the strength (iteration) at which the kept example first lay within the benchmark budget
+    eps; ranked by the norm, the kept norm never grows, so that is the first time any adversarial
+    example within eps was seen. One kept outside eps (another measure) is undated again.
     """
 
-    def __init__(self, x: torch.Tensor, eps: torch.Tensor, norm: str) -> None:
-        self.x, self.eps, self.norm = x, eps, norm
+    def __init__(self, x: torch.Tensor, eps: torch.Tensor, norm: str,
+                 measure: Callable[[torch.Tensor], torch.Tensor] | None = None) -> None:
+        self.x, self.eps, self.norm, self.measure = x, eps, norm, measure
         self.x_adv = x.clone()
         self.best = torch.full((x.shape[0],), math.inf, device=x.device, dtype=x.dtype)
         self.first = torch.full((x.shape[0],), -1, dtype=torch.long, device=x.device)
@@ -96,12 +102,16 @@ class SmallestAdversarial:
     def offer(self, idx: torch.Tensor, x_cand: torch.Tensor, adversarial: torch.Tensor,
               strength: torch.Tensor | int) -> None:
         """Keep candidates (rows `idx` of the batch) that are adversarial and smaller than the best."""
-        d = lp_norm(x_cand - self.x[idx], self.norm)
+        delta = x_cand - self.x[idx]
+        size = lp_norm(delta, self.norm)
+        d = size if self.measure is None else self.measure(delta)
         better = adversarial & (d < self.best[idx])
         rows = idx[better]
         self.x_adv[rows] = x_cand[better]
         self.best[rows] = d[better]
-        reached = better & (d <= self.eps[idx]) & (self.first[idx] < 0)
+        within = better & (size <= self.eps[idx])
+        self.first[idx[better & ~within]] = -1
+        reached = within & (self.first[idx] < 0)
         s = strength if isinstance(strength, int) else strength[reached]
         self.first[idx[reached]] = s
 
@@ -153,13 +163,13 @@ class DeepFool(Attack):
             logits = oracle.logits(xa, active)
             if classes is None:
                 classes = self._classes(logits, y, target)
-            hit = oracle.verdict(xa, y[active], _rows(target, active), active, logits)
+            hit = oracle.verdict(xa, y[active], rows_of(target, active), active, logits)
             best.offer(active, xa, hit, t)
             active = active[~hit]
             if t == self.steps or active.numel() == 0:
                 break
             r_total[active] += self._step(oracle, x_t[active], y[active], classes[active],
-                                          _rows(target, active), active, norm, n)
+                                          rows_of(target, active), active, norm, n)
             x_t[active] = clip(x[active] + (1 + self.overshoot) * r_total[active], oracle.bounds)
         return best.result()
 
@@ -224,172 +234,3 @@ def nearest_boundary_step(f: torch.Tensor, grad: torch.Tensor, norm: str) -> tor
     rows = torch.arange(m, device=f.device)
     w = grad[rows, nearest]
     return per_sample(dist[rows, nearest] + 1e-4, w) * unit_direction(w, norm)
-
-
-class TanhBox:
-    """C&W's change of variables x' = lo + (hi − lo)·(tanh(w) + 1)/2: in bounds by construction.
-
-    Pixels at a bound start at w = atanh(±(1 − 1e-6)) ≈ ±7.25, where the gradient is ~1e-6,
-    so Adam barely moves them: costly on images with many saturated pixels (digits).
-    """
-
-    @staticmethod
-    def start(x: torch.Tensor, bounds: tuple[float, float]) -> torch.Tensor:
-        lo, hi = bounds
-        return torch.atanh(((x - lo) / (hi - lo) * 2 - 1) * (1 - 1e-6))
-
-    @staticmethod
-    def to_model(w: torch.Tensor, x: torch.Tensor, bounds: tuple[float, float]) -> torch.Tensor:
-        lo, hi = bounds
-        return lo + (hi - lo) * (torch.tanh(w) + 1) / 2
-
-    @staticmethod
-    def chain(w: torch.Tensor, x: torch.Tensor, bounds: tuple[float, float], grad: torch.Tensor) -> torch.Tensor:
-        """d loss / dw from d loss / dx'."""
-        lo, hi = bounds
-        return grad * (hi - lo) / 2 * (1 - torch.tanh(w) ** 2)
-
-
-class ClipBox:
-    """C&W's clipped gradient descent: w = δ, x' = clip(x + δ) inside the objective.
-
-    The gradient passes where x + δ lies within the bounds, ends included, so a pixel at a
-    bound moves inwards at full speed; a coordinate pushed outside stays clipped (zero
-    gradient) and costs nothing, since the distance is measured on the clipped x'.
-    """
-
-    @staticmethod
-    def start(x: torch.Tensor, bounds: tuple[float, float]) -> torch.Tensor:
-        return torch.zeros_like(x)
-
-    @staticmethod
-    def to_model(w: torch.Tensor, x: torch.Tensor, bounds: tuple[float, float]) -> torch.Tensor:
-        return clip(x + w, bounds)
-
-    @staticmethod
-    def chain(w: torch.Tensor, x: torch.Tensor, bounds: tuple[float, float], grad: torch.Tensor) -> torch.Tensor:
-        """d loss / dδ from d loss / dx': zero where the clip is active."""
-        lo, hi = bounds
-        inside = (x + w >= lo) & (x + w <= hi)
-        return grad * inside
-
-
-BOXES: dict[str, type[TanhBox] | type[ClipBox]] = {"tanh": TanhBox, "clip": ClipBox}
-
-
-def next_const(const: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor,
-               found: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """C&W's per-sample search over c after one optimisation at `const`.
-
-    Success: c was large enough, so it becomes the upper bound and c decreases (bisection).
-    Failure: c becomes the lower bound and c increases, ×10 until a first success, then by
-    bisection. (ARES 2.0 has the two directions swapped.)
-    """
-    hi = torch.where(found, torch.minimum(hi, const), hi)
-    lo = torch.where(found, lo, torch.maximum(lo, const))
-    const = torch.where(torch.isinf(hi), const * 10, (lo + hi) / 2)
-    return const, lo, hi
-
-
-class CarliniWagnerL2(Attack):
-    """Carlini–Wagner ℓ2: min ‖x' − x‖₂² + c·max(margin(x') + κ, 0) with Adam on a variable w.
-
-    `box` keeps x' in bounds: "tanh" (the seed's, `TanhBox`) or "clip" (`ClipBox`, C&W's
-    clipped gradient descent, which moves saturated pixels). Each sample runs
-    `binary_search_steps` optimisations of at most `iterations` Adam steps, each from x with fresh
-    moments, and searches its own c (see `next_const`). With `abort_early`, a sample stops an
-    optimisation when its loss fell by less than 0.01% over a tenth of `iterations`. An example
-    counts only if the model's top-1 meets the goal with margin ≤ −κ.
-
-    Strength (`first_success`) is the number of Adam steps the sample had taken, summed over
-    the binary-search steps, when the example within eps was found. That equals this same run
-    stopped after that many steps, not a rerun with smaller `iterations` (which changes every
-    optimisation's length, the early-abort checks and the c schedule). `strength_budget`, which
-    the engine and the ensemble read, is `iterations · binary_search_steps`.
-    """
-
-    kind = "minimizing"
-    knowledge = ("white", "transfer")
-    norms = ("l2",)
-
-    hyperparameters = {"iterations": hyper.Whole(1), "binary_search_steps": hyper.Whole(1),
-                       "initial_const": hyper.Real(0, open_low=True), "stepsize": hyper.Real(0, open_low=True),
-                       "confidence": hyper.Real(0), "abort_early": hyper.Flag(), "box": hyper.Choice(tuple(BOXES))}
-
-    def __init__(self, *, iterations: int = 100, binary_search_steps: int = 10, initial_const: float = 1.0,
-                 stepsize: float = 0.01, confidence: float = 0.0, abort_early: bool = True,
-                 box: str = "tanh") -> None:
-        self.set_hyperparameters(locals())
-
-    @property
-    def strength_budget(self) -> int:
-        """Adam steps over all binary-search steps."""
-        return self.iterations * self.binary_search_steps
-
-    steps = strength_budget  # the name the budget had first
-
-    def run(self, oracle: Oracle, x: torch.Tensor, y: torch.Tensor, *, eps: torch.Tensor, norm: str,
-            target: torch.Tensor | None, sample_id: torch.Tensor) -> AttackResult:
-        n = x.shape[0]
-        best = SmallestAdversarial(x, eps, norm)
-        everyone = torch.arange(n, device=x.device)
-        clean = oracle.logits(x, everyone)
-        already = self._adversarial(oracle, x, clean, y, target, everyone)
-        best.offer(everyone, x, already, 0)
-        todo = everyone[~already]  # a clean adversarial has norm 0: nothing to improve
-        const = torch.full((n,), self.initial_const, dtype=torch.float64, device=x.device)
-        lo = torch.zeros_like(const)
-        hi = torch.full_like(const, math.inf)
-        spent = torch.zeros(n, dtype=torch.long, device=x.device)
-        w0 = BOXES[self.box].start(x, oracle.bounds)
-        for _ in range(self.binary_search_steps):
-            if todo.numel() == 0:
-                break
-            found = self._optimise(oracle, x, w0, y, target, const, todo, best, spent)
-            const[todo], lo[todo], hi[todo] = next_const(const[todo], lo[todo], hi[todo], found)
-        return best.result()
-
-    def _adversarial(self, oracle: Oracle, x: torch.Tensor, logits: torch.Tensor, y: torch.Tensor,
-                     target: torch.Tensor | None, idx: torch.Tensor) -> torch.Tensor:
-        """White: top-1 meets the goal with margin ≤ −κ. Transfer: the target's top-1 meets it
-        (κ then only shapes the optimisation on the substitute)."""
-        met = oracle.verdict(x, y, target, idx, logits)
-        if isinstance(oracle, TransferOracle):
-            return met
-        return met & (goal_margin(logits, y, target) <= -self.confidence)
-
-    def _optimise(self, oracle: Oracle, x: torch.Tensor, w0: torch.Tensor, y: torch.Tensor,
-                  target: torch.Tensor | None, const: torch.Tensor, todo: torch.Tensor,
-                  best: SmallestAdversarial, spent: torch.Tensor) -> torch.Tensor:
-        """One optimisation at each sample's c; whether each of `todo` found an adversarial."""
-        found = torch.zeros(todo.shape[0], dtype=torch.bool, device=x.device)
-        pos = torch.arange(todo.shape[0], device=x.device)  # rows of `todo` still optimising
-        w = w0[todo].clone()
-        m, v = torch.zeros_like(w), torch.zeros_like(w)
-        prev = torch.full((todo.shape[0],), math.inf, dtype=x.dtype, device=x.device)
-        check_every = math.ceil(self.iterations / 10)
-        box = BOXES[self.box]
-        for i in range(self.iterations):
-            act = todo[pos]
-            ya, ta, xo = y[act], _rows(target, act), x[act]
-            c = const[act].to(x.dtype)
-            xa = box.to_model(w, xo, oracle.bounds)
-
-            def penalty(z: torch.Tensor) -> torch.Tensor:
-                return c * (goal_margin(z, ya, ta) + self.confidence).clamp_min(0)
-
-            logits, g = oracle.value_and_grad(xa, penalty, act)
-            adv = self._adversarial(oracle, xa, logits, ya, ta, act)
-            best.offer(act, xa, adv, spent[act])
-            found[pos] |= adv
-            loss = L2_NORM.size(xa - xo) ** 2 + penalty(logits)
-            g_w = box.chain(w, xo, oracle.bounds, g + 2 * (xa - xo))
-            w -= adam_step(g_w, m, v, i + 1, self.stepsize)
-            spent[act] += 1
-            if self.abort_early and i % check_every == 0:
-                keep = loss <= 0.9999 * prev
-                prev = loss[keep]
-                pos, w, m, v = pos[keep], w[keep], m[keep], v[keep]
-                if pos.numel() == 0:
-                    break
-        return found

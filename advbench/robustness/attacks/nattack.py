@@ -22,7 +22,8 @@ from advbench.core import hyperparameters as hyper
 from advbench.core.sample_draws import normal
 from advbench.core.steps import clip, project
 from advbench.robustness.attacks.attack_contract import AttackResult
-from advbench.robustness.attacks.minimum_norm import BOXES, goal_margin
+from advbench.robustness.attacks.carlini_wagner import BOXES
+from advbench.robustness.attacks.minimum_norm import goal_margin
 from advbench.robustness.attacks.oracles import ScoreOracle
 from advbench.robustness.attacks.score import WHOLE_BUDGET, ScoreAttack
 

@@ -25,7 +25,8 @@ from advbench.core import hyperparameters as hyper
 from advbench.core.sample_draws import uniform
 from advbench.core.steps import adam_step, clip
 from advbench.robustness.attacks.attack_contract import AttackResult, success_of
-from advbench.robustness.attacks.minimum_norm import goal_margin, next_const
+from advbench.robustness.attacks.carlini_wagner import next_const
+from advbench.robustness.attacks.minimum_norm import goal_margin
 from advbench.robustness.attacks.oracles import ScoreOracle
 from advbench.robustness.attacks.queries import CHECKPOINTS, QueryLog
 from advbench.robustness.attacks.score import WHOLE_BUDGET, ScoreAttack
