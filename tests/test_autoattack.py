@@ -21,6 +21,8 @@ from advbench.robustness.attacks.apgd import APGD
 from advbench.robustness.attacks.autoattack import VERSIONS, AutoAttack
 from advbench.robustness.attacks.oracles import ScoreOracle, WhiteBoxOracle
 from advbench.robustness.attacks.score import AutoAttackSquare
+from advbench.robustness.audit.audit import audit
+from advbench.robustness.audit.card import card
 from advbench.robustness.report.shards import identify
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -203,8 +205,8 @@ class Noisy(nn.Module):
 
 
 def test_rand_records_its_twenty_passes_and_which_judge_made_the_number(tiny_model, batch) -> None:
-    """The default judges rand by the engine's vote (judge_draws 20), judge=original by its own rule;
-    attack_params say which, and the 20 EOT passes."""
+    """The default judges rand by the engine's vote (judge_draws 20), judge=original by its own rule
+    (one pass: judge_draws 1); attack_params and the model card say which, and the 20 EOT passes."""
     x, y = batch
     short = {"apgd_ce": {"n_iter": 2}, "apgd_dlr": {"n_iter": 2}}
     frames = {judge: advbench.evaluate(advbench.Model(Noisy(tiny_model).eval(), randomized=True), (x[:6], y[:6]), eps=0.1,
@@ -214,6 +216,8 @@ def test_rand_records_its_twenty_passes_and_which_judge_made_the_number(tiny_mod
     for judge, frame in frames.items():
         params = json.loads(frame["attack_params"].iloc[0])
         assert (params["judge"], params["eot_passes"]) == (judge, 20)
+        entry, = card(audit(frame), [])["models"][0]["threats"][0]["attacks"]
+        assert (entry["judge"], entry["judge_draws"]) == (judge, {"vote": 20, "original": 1}[judge])
     assert set(frames["vote"]["judge_draws"]) == {20}
     default = instantiate(compose_config("config", ["attack=autoattack", "attack.version=rand"]).attack.params)
     assert default.params()["judge"] == "vote" and not default.judges_itself

@@ -16,6 +16,7 @@ from typing import ClassVar
 
 import torch
 
+from advbench.core.box_projections import keep_pixels, l1_box_projection, pixel_sums, whole_pixels
 from advbench.core.errors import AdvbenchError
 from advbench.core.registry import Registry
 from advbench.core.sample_draws import normal, uniform
@@ -50,6 +51,9 @@ class Norm:
     sparse_steps: ClassVar[bool] = False
     """Whether the steepest ascent moves a single coordinate, so that gradient attacks step along the
     k largest coordinates instead and adapt k (`sparse_direction`; APGD-ℓ1's sparsity schedule)."""
+    whole: ClassVar[bool] = False
+    """Whether sizes and budgets are whole numbers (ℓ0 counts pixels): the minimum-ε search then brackets
+    whole budgets only (`search_resolution`, `snap`) and FMN moves its radius by whole steps."""
 
     def __repr__(self) -> str:
         return f"norm('{self.name}')"
@@ -66,6 +70,21 @@ class Norm:
     def distance(self, x_adv: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """Per-sample ‖x_adv − x‖."""
         return self.size(x_adv - x)
+
+    def check_budget(self, eps: float) -> None:
+        """Refuse, in one line, a budget the norm cannot take (where the threat is built)."""
+
+    def search_resolution(self, width: float) -> float:
+        """The narrowest bracket the minimum-ε search closes to, asked `width`: itself, or for a `whole`
+        norm the whole number at or below it, at least 1 (a bracket [k − 1, k] is exact)."""
+        return max(1.0, float(math.floor(width + 1e-9))) if self.whole else width
+
+    def snap(self, eps: torch.Tensor, up: torch.Tensor | bool = False) -> torch.Tensor:
+        """The budgets the norm takes next to `eps` (N,): itself, or for a `whole` norm the whole number
+        above it where `up`, below it elsewhere (the search's probes)."""
+        if not self.whole:
+            return eps
+        return torch.where(torch.as_tensor(up, device=eps.device), torch.ceil(eps - 1e-9), torch.floor(eps + 1e-9))
 
     def normalized_scale(self, d: int) -> float:
         """The factor from a normalised budget to the raw norm of a d-element perturbation."""
@@ -191,13 +210,13 @@ class L1(Norm):
 
     def project_ball(self, x_adv: torch.Tensor, x: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
         inf = torch.full_like(x, math.inf)
-        return x + _l1_box_projection(x_adv - x, eps, -inf, inf)
+        return x + l1_box_projection(x_adv - x, eps, -inf, inf)
 
     def project(self, x_adv: torch.Tensor, x: torch.Tensor, eps: torch.Tensor,
                 bounds: tuple[float, float]) -> torch.Tensor:
         """The exact Euclidean projection onto {‖δ‖₁ ≤ ε} ∩ {x + δ ∈ bounds} (Croce & Hein 2021, arXiv
         2103.01208): clipping after an ℓ1 projection would leave budget unused on saturated pixels."""
-        return x + _l1_box_projection(x_adv - x, eps, bounds[0] - x, bounds[1] - x)
+        return x + l1_box_projection(x_adv - x, eps, bounds[0] - x, bounds[1] - x)
 
     def random_start(self, x: torch.Tensor, eps: torch.Tensor, bounds: tuple[float, float], *, seed: int,
                      sample_id: torch.Tensor, stream: int = 0) -> torch.Tensor:
@@ -219,35 +238,71 @@ class L1(Norm):
         return self.project(x + g, x, eps, bounds)
 
 
-def _l1_box_projection(y: torch.Tensor, eps: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor) -> torch.Tensor:
-    """argmin ‖δ − y‖₂ s.t. ‖δ‖₁ ≤ ε and lo ≤ δ ≤ hi (lo ≤ 0 ≤ hi), per sample.
+@NORMS.register("l0")
+class L0(Norm):
+    """ℓ0: how many pixels changed, a pixel being every channel at one place (`pixel_sums`), as in Croce &
+    Hein's sparse attacks (ICCV 2019, arXiv 1909.05040). A budget ε allows ⌊ε⌋ pixels. Not a norm: it has
+    no ℓp exponent (torch's ord=0 counts channels, not pixels), no dual norm (no linearised boundary lies
+    a number of pixels away) and no steepest step of unit size (one pixel moved without bound); those
+    are refused in one line rather than computed."""
 
-    KKT: δ_i = sign(y_i)·clamp(|y_i| − λ, 0, u_i), u_i the room towards y_i's side, with λ ≥ 0 the
-    root of S(λ) = Σ_i clamp(|y_i| − λ, 0, u_i) = ε (λ = 0 when S(0) ≤ ε). S is piecewise linear and
-    non-increasing with kinks at |y_i| − u_i and |y_i|: evaluated at every kink after one sort, the
-    root is interpolated exactly inside its segment.
-    """
-    shape, n = y.shape, y.shape[0]
-    y, lo, hi = y.flatten(1), lo.flatten(1), hi.flatten(1)
-    a = y.abs().double()
-    room = torch.where(y >= 0, hi, -lo).clamp_min(0).double()
-    # Past a_i − u_i coordinate i leaves its cap (S's slope −1 more); past a_i it is 0 (+1 back).
-    t, order = torch.cat([(a - room).clamp_min(0), a], dim=1).sort(dim=1)
-    turns = torch.cat([torch.full_like(a, -1.0), torch.ones_like(a)], dim=1)
-    slope = turns.gather(1, order).cumsum(dim=1)          # S's slope right after each kink
-    s0 = torch.minimum(a, room).sum(dim=1, keepdim=True)
-    gaps = torch.diff(t, dim=1, prepend=torch.zeros_like(t[:, :1]))
-    before = torch.cat([torch.zeros_like(slope[:, :1]), slope[:, :-1]], dim=1)
-    s_at = s0 + (before * gaps).cumsum(dim=1)             # S at each kink
-    e = eps.double().reshape(n, 1)
-    k = ((s_at > e).sum(dim=1, keepdim=True) - 1).clamp(0, t.shape[1] - 1)  # the last kink with S above ε
-    lam = t.gather(1, k) + (s_at.gather(1, k) - e) / (-slope.gather(1, k)).clamp_min(_TINY)
-    lam = torch.where(s0 > e, lam, torch.zeros_like(lam))
-    delta = torch.minimum((a - lam).clamp_min(0), room).to(y.dtype)
-    return (y.sign() * delta).reshape(shape)
+    name, label, dual_name = "l0", "ℓ₀", "l0"
+    whole = True
+
+    @property
+    def p(self) -> float:  # type: ignore[override]
+        raise AdvbenchError("l0 counts pixels, every channel at one place: it has no lp exponent")
+
+    @property
+    def dual(self) -> Norm:
+        raise AdvbenchError("l0 has no dual norm: no linearised boundary lies a number of pixels away")
+
+    def direction(self, g: torch.Tensor) -> torch.Tensor:
+        raise AdvbenchError("l0 has no steepest-ascent step of unit size; PGD-l0 steps along the gradient and projects")
+
+    def sparse_direction(self, g: torch.Tensor, fraction: torch.Tensor) -> torch.Tensor:
+        raise AdvbenchError("l0 takes no top-k coordinate steps; its projection keeps the k largest changes")
+
+    def check_budget(self, eps: float) -> None:
+        if eps != math.floor(eps):
+            raise AdvbenchError(f"an l0 budget is a whole number of pixels, got {eps:g}")
+
+    def size(self, v: torch.Tensor) -> torch.Tensor:
+        return (pixel_sums((v != 0).to(torch.int32)) > 0).sum(dim=1).to(v.dtype if v.is_floating_point() else torch.float32)
+
+    def project_ball(self, x_adv: torch.Tensor, x: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
+        """Keep the ⌊ε⌋ pixels of largest squared change summed over their channels; reset the others."""
+        return keep_pixels(x, x_adv, pixel_sums((x_adv - x).square()), whole_pixels(eps))
+
+    def project(self, x_adv: torch.Tensor, x: torch.Tensor, eps: torch.Tensor,
+                bounds: tuple[float, float]) -> torch.Tensor:
+        """The exact Euclidean projection onto {‖δ‖₀ ≤ k} ∩ box, Croce & Hein 2019's (`project_L0_box`): a
+        kept pixel's nearest value is x_adv clipped, a reset one's x, so the k kept are those whose
+        clipping saves the most, Σ_c (x_adv − x)² − (x_adv − clip(x_adv))²; the box binds inside the
+        choice, where clipping after it could keep a pixel the box then returns to x."""
+        kept = _clip(x_adv, bounds)
+        gain = pixel_sums((x_adv - x).square() - (x_adv - kept).square())
+        return keep_pixels(x, kept, gain, whole_pixels(eps))
+
+    def random_start(self, x: torch.Tensor, eps: torch.Tensor, bounds: tuple[float, float], *, seed: int,
+                     sample_id: torch.Tensor, stream: int = 0) -> torch.Tensor:
+        """Uniform in the ball within the box: ⌊ε⌋ pixels drawn uniformly, each set to a uniform point of
+        the box (the faces of ⌊ε⌋ pixels hold all of the ball's volume)."""
+        keys = uniform(seed, sample_id, (pixel_sums(x).shape[1],), stream + 1, device=x.device, dtype=torch.float64)
+        return keep_pixels(x, self._box_point(x, bounds, seed, sample_id, stream), keys, whole_pixels(eps))
+
+    def sphere_start(self, x: torch.Tensor, eps: torch.Tensor, bounds: tuple[float, float], *, seed: int,
+                     sample_id: torch.Tensor, stream: int = 0) -> torch.Tensor:
+        """PGD-ℓ0's start (Croce & Hein 2019): a uniform point of the box projected onto the ball, the
+        ⌊ε⌋ pixels it changes most."""
+        return self.project(self._box_point(x, bounds, seed, sample_id, stream), x, eps, bounds)
+
+    @staticmethod
+    def _box_point(x: torch.Tensor, bounds: tuple[float, float], seed: int, sample_id: torch.Tensor, stream: int) -> torch.Tensor:
+        return bounds[0] + (bounds[1] - bounds[0]) * uniform(seed, sample_id, tuple(x.shape[1:]), stream, device=x.device, dtype=x.dtype)
 
 
-LINF, L2_NORM, L1_NORM = NORMS["linf"], NORMS["l2"], NORMS["l1"]
+LINF, L2_NORM, L1_NORM, L0_NORM = NORMS["linf"], NORMS["l2"], NORMS["l1"], NORMS["l0"]
 
 
 def norm(name: str | Norm) -> Norm:

@@ -90,6 +90,8 @@ def attack_entry(attack: AttackCell, score: Any, signs: list[Sign]) -> dict[str,
             "eps_budget": _one(r, "eps_budget"), "strength_budget": attack.strength_budget,
             "minimizing": attack.minimizing, "seed": _one(r, "seed"), "cells": list(attack.cells),
             "grad_mode": _one(r, "grad_mode"), "judge_draws": _one(r, "judge_draws"),
+            # Which rule made the number: the engine's vote over judge_draws passes, or AutoAttack rand's original.
+            "judge": attack.params.get("judge", "vote"),
             "flags": {f: bool(r[f].astype(bool).any()) for f in
                       ("flag_zero_grad", "flag_randomized", "flag_probabilities", "flag_dynamic") if f in r},
             "robust_at_budget": _number(score.robust_at_budget),
