@@ -6,7 +6,8 @@ and one batch (512 by default), for each dtype it times:
   * the limit: a forward+backward to the input of the batch, and a forward alone;
   * advbench PGD, APGD-CE, FAB (untargeted, ℓ∞), Square and `autoattack` standard, each beside
     its peer at the same iteration counts and queries: torchattacks 3.5.1's PGD, APGD, FAB and
-    Square, and the original AutoAttack (pyautoattack 0.2.0) standard, with the members'
+    Square, and the original AutoAttack standard (`from autoattack import AutoAttack`, as the authors'
+    repository installs it, or PyPI's pyautoattack 0.2.0, the same code), with the members'
     iterations lowered alike on both sides so the whole set fits in minutes.
 
 Every attack runs at ε = 1e-6 (ℓ∞) on uniform noise labelled with the model's own predictions:
@@ -37,6 +38,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -59,6 +61,7 @@ from advbench.robustness.models import build_model
 ATTACKS = ("pgd", "apgd", "fab", "square", "autoattack")
 PGD_REL_STEPSIZE = 0.125  # conf/attack/pgd.yaml's α = 0.125·ε, given to torchattacks as alpha
 TARGETS = 9  # AutoAttack standard's APGD-T and FAB-T target classes
+ORIGINAL_AUTOATTACK = ("autoattack", "pyautoattack")  # the authors' repository's module name, then PyPI's package
 
 
 @dataclass(frozen=True)
@@ -195,7 +198,9 @@ def autoattack_pair(size: Size, model: nn.Module, peer_model: nn.Module, x: torc
                      "square_autoattack": {"n_queries": q + 1}}
 
     def original() -> Callable[[], Any]:
-        adversary = importlib.import_module("pyautoattack").AutoAttack(
+        module = original_autoattack()
+        settings["original module"] = module.__name__
+        adversary = module.AutoAttack(
             peer_model, norm="Linf", eps=TINY_EPS, version="standard", seed=0, device=x.device)
         for apgd in (adversary.apgd, adversary.apgd_targeted):
             apgd_iterations(apgd, it)
@@ -208,6 +213,19 @@ def autoattack_pair(size: Size, model: nn.Module, peer_model: nn.Module, x: torc
     advbench = ours(lambda: AutoAttack(version="standard", member_params=member_params, seed=0), WhiteBoxOracle,
                     model, x, y)
     return Pair(it * (1 + 2 * TARGETS) + q, advbench, "original AutoAttack", original, settings)
+
+
+def original_autoattack() -> ModuleType:
+    """The original AutoAttack's module: `autoattack` where the authors' repository is installed, else
+    `pyautoattack`; neither is a dependency of advbench, and where neither is, its side records why."""
+    for name in ORIGINAL_AUTOATTACK:
+        try:
+            return importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:  # the package is there but broken: say so, do not fall through
+                raise
+    raise ModuleNotFoundError("the original AutoAttack is not installed: neither `autoattack` "
+                              "(pip install git+https://github.com/fra31/auto-attack) nor `pyautoattack`")
 
 
 def apgd_iterations(apgd: Any, n: int) -> None:
@@ -310,7 +328,7 @@ def _print(precision: str, label: str, row: dict[str, Any]) -> None:
 def describe(args: argparse.Namespace, size: Size, model: nn.Module, device: torch.device) -> dict[str, Any]:
     """What was run, on what: the settings, the network and the environment."""
     versions = {}
-    for package in ("pyautoattack",):
+    for package in ORIGINAL_AUTOATTACK:
         try:
             versions[package] = importlib.metadata.version(package)
         except importlib.metadata.PackageNotFoundError:

@@ -1,13 +1,17 @@
 """scripts/bench_gpu.py, the GPU throughput bench, run on the CPU at its tiny size so that it cannot rot
 before a device runs it: one JSON holding the limit and every attack beside its peer in each dtype
 asked for, every figure finite and positive, both sides of a pair at the same iteration count, and
-a failing side recorded with its error instead of stopping the run. No timing is asserted."""
+a failing side recorded with its error instead of stopping the run. No timing is asserted. The
+first test runs the command as documented, in a fresh interpreter; the others call its `main`."""
 
 from __future__ import annotations
 
 import importlib
 import json
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -46,7 +50,10 @@ def assert_figures(row: dict[str, Any], batch: int) -> None:
 
 
 def test_tiny_run_times_every_attack_beside_its_peer(bench: ModuleType, tmp_path: Path) -> None:
-    result = run(bench, tmp_path)
+    out = tmp_path / "tmp"
+    subprocess.run([sys.executable, str(SCRIPTS / "bench_gpu.py"), "--device", "cpu", "--tiny", "--out", str(out)],
+                   check=True, capture_output=True, text=True, env=os.environ | {"OMP_NUM_THREADS": "1"})
+    result = json.loads(out.read_text())
     batch = result["size"]["batch"]
     assert batch == 8 and result["model"]["weights"] == "random"
     assert result["environment"]["batch"] == batch and result["environment"]["torch"]
@@ -67,6 +74,7 @@ def test_tiny_run_times_every_attack_beside_its_peer(bench: ModuleType, tmp_path
         assert ours["iterations"] == theirs["iterations"], f"{name}: both sides at the same iteration count"
         assert pair["advbench_over_peer"] == pytest.approx(ours["seconds"] / theirs["seconds"], rel=1e-6)
         assert pair["settings"]
+    assert fp32["attacks"]["autoattack"]["settings"]["original module"] in bench.ORIGINAL_AUTOATTACK
 
 
 def test_bf16_on_the_cpu_runs_through_autocast(bench: ModuleType, tmp_path: Path) -> None:
@@ -88,6 +96,24 @@ def test_a_failing_peer_is_recorded_not_fatal(bench: ModuleType, tmp_path: Path,
     assert pair["sides"]["torchattacks PGD"] == {"error": "RuntimeError: no bf16 kernels here"}
     assert_figures(pair["sides"]["advbench"], 8)
     assert "advbench_over_peer" not in pair
+
+
+def test_the_original_autoattack_is_found_under_either_name(bench: ModuleType, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The authors' repository installs `autoattack`, PyPI `pyautoattack`: the first present is used, a
+    missing one is a recorded reason, and a present one that fails on its own import is not skipped."""
+    broken = tmp_path / "broken_original"
+    broken.mkdir()
+    (broken / "__init__.py").write_text("import a_dependency_that_is_not_there\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(bench, "ORIGINAL_AUTOATTACK", ("no_such_original", "json"))
+    assert bench.original_autoattack() is json
+    monkeypatch.setattr(bench, "ORIGINAL_AUTOATTACK", ("no_such_original", "no_such_either"))
+    with pytest.raises(ModuleNotFoundError, match="the original AutoAttack is not installed"):
+        bench.original_autoattack()
+    monkeypatch.setattr(bench, "ORIGINAL_AUTOATTACK", ("broken_original", "json"))
+    with pytest.raises(ModuleNotFoundError, match="a_dependency_that_is_not_there"):
+        bench.original_autoattack()
 
 
 @pytest.mark.parametrize("flags", [["--attacks", "pgd,cw"], ["--dtypes", "fp16"], ["--batch", "0"], ["--attacks", ","]])
