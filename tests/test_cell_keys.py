@@ -62,6 +62,12 @@ CELLS = [
      "digits_natural_apgd_ensemble_linf_untargeted_s0_b2456cc360dc.parquet"),
     (["attack=deepfool", "threat=l2"],
      "digits_natural_deepfool_l2_untargeted_s0_d9c26cbf1648.parquet"),
+    (["defense=rse", "attack=autoattack", "attack.version=rand"],
+     "digits_rse_autoattack_linf_untargeted_s0_779442dc72b6.parquet"),
+    (["defense=rse", "attack=autoattack", "attack.version=rand", "attack.judge=original"],
+     "digits_rse_autoattack_linf_untargeted_s0_bf0c322eb05b.parquet"),
+    (["attack=autoattack", "attack.version=custom", "attack.members=[apgd_dlr,fab]"],
+     "digits_natural_autoattack_linf_untargeted_s0_a1f89c08958b.parquet"),
     (["shard.index=1", "shard.count=3", "search.enabled=false"],
      "digits_natural_bim_linf_untargeted_s0_shard1of3_9f6a82fe1ac0.parquet"),
 ]
