@@ -4,6 +4,8 @@ and that no module outside core/norms.py compares a norm's name."""
 from __future__ import annotations
 
 import ast
+import itertools
+import math
 from pathlib import Path
 
 import numpy as np
@@ -77,7 +79,7 @@ def test_l1_ball_projection_is_exact_not_a_rescaling() -> None:
     torch.testing.assert_close(got, torch.tensor([[1.0, 0.0, 0.0]], dtype=torch.float64))
 
 
-@pytest.mark.parametrize("name", names())
+@pytest.mark.parametrize("name", ["linf", "l2", "l1"])
 def test_distance_is_torch_linalg_norm(name: str) -> None:
     ball = norm(name)
     x, x_adv = _batch(3)
@@ -144,6 +146,100 @@ def test_l1_sphere_start_spends_the_budget_within_the_box() -> None:
     start = norm("l1").sphere_start(x, eps, BOUNDS, seed=1, sample_id=torch.arange(5))
     torch.testing.assert_close(norm("l1").distance(start, x), eps)
     assert start.min() >= 0 and start.max() <= 1
+
+
+def _images(seed: int, n: int = 5, c: int = 3, side: int = 3) -> tuple[torch.Tensor, torch.Tensor]:
+    """(N, C, H, W) clean images with some values at the box's faces, and perturbed ones partly outside it."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(n, c, side, side, generator=g, dtype=torch.float64)
+    x[:, :, 0, :2] = torch.tensor([0.0, 1.0], dtype=torch.float64)
+    return x, x + 0.7 * torch.randn(n, c, side, side, generator=g, dtype=torch.float64)
+
+
+def test_l0_counts_pixels_with_any_channel_changed() -> None:
+    x = torch.zeros(2, 3, 2, 2)
+    moved = x.clone()
+    moved[0, 0, 0, 0] = moved[0, 2, 0, 0] = 0.5      # one pixel, two of its channels
+    moved[0, 1, 1, 1] = 1e-7                         # a second pixel, barely
+    moved[1] = 1.0                                   # every pixel
+    assert norm("l0").distance(moved, x).tolist() == [2.0, 4.0]
+    assert norm("l0").size(torch.tensor([[0.0, 2.0, -1.0]])).tolist() == [2.0]   # (N, D): a coordinate a pixel
+
+
+def _l0_box_reference(y: torch.Tensor, x0: torch.Tensor, k: int) -> torch.Tensor:
+    """argmin ‖z − y‖₂ over z in the box changing at most k pixels of x0, by trying every set of k pixels."""
+    pixels = x0.shape[-1] * x0.shape[-2]
+    best, best_cost = x0, math.inf
+    for chosen in itertools.combinations(range(pixels), min(k, pixels)):
+        mask = torch.zeros(pixels, dtype=torch.bool)
+        mask[list(chosen)] = True
+        z = torch.where(mask.reshape(x0.shape[-2:]), y.clamp(0, 1), x0)
+        if (cost := float((z - y).square().sum())) < best_cost:
+            best, best_cost = z, cost
+    return best
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_l0_projection_is_the_euclidean_projection_onto_k_pixels_and_the_box(seed: int) -> None:
+    x, x_adv = _images(seed, n=4)
+    eps = torch.tensor([0.0, 1.0, 2.9, 4.0], dtype=torch.float64)        # ⌊ε⌋ pixels: 0, 1, 2, 4
+    got = norm("l0").project(x_adv, x, eps, BOUNDS)
+    for i, k in enumerate([0, 1, 2, 4]):
+        torch.testing.assert_close(got[i], _l0_box_reference(x_adv[i], x[i], k), rtol=0, atol=1e-12)
+    assert norm("l0").distance(got, x).tolist() == [0.0, 1.0, 2.0, 4.0]
+    assert got.min() >= 0 and got.max() <= 1
+    torch.testing.assert_close(norm("l0").project(got, x, eps, BOUNDS), got, rtol=0, atol=0)
+
+
+def test_l0_projection_weighs_the_box_so_no_kept_pixel_is_wasted() -> None:
+    """A change pushing a pixel at 1 further up is the largest but clips to nothing: keeping it, as
+    clipping after a plain top-k would, spends the pixel for no change."""
+    x = torch.tensor([[[1.0, 0.5, 0.5]]])
+    x_adv = torch.tensor([[[3.0, 0.9, 0.6]]])
+    got = norm("l0").project(x_adv, x, torch.tensor([1.0]), BOUNDS)
+    torch.testing.assert_close(got, torch.tensor([[[1.0, 0.9, 0.5]]]))
+    ball = norm("l0").project_ball(x_adv, x, torch.tensor([1.0]))   # without the box: the largest change
+    torch.testing.assert_close(ball, torch.tensor([[[3.0, 0.5, 0.5]]]))
+
+
+def test_l0_ties_keep_exactly_k_pixels() -> None:
+    x = torch.zeros(1, 1, 6)
+    got = norm("l0").project(torch.full((1, 1, 6), 0.5), x, torch.tensor([2.0]), BOUNDS)
+    assert norm("l0").distance(got, x).item() == 2.0
+
+
+def test_l0_starts_change_k_pixels_within_the_box_drawn_per_sample() -> None:
+    n = 3000
+    x = torch.full((n, 2, 2, 2), 0.5, dtype=torch.float64)
+    eps = torch.full((n,), 2.0, dtype=torch.float64)
+    ids = torch.arange(n)
+    start = norm("l0").random_start(x, eps, BOUNDS, seed=1, sample_id=ids)
+    assert (norm("l0").distance(start, x) == 2).all() and start.min() >= 0 and start.max() <= 1
+    share = ((start - x) != 0).any(dim=1).double().mean(dim=0)                # each pixel's chance of a draw
+    torch.testing.assert_close(share, torch.full((2, 2), 0.5, dtype=torch.float64), rtol=0, atol=0.03)
+    again = norm("l0").random_start(x[5:9], eps[5:9], BOUNDS, seed=1, sample_id=ids[5:9])
+    assert torch.equal(again, start[5:9])
+    sphere = norm("l0").sphere_start(x, eps, BOUNDS, seed=1, sample_id=ids)
+    assert (norm("l0").distance(sphere, x) == 2).all() and sphere.min() >= 0 and sphere.max() <= 1
+
+
+def test_l0_refuses_what_it_has_no_meaning_for_in_one_line() -> None:
+    ball, g = norm("l0"), torch.ones(1, 4)
+    for ask in (lambda: ball.dual, lambda: ball.p, lambda: ball.direction(g), lambda: ball.normalized_scale(4),
+                lambda: ball.sparse_direction(g, torch.ones(1)),
+                lambda: ThreatModel(norm="l0", goal="untargeted", eps=2.5)):
+        with pytest.raises(AdvbenchError) as err:
+            ask()
+        assert "\n" not in str(err.value) and "l0" in str(err.value)
+    assert ThreatModel(norm="l0", goal="untargeted", eps=24.0).ball is ball
+
+
+def test_whole_norms_search_whole_budgets() -> None:
+    ball = norm("l0")
+    assert ball.search_resolution(0.1) == 1.0 and ball.search_resolution(2.7) == 2.0
+    probes = torch.tensor([2.5, 2.5, 3.0, 3.0], dtype=torch.float64)
+    assert ball.snap(probes, up=torch.tensor([True, False, True, False])).tolist() == [3.0, 2.0, 3.0, 3.0]
+    assert norm("l2").search_resolution(0.1) == 0.1 and torch.equal(norm("l2").snap(probes, up=True), probes)
 
 
 def test_unknown_norm_is_refused_in_one_line() -> None:

@@ -8,11 +8,11 @@ from dataclasses import dataclass
 import torch
 
 from advbench.core.errors import AdvbenchError
-from advbench.core.norms import L1_NORM, L2_NORM, LINF, Norm
+from advbench.core.norms import L0_NORM, L1_NORM, L2_NORM, LINF, Norm
 from advbench.core.norms import norm as norm_of
 from advbench.robustness.naming import GOALS
 
-NORMS = (LINF.name, L2_NORM.name, L1_NORM.name)
+NORMS = (LINF.name, L2_NORM.name, L1_NORM.name, L0_NORM.name)
 """The norms threats are measured in today (their YAMLs exist); `core.norms` holds every norm."""
 KNOWLEDGE = ("white", "transfer", "score", "decision")
 CORRUPTION = "corruption"
@@ -39,6 +39,7 @@ class ThreatModel:
                 raise AdvbenchError(f"unknown threat {what} '{value}'; valid: {', '.join(valid)}")
         if not (math.isfinite(self.eps) and self.eps > 0):
             raise AdvbenchError(f"threat budget eps must be a positive finite number, got {self.eps}")
+        self.ball.check_budget(self.eps)
         if self.normalized_l2 and not self.ball.normalizable:
             raise AdvbenchError("normalized_l2 applies to the l2 norm only")
 

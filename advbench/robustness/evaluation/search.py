@@ -2,7 +2,9 @@
 
 Every probe is one batched attack call from scratch over the samples whose bracket is still
 wider than the resolution; `margin` places probes at the estimated root of the deployed model's
-goal margin as a function of ε, `bisect` halves brackets.
+goal margin as a function of ε, `bisect` halves brackets. Under a norm of whole budgets (ℓ0's
+pixels) every probe is a whole number and the resolution at least 1 (`Norm.snap`,
+`Norm.search_resolution`), so a closed bracket [k − 1, k] makes min_eps exact.
 """
 
 from __future__ import annotations
@@ -33,9 +35,10 @@ def min_eps_search(b: Batch, hi: torch.Tensor, lo: torch.Tensor, adv_norm: torch
     from the probes so far (`_margin_probe`), for as long as bisection could still close the
     sample's bracket with the probes left; then it bisects.
     """
-    resolution = search.resolution * b.threat.eps
+    ball = b.threat.ball  # a whole norm (ℓ0's pixels) probes whole budgets only: `Norm.snap`
+    resolution = ball.search_resolution(search.resolution * b.threat.eps)
     wider = resolution * (1 + 1e-12)  # a probe at lo + resolution closes the bracket despite rounding
-    max_eps = search.max_factor * b.threat.eps
+    max_eps = float(ball.snap(torch.tensor(search.max_factor * b.threat.eps, dtype=torch.float64)))
     hi, lo, adv_norm = hi.clone(), lo.clone(), adv_norm.clone()
     everyone = torch.arange(b.x.shape[0], device=b.x.device)
     m0 = b.margin(b.clean, everyone)
@@ -46,12 +49,13 @@ def min_eps_search(b: Batch, hi: torch.Tensor, lo: torch.Tensor, adv_norm: torch
         if idx.numel() == 0:
             break
         upper, lower = hi[idx], lo[idx]
-        probe = torch.where(torch.isinf(upper), torch.clamp(2 * lower, max=max_eps), (lower + upper) / 2)
+        probe = ball.snap(torch.where(torch.isinf(upper), torch.clamp(2 * lower, max=max_eps), (lower + upper) / 2))
         if search.method == "margin":
             placed = _margin_probe(lower, upper, m0[idx], m_lo[idx], m_hi[idx], adv_norm[idx], resolution, max_eps)
+            placed = ball.snap(placed, up=torch.isinf(upper))
             # Guided only while bisection could still close the bracket with the probes left after this one.
             spare = search.max_probes - round_ - 1 >= _bisection_probes(lower, upper, wider, max_eps)
-            probe = torch.where(torch.isfinite(placed) & spare, placed, probe)
+            probe = torch.where(torch.isfinite(placed) & spare & (placed > lower) & (placed < upper), placed, probe)
         res = b.attack_at(idx, probe)
         verdict = b.judge(res.x_adv, idx)
         won, m = verdict.met, b.margin(verdict, idx)
