@@ -3,8 +3,9 @@
 A randomized model keyed per row (the defense wrappers) gets k passes as k stacked copies of the
 rows in one call: `RowCalls` gives the j-th copy of a row the j-th call index, so the means and the
 vote are those of k calls of their own (up to the rounding of a larger call). A model on torch's generator keeps one call a
-pass: it may draw once a call, which stacked copies would share. The stacking runs on CUDA only
-(`model_draws.STACKED_ON`); the tests here turn it on for the CPU.
+pass: it may draw once a call, which stacked copies would share. On CUDA a call takes as many
+copies as its rows allow (`model_draws.STACKED_ON`), on the CPU as many as `CPU_STACK_ELEMENTS`
+input elements hold; the tests that stack more turn the CUDA rule on for the CPU.
 """
 
 from __future__ import annotations
@@ -128,9 +129,15 @@ def test_a_pass_on_torchs_generator_draws_as_manual_seed_without_formatting_stac
     assert torch.equal(torch.randn(3), got)
 
 
-def test_on_the_cpu_every_pass_is_a_call_of_its_own(tiny_model, rows) -> None:
+@pytest.mark.parametrize(("elements", "calls"), [(None, [N * PASSES, N * 3]), (2 * N * 64, [2 * N] * 3 + [2 * N, N]),
+                                                 (N * 64 - 1, [N] * (PASSES + 3))])
+def test_on_the_cpu_stacked_calls_stay_within_an_input_size(tiny_model, rows, monkeypatch, elements, calls) -> None:
+    """Few rows go stacked on the CPU too (a pass's fixed cost is most of a small call's), but no
+    call takes more than `CPU_STACK_ELEMENTS` input elements (digits: 64 a row), nor fewer than one pass."""
+    if elements is not None:
+        monkeypatch.setattr(model_draws, "CPU_STACK_ELEMENTS", elements)
     x, y, ids = rows
     model = RandomResizePad(Calls(tiny_model), rate=0.75, eot_samples=PASSES, seed=0).eval()
     WhiteBoxOracle(model, N, calls=RowCalls(ids)).loss_grad(x, y, False, torch.arange(N))
     vote(model, x, y, None, 3, calls=RowCalls(ids), rows=torch.arange(N))
-    assert model.model.rows == [N] * (PASSES + 3)
+    assert model.model.rows == calls

@@ -91,17 +91,22 @@ def draw_keys() -> torch.Tensor | None:
 
 
 STACKED_ON = ("cuda",)
-"""Device types on which a model's passes go stacked as copies in one call (`eot_copies`). On CUDA
-one call of k copies fills a device that a shrinking active set leaves idle and launches its
-kernels once. Not on the CPU, where the cost per row rises once a call's activations outgrow the
-caches: a vote of 20 draws of 64 CIFAR-size rows (ResNet-8 of width 8, one thread) took 0.50 s
-stacked against 0.21 s one call a draw, its EOT gradient over 10 passes 0.34 s against 0.32 s."""
+"""Device types on which a model's passes go stacked as copies in one call (`eot_copies`) as many as
+the call's rows allow. On CUDA one call of k copies fills a device that a shrinking active set leaves
+idle and launches its kernels once."""
+
+CPU_STACK_ELEMENTS = 1 << 17
+"""Elsewhere (the CPU), the most input elements one call of stacked copies takes: 42 CIFAR-size
+rows, 2,048 digits. A pass's fixed cost (the wrapper's draws and row keys, the call itself) is most
+of a small call's, so few rows gain most from stacking (20 draws of 4 CIFAR-size rows: 0.37× the
+time of a call a draw, of 4 digits 0.02×); beyond, the cost per row rises once a call's
+activations outgrow the caches (20 draws of 64 CIFAR-size rows, ResNet-8 of width 8, one thread:
+2.2× stacked)."""
 
 
-def eot_copies(model: object, passes: int, rows: int, cap: int, device: torch.device) -> int:
-    """How many of `passes` passes over `rows` rows one call of `model` takes as stacked copies: as
-    many as fit in `cap` rows (at least one) on a device of `STACKED_ON`, where stacking keeps every
-    pass's draws; one elsewhere.
+def eot_copies(model: object, passes: int, x: torch.Tensor, cap: int) -> int:
+    """How many of `passes` passes at `x` one call of `model` takes as stacked copies: as many as fit
+    in `cap` rows (at least one), on a device not in `STACKED_ON` also in `CPU_STACK_ELEMENTS`.
 
     A model drawing per row from its keys (`keyed_draws`, the defense wrappers) draws in one
     call of k copies exactly what k calls draw (`RowCalls.take` gives the j-th copy of a row the
@@ -109,9 +114,11 @@ def eot_copies(model: object, passes: int, rows: int, cap: int, device: torch.de
     generator gets one call a pass, as before: it may draw once for a whole batch (one random
     crop for every row), which stacked copies would share, so the passes would not be independent.
     """
-    if device.type not in STACKED_ON or rows == 0 or (
-            getattr(model, "randomized", False) and not getattr(model, "keyed_draws", False)):
+    rows = x.shape[0]
+    if rows == 0 or (getattr(model, "randomized", False) and not getattr(model, "keyed_draws", False)):
         return 1
+    if x.device.type not in STACKED_ON:
+        cap = min(cap, CPU_STACK_ELEMENTS // max(1, x[0].numel()))
     return max(1, min(passes, cap // rows))
 
 

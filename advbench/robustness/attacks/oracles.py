@@ -258,7 +258,7 @@ class WhiteBoxOracle(Oracle):
         rows, m = self._counted_rows(x, idx), x.shape[0]
         cap = grad_rows(len(self), x.device) if self.call_rows is None else min(self.call_rows, grad_rows(len(self), x.device))
         logits_sum = grad_sum = None
-        for copies in copy_counts(passes, eot_copies(self._white, passes, m, cap, x.device)):
+        for copies in copy_counts(passes, eot_copies(self._white, passes, x, cap)):
             logits, grads = self._passes(x, objectives, rows, copies, screen if passes == 1 else None)
             for lg, gr in zip(logits.split(m), grads.split(m)):  # summed pass by pass, as separate calls would be
                 logits_sum, grad_sum = (lg, gr) if logits_sum is None else (logits_sum + lg, grad_sum + gr)

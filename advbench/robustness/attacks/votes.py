@@ -69,7 +69,7 @@ def _passes(model: nn.Module, x: torch.Tensor, draws: int, calls: RowCalls | Non
     of its own would (the engine's row keys); one call a pass otherwise, and for a direct vote
     without `calls` (a wrapper then keys a row by its values, which copies would share)."""
     n = x.shape[0]
-    copies = eot_copies(model, draws, n, probe_rows(x[0]), x.device) if calls is not None and n else 1
+    copies = eot_copies(model, draws, x, probe_rows(x[0])) if calls is not None and n else 1
     out = []
     for c in copy_counts(draws, copies):
         out.append(logits_of(model, stacked(x, c), None if calls is None else calls.pass_of(model, stacked(rows, c))).view(c, n, -1))
