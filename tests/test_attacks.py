@@ -24,7 +24,7 @@ from advbench.robustness.specs import SearchSettings
 from advbench.robustness.threat import ThreatModel
 
 ATTACKS = group_options("attack")
-BUDGETS = {"linf": 0.1, "l2": 0.8, "l1": 1.5}
+BUDGETS = {"linf": 0.1, "l2": 0.8, "l1": 1.5, "l0": 4.0}
 # Minimum-norm attacks run their whole schedule on every sample whatever eps: fewer samples
 # keep the catalogue fast. C&W's seed schedule is ~1000 Adam steps a sample: slow here, and
 # its contract is also tested fast with a short schedule in test_minimum_norm.py. APGD-T and the
@@ -72,7 +72,7 @@ def batch(digits_tensors):
 
 
 @pytest.mark.parametrize("name", CATALOGUE)
-@pytest.mark.parametrize("norm", ["linf", "l2", "l1"])
+@pytest.mark.parametrize("norm", ["linf", "l2", "l1", "l0"])
 @pytest.mark.parametrize("targeted", [False, True])
 def test_attack_contract(name: str, norm: str, targeted: bool, tiny_model, batch) -> None:
     attack = make_attack(name).for_norm(norm)  # as the engine builds it for the threat
@@ -114,7 +114,8 @@ def test_zero_budget_changes_nothing(name: str, tiny_model, batch) -> None:
         pytest.skip("eps does not bound a minimum-norm attack")
     x, y = batch
     attack = make_attack(name)
-    res = attack(oracle_for(attack, tiny_model, len(y)), x, y, eps=torch.zeros(len(y)), norm="linf")
+    norm = "linf" if "linf" in attack.norms else attack.norms[0]
+    res = attack(oracle_for(attack, tiny_model, len(y)), x, y, eps=torch.zeros(len(y)), norm=norm)
     assert torch.equal(res.x_adv, x)
     assert torch.equal(res.success, tiny_model(x).argmax(1) != y)
 

@@ -1,12 +1,13 @@
-"""Fast Minimum-Norm attack (FMN; Pintor et al. 2021): a minimum-norm ℓ∞, ℓ2 and ℓ1 gradient attack.
+"""Fast Minimum-Norm attack (FMN; Pintor et al. 2021): a minimum-norm ℓ∞, ℓ2, ℓ1 and ℓ0 gradient attack.
 
 FMN, like DDN (`ddn`), steers a radius ε instead of searching over budgets: each iteration
 takes one normalised step down the logit margin and projects it onto the ℓp ball of radius
 ε around the input, intersected with the box (`Norm.project`). While an iterate is adversarial ε shrinks by (1 − γ), never above the
 smallest adversarial norm found; while it is not, ε grows by (1 + γ), and before a first
 adversarial iterate to at least the linearised boundary's distance, ‖δ‖ + |margin|/‖∇‖_dual
-(`Norm.dual`), so the first projections already aim at the boundary. It returns per sample
-the smallest adversarial iterate it judged, the input itself where it judged none.
+(`Norm.dual`), so the first projections already aim at the boundary. Under ℓ0 the radius counts
+pixels and moves by whole steps (`next_count`). It returns per sample the smallest adversarial
+iterate it judged, the input itself where it judged none.
 """
 
 from __future__ import annotations
@@ -43,8 +44,18 @@ def next_radius(radius: torch.Tensor, hit: torch.Tensor, smallest: torch.Tensor,
                        torch.where(found, grown, torch.maximum(reach, grown)))
 
 
+def next_count(radius: torch.Tensor, hit: torch.Tensor, smallest: torch.Tensor, gamma: float) -> torch.Tensor:
+    """FMN's radius in a `whole` norm (ℓ0's pixels), Foolbox 3.3.4's `L0FMNAttack` rule: while
+    adversarial the smaller of ⌊ε(1 − γ)⌋ and ε − 1, never above the smallest adversarial count;
+    while not, the larger of ⌊ε(1 + γ)⌋ and ε + 1; at least 1. No linearised boundary lies a number
+    of pixels away (ℓ0 has no dual norm), so the radius grows from 0 a pixel a step at first."""
+    shrunk = torch.minimum(torch.minimum(radius - 1, torch.floor(radius * (1 - gamma))), smallest)
+    grown = torch.maximum(radius + 1, torch.floor(radius * (1 + gamma)))
+    return torch.where(hit, shrunk, grown).clamp_min(1)
+
+
 class FMN(Attack):
-    """FMN ℓ∞ / ℓ2 / ℓ1 (Pintor et al. 2021), with Foolbox 3.3.4's schedules and defaults.
+    """FMN ℓ∞ / ℓ2 / ℓ1 / ℓ0 (Pintor et al. 2021), with Foolbox 3.3.4's schedules and defaults.
 
     From δ = 0 and ε = 0, iteration i (of `steps`) takes the margin m of the goal
     (`goal_margin`: logit of the label minus the best other; targeted: best other minus the
@@ -58,7 +69,10 @@ class FMN(Attack):
     so its ε never binds. Under ℓ∞ and ℓ2 it is the ball's projection clipped to the box, as
     in the paper; under ℓ1 the exact projection onto ball ∩ box, where the paper and Foolbox
     project onto the ball and clip after it, which leaves budget on saturated pixels (a
-    digit's background) unspent. The step is ℓ2-normalised under ℓ∞ and ℓ1 too, as in the
+    digit's background) unspent. Under ℓ0 the radius is a whole number of pixels (`next_count`)
+    and the projection keeps the k pixels whose clipped change saves the most (`L0.project`);
+    Foolbox's `L0FMNAttack` keeps the k + 1 largest |δ_i| (it thresholds at the sorted index k)
+    and clips after it. The step is ℓ2-normalised under ℓ∞ and ℓ1 too, as in the
     paper's Algorithm 1 and all three peers: a steepest-ascent step would jump to the corners
     (one coordinate, under ℓ1) of the ball and overshoot.
 
@@ -71,7 +85,7 @@ class FMN(Attack):
 
     kind = "minimizing"
     knowledge = ("white", "transfer")
-    norms = ("linf", "l2", "l1")
+    norms = ("linf", "l2", "l1", "l0")
 
     hyperparameters = {"steps": hyper.Whole(1), "max_stepsize": hyper.Real(0, open_low=True),
                        "min_stepsize": hyper.Real(0, open_low=True, optional=True),
@@ -105,10 +119,12 @@ class FMN(Attack):
             hit = oracle.verdict(xa, ya, goal, active, logits)
             best.offer(active, xa, hit, i)
             xo = x[active]
-            dual = ball.dual.size(grad).clamp_min(1e-12)
-            reach = ball.distance(xa, xo) + goal_margin(logits, ya, goal).abs() / dual
             gamma = cosine_anneal(i, self.steps, self.gamma, FINAL_GAMMA)
-            radius[active] = next_radius(radius[active], hit, best.best[active], reach, gamma).minimum(worst[active])
+            if ball.whole:
+                radius[active] = next_count(radius[active], hit, best.best[active], gamma).minimum(worst[active])
+            else:
+                reach = ball.distance(xa, xo) + goal_margin(logits, ya, goal).abs() / ball.dual.size(grad).clamp_min(1e-12)
+                radius[active] = next_radius(radius[active], hit, best.best[active], reach, gamma).minimum(worst[active])
             alpha = cosine_anneal(i, self.steps, self.max_stepsize, last)
             stepped = xa - alpha * unit_l2(grad, i, sample_id[active])
             x_adv[active] = ball.project(stepped, xo, radius[active], oracle.bounds)
