@@ -6,8 +6,15 @@ folder (the smoke writes its records under the working folder). The smoke's atta
 from its records (`seconds` is a cell's time per sample). Prints each command's median and the
 smoke's ratio to the target, 1.5 x (import torch + attack time): of the medians, and the median
 of each round's own ratio (steadier on a loaded machine). `--imports` times only `import torch`
-against `import advbench; advbench.evaluate` (the API's look-up) and against what the API's first
-call imports on top of torch (`advbench.api.calls`), alternating, and prints their ratios the same two ways.
+against `import advbench; advbench.evaluate` (the API's look-up), against what the API's first
+call imports on top of torch (`advbench.api.calls`) and against that call's floor, the libraries
+every call uses (pandas for the records it returns, OmegaConf for its config), alternating, and
+prints their ratios the same two ways.
+
+Every command runs once untimed first, and the interpreters keep their compiled bytecode in a
+folder of the script's own (removed at the end), as an installed package has it from its install;
+where `PYTHONDONTWRITEBYTECODE` is set, advbench's modules changed since their last `.pyc` would
+otherwise be compiled again in every round, while torch's bytecode is read from its install.
 
     python scripts/bench_startup.py --rounds 5
     python scripts/bench_startup.py --imports --rounds 9
@@ -32,12 +39,17 @@ COMMANDS = {
     "import torch": [sys.executable, "-c", "import torch"],
     "advbench.evaluate": [sys.executable, "-c", "import advbench; advbench.evaluate"],
     "torch + the API's first call": [sys.executable, "-c", "import torch, advbench.api.calls"],
+    "torch + pandas": [sys.executable, "-c", "import torch, pandas"],
+    "torch + pandas + omegaconf": [sys.executable, "-c", "import torch, pandas, omegaconf"],
     "advbench --help": [*ADVBENCH, "--help"],
     "advbench list": [*ADVBENCH, "list"],
     "advbench run experiment=smoke": [*ADVBENCH, "run", "experiment=smoke"],
 }
 TARGET = 1.5
-IMPORTS = ("import torch", "advbench.evaluate", "torch + the API's first call")
+IMPORTS = ("import torch", "advbench.evaluate", "torch + the API's first call", "torch + pandas",
+           "torch + pandas + omegaconf")
+RUN = ("import torch", "advbench.evaluate", "torch + the API's first call", "advbench --help", "advbench list",
+       "advbench run experiment=smoke")
 
 
 def timed(command: list[str]) -> tuple[float, Path]:
@@ -46,6 +58,14 @@ def timed(command: list[str]) -> tuple[float, Path]:
     start = time.perf_counter()
     subprocess.run(command, cwd=folder, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return time.perf_counter() - start, folder
+
+
+def keep_bytecode() -> Path:
+    """A fresh folder for the timed interpreters' bytecode (`PYTHONPYCACHEPREFIX`), bytecode writing on."""
+    folder = Path(tempfile.mkdtemp(prefix="bench_startup_pyc_"))
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    os.environ["PYTHONPYCACHEPREFIX"] = str(folder)
+    return folder
 
 
 def attack_seconds(folder: Path) -> float:
@@ -60,7 +80,10 @@ def main() -> None:
     parser.add_argument("--imports", action="store_true", help="only import torch against advbench.evaluate's access")
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    names = IMPORTS if args.imports else tuple(COMMANDS)
+    names = IMPORTS if args.imports else RUN
+    bytecode = keep_bytecode()
+    for name in names:  # the untimed round: compiles the bytecode every timed round then reads
+        shutil.rmtree(timed(COMMANDS[name])[1])
     times: dict[str, list[float]] = {name: [] for name in names}
     attack: list[float] = []
     for _ in range(args.rounds):
@@ -71,10 +94,11 @@ def main() -> None:
             if name.startswith("advbench run"):
                 attack.append(attack_seconds(folder))
             shutil.rmtree(folder)
+    shutil.rmtree(bytecode)
     median = {name: statistics.median(values) for name, values in times.items()}
     for name, values in times.items():
         print(f"{name:32s} median {median[name]:5.2f} s   (min {min(values):.2f}, max {max(values):.2f}, n={len(values)})")
-    for name in IMPORTS[1:]:
+    for name in (n for n in names[1:] if n in IMPORTS):
         ratios = (a / t for a, t in zip(times[name], times["import torch"]))
         print(f"{name} / import torch = {median[name] / median['import torch']:.2f} (medians); "
               f"median of the rounds' ratios {statistics.median(ratios):.2f}")
