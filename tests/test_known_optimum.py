@@ -17,6 +17,12 @@ optimum beyond float rounding (that would be a bug in the attack or the norm); e
 within its tolerance above the smallest step into the class it reached, and its median within it
 above the optimum. The measured ratios and gradients a sample (printed with `-s`) are quoted in
 docs/attacks.md.
+
+Under ℓ0 (changed pixels) the optimum has a closed form with the box too: each pixel can add at most
+Σ_c |a_j,c|·room_c to a_j·δ, independently of the others, so the fewest pixels into class j are the
+largest of these taken until they reach f_j. FMN-ℓ0 and PGD-ℓ0 (through its whole-pixel minimum-ε
+search) run on colour inputs whose optimum is 3–6 pixels and must land never below it and within a
+pixel above.
 """
 
 from __future__ import annotations
@@ -32,6 +38,9 @@ from torch import nn
 from advbench.core.catalog import group_options, option_file
 from advbench.core.norms import norm as norm_of
 from advbench.robustness.attacks.oracles import WhiteBoxOracle
+from advbench.robustness.evaluation.measure import evaluate_batch
+from advbench.robustness.specs import SearchSettings
+from advbench.robustness.threat import ThreatModel
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -128,12 +137,13 @@ def problem() -> tuple[Linear, torch.Tensor, torch.Tensor, dict[str, torch.Tenso
 
 
 def minimizing_white_box() -> list[tuple[str, str]]:
-    """(attack, norm) for every minimum-norm white-box attack of the catalogue and each norm it declares."""
+    """(attack, norm) for every minimum-norm white-box attack of the catalogue and each ℓp norm it declares
+    (ℓ0, counted in whole pixels, has its own problem and test below)."""
     cases = []
     for name in group_options("attack"):
         attack = catalogue(name)
         if attack.kind == "minimizing" and "white" in attack.knowledge:
-            cases += [(name, norm) for norm in attack.norms]
+            cases += [(name, norm) for norm in attack.norms if not norm_of(norm).whole]
     return cases
 
 
@@ -196,3 +206,92 @@ def test_attack_lands_just_above_the_optimum(name: str, norm: str, problem) -> N
     assert (ratio >= 1 - BELOW).all(), f"below the optimum: {seen}"
     assert (to_reached <= 1 + above).all(), seen
     assert ratio.median() <= 1 + above, seen
+
+
+L0_SHAPE = (3, 6, 6)
+"""ℓ0's problem has colour pixels: a pixel (every channel at one place) is what is counted."""
+
+
+def l0_box_costs(model: Linear, x: torch.Tensor) -> torch.Tensor:
+    """(N, K): the fewest pixels whose change within [0, 1] reaches each class's half-space (inf for the
+    label and where the box cannot). The pixels are independent: pixel i can add at most
+    Σ_c |a_c|·room_c (each channel to the face a_c points to) to a·δ, so the fewest are the largest
+    of these, taken in order until they reach f."""
+    y, f, a = half_spaces(model, x)
+    xf = x.flatten(1)[:, None, :]
+    gain = torch.where(a > 0, a * (1 - xf), -a * xf).reshape(*a.shape[:2], x.shape[1], -1).sum(dim=2)
+    reach = gain.sort(dim=2, descending=True).values.cumsum(dim=2) >= f[..., None]
+    cost = torch.where(reach.any(dim=2), (~reach).sum(dim=2).to(x.dtype) + 1, math.inf)
+    return cost.scatter(1, y[:, None], math.inf)
+
+
+@pytest.fixture(scope="module")
+def sparse_problem() -> tuple[Linear, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A 10-class linear model on 3×6×6 inputs, 16 samples each pushed towards a class (0.5 ± 0.45·u along
+    the sign of its weights) whose ℓ0 optimum is 3 to 6 pixels, and each class's fewest pixels (N, K)."""
+    g = torch.Generator().manual_seed(1)
+    d = math.prod(L0_SHAPE)
+    w = torch.randn(K, d, generator=g, dtype=torch.float64)
+    wide = Linear(w, -w.sum(dim=1) / 2)
+    towards = torch.randint(0, K, (512,), generator=g)
+    x = (0.5 + 0.45 * torch.sign(w[towards]) * torch.rand(512, d, generator=g, dtype=torch.float64)).reshape(-1, *L0_SHAPE)
+    costs = l0_box_costs(wide, x)
+    keep = (costs.amin(dim=1) >= 3).nonzero().squeeze(1)[:N]
+    assert len(keep) == N
+    model = Linear(w.float(), wide.b.float())
+    y = model(x[keep].float()).argmax(dim=1)
+    assert torch.equal(y, wide(x[keep]).argmax(dim=1))
+    return model, x[keep].float(), y, costs[keep].float()
+
+
+def test_the_l0_optimum_is_the_fewest_pixels(sparse_problem) -> None:
+    """Moving the optimum's pixels of the nearest class to their faces misclassifies; one pixel fewer
+    cannot reach that class, as no set of fewer pixels can (the largest gains are taken)."""
+    model, x, y, costs = sparse_problem
+    _, f, a = half_spaces(model, x)
+    j = costs.argmin(dim=1)
+    a_j = a[torch.arange(N), j].reshape(N, *L0_SHAPE)
+    face = torch.where(a_j > 0, torch.ones_like(x), torch.zeros_like(x))
+    gain = (a_j * (face - x)).sum(dim=1).flatten(1)
+    order = gain.argsort(dim=1, descending=True)
+    rank = torch.empty_like(order).scatter_(1, order, torch.arange(gain.shape[1]).expand_as(order))
+    k = costs.amin(dim=1).long()
+    for fewer, flips in ((0, True), (1, False)):
+        chosen = rank < (k - fewer)[:, None]
+        moved = torch.where(chosen.reshape(N, 1, *L0_SHAPE[1:]), face, x)
+        assert bool(((model(moved).argmax(dim=1) != y) == flips).all())
+    assert bool((costs.amin(dim=1) >= 3).all() and (costs.amin(dim=1) <= 6).all())
+
+
+L0_ABOVE = {"fmn": 1, "pgd_l0": 1}
+"""How many pixels above the fewest into the class reached (FMN) or the optimum (PGD-ℓ0's search
+ends at a whole-pixel bracket) each ℓ0 attack may land."""
+
+
+@pytest.mark.parametrize("name", ["fmn", "pgd_l0"])
+def test_l0_attacks_land_just_above_the_fewest_pixels(name: str, sparse_problem) -> None:
+    """Never below the optimum; FMN within a pixel of the fewest into the class it reached, PGD-ℓ0's
+    minimum-ε search (whole pixels, resolution 1) within a pixel of the optimum itself."""
+    model, x, y, costs = sparse_problem
+    best = costs.amin(dim=1)
+    attack = catalogue(name)
+    if attack.kind == "minimizing":
+        oracle = WhiteBoxOracle(model, N)
+        res = attack(oracle, x, y, eps=torch.full((N,), 4.0), norm="l0", target=None)
+        assert res.success.all()
+        found = norm_of("l0").distance(res.x_adv, x)
+        reached = model(res.x_adv).argmax(dim=1)
+        bar = costs.gather(1, reached[:, None]).squeeze(1)
+        grads = f"{oracle.grad_evals.float().mean():.0f} gradients a sample"
+    else:
+        out = evaluate_batch(attack, model, x, y, None, ThreatModel(norm="l0", goal="untargeted", eps=4.0),
+                             SearchSettings(resolution=0.25, max_probes=12))
+        found, bar = out["min_eps"].float(), best
+        grads = f"{(out['grad_evals'] + out['search_grad_evals']).float().mean():.0f} gradients a sample"
+        assert torch.equal(out["min_eps_lo"], out["min_eps"].double() - 1), "brackets close at one pixel"
+    excess = found - best
+    seen = (f"{name} l0: pixels above the optimum {excess.tolist()} (optimum {best.tolist()}), above the "
+            f"reached class's {(found - bar).tolist()}; {grads}")
+    print(seen)
+    assert torch.equal(found, found.round()) and (excess >= 0).all(), f"below the optimum: {seen}"
+    assert (found - bar <= L0_ABOVE[name]).all(), seen
