@@ -218,6 +218,9 @@ def test_rand_records_its_twenty_passes_and_which_judge_made_the_number(tiny_mod
         assert (params["judge"], params["eot_passes"]) == (judge, 20)
         entry, = card(audit(frame), [])["models"][0]["threats"][0]["attacks"]
         assert (entry["judge"], entry["judge_draws"]) == (judge, {"vote": 20, "original": 1}[judge])
+        robust = frame["clean_correct"].astype(bool) & ~frame["success_at_budget"].astype(bool)
+        assert (robust == (frame["adv_pred"] == frame["label"])).all(), "the summary's accuracy reads the same verdicts"
+        assert (robust == (frame["adv_fraction"] < 0.5)).all()
     assert set(frames["vote"]["judge_draws"]) == {20}
     default = instantiate(compose_config("config", ["attack=autoattack", "attack.version=rand"]).attack.params)
     assert default.params()["judge"] == "vote" and not default.judges_itself

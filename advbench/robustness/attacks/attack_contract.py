@@ -25,13 +25,15 @@ class AttackResult:
     `success` refers to the returned `x_adv`. `first_success` is the iteration after which the
     sample first met the goal within the budget `eps` (0: already adversarial before any step,
     -1: never). `info` holds extra per-sample record columns (name -> tensor (n,)). Cost is not
-    here: the oracle counts it.
+    here: the oracle counts it. `pred`: for an attack that judges itself (`judges_itself`), the label
+    of the pass that called each successful sample adversarial (-1 elsewhere); None otherwise.
     """
 
     x_adv: torch.Tensor
     success: torch.Tensor
     first_success: torch.Tensor
     info: dict[str, torch.Tensor] = field(default_factory=dict)
+    pred: torch.Tensor | None = None
 
 
 GRADIENT_KNOWLEDGE = ("white", "transfer")

@@ -148,11 +148,13 @@ class AutoAttack(Ensemble):
         return _FirstPass(view) if self.judges_itself else view
 
     def _member_won(self, view: Oracle, res: AttackResult, y: torch.Tensor,
-                    target: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Under judge=original: the iterate a single pass last called adversarial, confirmed by one more pass."""
+                    target: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Under judge=original: the iterate a single pass last called adversarial, confirmed by one more
+        pass, whose label is the sample's verdict (the original's `y_adv`)."""
         if not isinstance(view, _FirstPass):
             return super()._member_won(view, res, y, target)
-        return view.confirmed(y, target), torch.where(view.hit.view(-1, *[1] * (res.x_adv.dim() - 1)), view.kept, res.x_adv)
+        won = view.confirmed(y, target)
+        return won, torch.where(view.hit.view(-1, *[1] * (res.x_adv.dim() - 1)), view.kept, res.x_adv), view.label
 
     def _member_cost(self, attack: Attack, knowledge: str, goal: str, num_classes: int) -> Cost:
         """A member's cost with the version's EOT passes per white-box gradient, each one evaluation;
@@ -178,6 +180,7 @@ class _FirstPass:
         self._view = view
         self.kept: torch.Tensor | None = None
         self.hit = torch.zeros(len(view), dtype=torch.bool, device=view.grad_evals.device)
+        self.label = torch.full((len(view),), -1, dtype=torch.long, device=view.grad_evals.device)
 
     def __len__(self) -> int:
         return len(self._view)
@@ -187,12 +190,15 @@ class _FirstPass:
 
     def verdict(self, x: torch.Tensor, y: torch.Tensor, target: torch.Tensor | None, idx: torch.Tensor,
                 logits: torch.Tensor | None = None, undated: torch.Tensor | None = None) -> torch.Tensor:
-        """One fresh pass at every row of `x`; the rows it calls adversarial keep `x` as their iterate."""
-        met = goal_met(self._view.logits(x, idx).argmax(dim=1), y, target)
+        """One fresh pass at every row of `x`; the rows it calls adversarial keep `x` as their iterate
+        and its label (`label`: the last such pass's, the confirming one's after `confirmed`)."""
+        labels = self._view.logits(x, idx).argmax(dim=1)
+        met = goal_met(labels, y, target)
         if self.kept is None:
             self.kept = torch.zeros((len(self), *x.shape[1:]), dtype=x.dtype, device=x.device)
         self.kept[idx[met]] = x[met]
         self.hit[idx[met]] = True
+        self.label[idx[met]] = labels[met].to(self.label.device)
         return met
 
     def confirmed(self, y: torch.Tensor, target: torch.Tensor | None) -> torch.Tensor:

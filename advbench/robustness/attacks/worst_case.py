@@ -157,6 +157,7 @@ class Ensemble(Attack):
         x_adv = x.clone()
         first = torch.full((n,), -1, dtype=torch.long, device=x.device)
         broken_by = torch.full((n,), -1, dtype=torch.long, device=x.device)
+        pred, judged = torch.full((n,), -1, dtype=torch.long, device=x.device), False
         active = torch.arange(n, device=x.device)
         offset = 0
         for i, attack in enumerate(self._attacks):
@@ -164,21 +165,25 @@ class Ensemble(Attack):
                 break
             view, t = self._member_oracle(attack, oracle.subset(active)), None if target is None else target[active]
             res = attack(view, x[active], y[active], eps=eps[active], norm=norm, target=t, sample_id=sample_id[active])
-            won, example = self._member_won(view, res, y[active], t)
+            won, example, label = self._member_won(view, res, y[active], t)
             keep = won if attack.kind == "minimizing" else torch.ones_like(won)
             x_adv[active[keep]] = example[keep]
+            if label is not None:
+                pred[active[won]], judged = label[won], True
             first[active[won]] = offset + res.first_success[won]
             broken_by[active[won]] = i
             active = active[~won]
             offset += attack.strength_budget
-        return AttackResult(x_adv=x_adv, success=first >= 0, first_success=first, info={"broken_by": broken_by})
+        return AttackResult(x_adv=x_adv, success=first >= 0, first_success=first, info={"broken_by": broken_by},
+                            pred=pred if judged else None)
 
     def _member_won(self, view: Oracle, res: AttackResult, y: torch.Tensor,
-                    target: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Which samples member's result `res` broke, and its examples. first_success >= 0:
+                    target: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Which samples member's result `res` broke, its examples, and the labels that judged them
+        where the ensemble judges itself (None: the engine judges). first_success >= 0:
         adversarial within eps, for minimum-norm members too (their first_success dates the first
         example inside eps; x_adv is then inside as well)."""
-        return res.success & (res.first_success >= 0), res.x_adv
+        return res.success & (res.first_success >= 0), res.x_adv, None
 
     def _member_oracle(self, attack: Attack, view: Oracle) -> Oracle:
         """The oracle a member sees: `view`, or its score view where the member needs score access."""

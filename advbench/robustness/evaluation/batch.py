@@ -118,14 +118,15 @@ _Part = TypeVar("_Part", AttackResult, Vote)
 
 
 def concat(parts: list[_Part]) -> _Part:
-    """Per-row results of consecutive calls as one: tensor fields (and dicts of them) concatenated."""
+    """Per-row results of consecutive calls as one: tensor fields (and dicts of them) concatenated; a
+    field every call leaves None (AttackResult.pred of an attack the engine judges) stays None."""
     if len(parts) == 1:
         return parts[0]
     joined = {}
     for f in dataclasses.fields(parts[0]):
         values = [getattr(p, f.name) for p in parts]
         joined[f.name] = ({k: torch.cat([v[k] for v in values]) for k in values[0]} if isinstance(values[0], dict)
-                          else torch.cat(values))
+                          else None if values[0] is None else torch.cat(values))
     return type(parts[0])(**joined)
 
 

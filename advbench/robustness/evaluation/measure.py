@@ -85,7 +85,8 @@ def _measure_budgeted(b: Batch, search: SearchSettings) -> dict[str, torch.Tenso
         b.oracle.remember_clean(b.x)
     res = b.attack_at(everyone, budget)
     verdict = b.judge(res.x_adv, everyone)
-    won, margin = res.success if getattr(b.attack, "judges_itself", False) else verdict.met, b.margin(verdict, everyone)
+    own = res.pred is not None  # the attack judged itself (AutoAttack's judge=original): its verdicts stand
+    won, margin = res.success if own else verdict.met, b.margin(verdict, everyone)
     clean_adv = b.clean.met
     zero, inf, nan = (torch.full_like(budget, v) for v in (0.0, math.inf, math.nan))
     hi = torch.where(clean_adv, zero, torch.where(won, budget, inf))
@@ -96,6 +97,8 @@ def _measure_budgeted(b: Batch, search: SearchSettings) -> dict[str, torch.Tenso
     x_at = torch.where(per_sample(fallback, b.x), b.x, res.x_adv)
     pred_at = torch.where(fallback, b.clean.pred, verdict.pred)
     fraction = torch.where(fallback, b.clean.fraction, verdict.fraction)
+    if own:  # the pass that judged each sample: the attack's where it won, else the clean one (the original's y_adv)
+        pred_at, fraction = torch.where(won, res.pred, b.clean.pred), torch.where(won, 1.0, b.clean.fraction)
     first = torch.where(fallback, torch.zeros_like(res.first_success), res.first_success)
     budget_cost = (b.oracle.grad_evals.clone(), b.oracle.queries.clone())
     if search.enabled:

@@ -58,7 +58,7 @@ def min_eps_search(b: Batch, hi: torch.Tensor, lo: torch.Tensor, adv_norm: torch
             probe = torch.where(torch.isfinite(placed) & spare & (placed > lower) & (placed < upper), placed, probe)
         res = b.attack_at(idx, probe)
         verdict = b.judge(res.x_adv, idx)
-        won, m = verdict.met, b.margin(verdict, idx)
+        won, m = res.success if res.pred is not None else verdict.met, b.margin(verdict, idx)  # pred: judged itself
         hi[idx] = torch.where(won, probe, upper)
         lo[idx] = torch.where(won, lower, probe)
         m_hi[idx] = torch.where(won, m, m_hi[idx])
