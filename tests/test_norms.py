@@ -242,6 +242,60 @@ def test_whole_norms_search_whole_budgets() -> None:
     assert norm("l2").search_resolution(0.1) == 0.1 and torch.equal(norm("l2").snap(probes, up=True), probes)
 
 
+def test_patch_side_is_the_smallest_square_holding_every_changed_pixel() -> None:
+    v = torch.zeros(4, 3, 8, 8)
+    v[0, 1, 2, 3] = 0.5                  # one pixel, one channel: side 1
+    v[1, 0, 2, 3], v[1, 2, 5, 4] = 1.0, -0.25   # rows 2..5, columns 3..4: side 4 (the taller extent)
+    v[2, :, 0, 0], v[2, 0, 1, 7] = 0.1, 0.1      # rows 0..1, columns 0..7: side 8 (the wider extent)
+    got = norm("patch").size(v)
+    assert got.tolist() == [1.0, 4.0, 8.0, 0.0] and torch.equal(got, got.round())
+    # a random change inside a known square of side s has side s where its corners change
+    x = torch.rand(5, 3, 12, 12)
+    for s in range(1, 6):
+        y = x.clone()
+        y[:, :, 3:3 + s, 6:6 + s] = torch.rand(5, 3, s, s)
+        y[:, 0, 3, 6], y[:, 0, 2 + s, 5 + s] = 2.0, 2.0
+        assert norm("patch").distance(y, x).tolist() == [float(s)] * 5
+
+
+def _nearest_in_one_square(y: torch.Tensor, x: torch.Tensor, side: int) -> torch.Tensor:
+    """The projection by brute force: every placement of the square, y clipped inside, x outside."""
+    best, h, w = None, x.shape[-2], x.shape[-1]
+    for r in range(max(h - side, 0) + 1):
+        for c in range(max(w - side, 0) + 1):
+            z = x.clone()
+            z[..., r:r + side, c:c + side] = y[..., r:r + side, c:c + side].clamp(0, 1)
+            if best is None or (z - y).square().sum() < (best - y).square().sum():
+                best = z
+    return best
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_patch_projection_is_the_nearest_point_changed_in_one_square_within_the_box(seed: int) -> None:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(4, 2, 7, 6, generator=g, dtype=torch.float64)
+    y = x + 0.8 * torch.randn(4, 2, 7, 6, generator=g, dtype=torch.float64)
+    eps = torch.tensor([0.5, 2.0, 3.0, 4.9999999], dtype=torch.float64)
+    got = norm("patch").project(y, x, eps, BOUNDS)
+    for i, side in enumerate((0, 2, 3, 5)):
+        want = _nearest_in_one_square(y[i], x[i], side)
+        assert float((got[i] - y[i]).square().sum()) <= float((want - y[i]).square().sum()) + 1e-12
+        assert float(norm("patch").size((got[i] - x[i])[None])) <= side
+    assert got.min() >= 0 and got.max() <= 1
+
+
+def test_patch_refuses_what_it_has_no_meaning_for_in_one_line() -> None:
+    ball, g = norm("patch"), torch.ones(1, 1, 4, 4)
+    for ask in (lambda: ball.dual, lambda: ball.p, lambda: ball.direction(g), lambda: ball.normalized_scale(16),
+                lambda: ball.sparse_direction(g, torch.ones(1)),
+                lambda: ThreatModel(norm="patch", goal="untargeted", eps=2.5, knowledge="score")):
+        with pytest.raises(AdvbenchError) as err:
+            ask()
+        assert "\n" not in str(err.value) and "patch" in str(err.value)
+    assert ball.whole and ball.search_resolution(0.2) == 1.0
+    assert ThreatModel(norm="patch", goal="untargeted", eps=5.0, knowledge="score").ball is ball
+
+
 def test_unknown_norm_is_refused_in_one_line() -> None:
     for build in (lambda: norm("l3"), lambda: ThreatModel(norm="l3", goal="untargeted", eps=1.0),
                   lambda: project(torch.zeros(1, 2), torch.zeros(1, 2), torch.ones(1), "lp")):

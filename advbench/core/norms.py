@@ -320,3 +320,76 @@ def label(name: str) -> str:
 def names() -> tuple[str, ...]:
     """Every registered norm's name."""
     return tuple(NORMS)
+
+
+@NORMS.register("patch")
+class Patch(Norm):
+    """A square patch anywhere in the image, its pixels free in the box (Sparse-RS's patches, Croce et al.
+    2022, arXiv 2006.12834). A perturbation's size is the side of the smallest square holding every
+    pixel it changes (a pixel: every channel at one place; the last two dimensions are the image's
+    rows and columns), a whole number; a budget ε allows a side of ⌊ε⌋. There is no exponent, no dual
+    norm and no steepest-ascent step of such a set: they are refused rather than computed."""
+
+    name, label, dual_name = "patch", "patch side", "patch"
+    whole = True
+
+    @property
+    def p(self) -> float:  # type: ignore[override]
+        raise AdvbenchError("a patch is not an ℓp ball: it has no exponent")
+
+    @property
+    def dual(self) -> Norm:
+        raise AdvbenchError("a patch is not an ℓp ball: it has no dual norm")
+
+    def direction(self, g: torch.Tensor) -> torch.Tensor:
+        raise AdvbenchError("a patch has no steepest-ascent step: its pixels are free within one square")
+
+    def check_budget(self, eps: float) -> None:
+        if eps != math.floor(eps):
+            raise AdvbenchError(f"a patch budget is a whole side in pixels, got {eps:g}")
+
+    def size(self, v: torch.Tensor) -> torch.Tensor:
+        changed = _plane(v != 0).any(dim=1)
+
+        def extent(hit: torch.Tensor) -> torch.Tensor:
+            at = torch.arange(hit.shape[1], device=v.device)
+            first = torch.where(hit, at, hit.shape[1]).amin(dim=1)
+            return (torch.where(hit, at, -1).amax(dim=1) - first + 1).clamp_min(0)
+
+        return torch.maximum(extent(changed.any(dim=2)), extent(changed.any(dim=1))).to(v.dtype)
+
+    def project_ball(self, x_adv: torch.Tensor, x: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
+        return self.project(x_adv, x, eps, (-math.inf, math.inf))
+
+    def project(self, x_adv: torch.Tensor, x: torch.Tensor, eps: torch.Tensor,
+                bounds: tuple[float, float]) -> torch.Tensor:
+        """The nearest point (Euclidean) whose change fits one ⌊ε⌋-sided square, within the box: inside a
+        square the nearest values are x_adv clipped, outside x itself, so the square is the one whose
+        clipping keeps the most of ‖x_adv − x‖₂² (every placement's share by one integral image)."""
+        kept = _clip(x_adv, bounds)
+        gain = ((x_adv - x).square() - (x_adv - kept).square())
+        gain = _plane(gain).sum(dim=1)
+        n, h, w = gain.shape
+        side = whole_pixels(eps).clamp(max=max(h, w)).to(x.device)
+        total = torch.nn.functional.pad(gain.double().cumsum(1).cumsum(2), (1, 0, 1, 0))
+        top, left = torch.arange(h, device=x.device), torch.arange(w, device=x.device)
+        bottom = (top[None] + side[:, None]).clamp(max=h)[:, :, None]                     # (N, H, 1)
+        right = (left[None] + side[:, None]).clamp(max=w)[:, None, :]                     # (N, 1, W)
+        rows, cols = top[None, :, None], left[None, None, :]
+        at = lambda r, c: total[torch.arange(n, device=x.device)[:, None, None], r, c]   # noqa: E731
+        share = at(bottom, right) - at(rows, right) - at(bottom, cols) + at(rows, cols)
+        fits = (rows <= (h - side).clamp_min(0)[:, None, None]) & (cols <= (w - side).clamp_min(0)[:, None, None])
+        best = torch.where(fits, share, -math.inf).flatten(1).argmax(dim=1)
+        r0, c0 = (best // w)[:, None, None], (best % w)[:, None, None]
+        square = (rows >= r0) & (rows < r0 + side[:, None, None]) & (cols >= c0) & (cols < c0 + side[:, None, None])
+        return torch.where(square.reshape(n, *([1] * (x.dim() - 3)), h, w) if x.dim() > 2 else square.flatten(1),
+                           kept, x)
+
+
+def _plane(v: torch.Tensor) -> torch.Tensor:
+    """(N, C, H, W): a batch's last two dimensions as the image plane, those between as its channels; a
+    batch of vectors (N, d) is one row of d pixels."""
+    return v.reshape(v.shape[0], -1, *(v.shape[-2:] if v.dim() > 2 else (1, v.shape[-1])))
+
+
+PATCH = NORMS["patch"]

@@ -8,11 +8,11 @@ from dataclasses import dataclass
 import torch
 
 from advbench.core.errors import AdvbenchError
-from advbench.core.norms import L0_NORM, L1_NORM, L2_NORM, LINF, Norm
+from advbench.core.norms import L0_NORM, L1_NORM, L2_NORM, LINF, PATCH, Norm
 from advbench.core.norms import norm as norm_of
 from advbench.robustness.naming import GOALS
 
-NORMS = (LINF.name, L2_NORM.name, L1_NORM.name, L0_NORM.name)
+NORMS = (LINF.name, L2_NORM.name, L1_NORM.name, L0_NORM.name, PATCH.name)
 """The norms threats are measured in today (their YAMLs exist); `core.norms` holds every norm."""
 KNOWLEDGE = ("white", "transfer", "score", "decision")
 CORRUPTION = "corruption"
