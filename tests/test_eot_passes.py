@@ -141,3 +141,19 @@ def test_on_the_cpu_stacked_calls_stay_within_an_input_size(tiny_model, rows, mo
     WhiteBoxOracle(model, N, calls=RowCalls(ids)).loss_grad(x, y, False, torch.arange(N))
     vote(model, x, y, None, 3, calls=RowCalls(ids), rows=torch.arange(N))
     assert model.model.rows == calls
+
+
+@pytest.mark.parametrize("keyed", [True, False])
+def test_the_keys_of_several_calls_taken_at_once_are_those_of_the_calls_in_turn(keyed) -> None:
+    """Rows repeated within a call too (a decision attack's probes): each copy a call index of its own."""
+    model = RandomResizePad(nn.Identity()) if keyed else BatchNoise(nn.Identity())
+    rows, copies = torch.tensor([3, 0, 3, 5]), [2, 1, 3]
+    one_by_one, at_once = RowCalls(torch.arange(100, 106)), RowCalls(torch.arange(100, 106))
+    at_once.take(torch.tensor([5, 5]))  # both with earlier passes counted
+    one_by_one.take(torch.tensor([5, 5]))
+    want = [one_by_one.pass_of(model, model_draws.stacked(rows, c)) for c in copies]
+    got = at_once.calls_of(model, rows, copies)
+    assert [torch.equal(g.keys, w.keys) for g, w in zip(got, want)] == [True] * 3
+    assert [g.torch_generator for g in got] == [not keyed] * 3
+    assert torch.equal(at_once.count, one_by_one.count)
+    assert [d.keys for d in RowCalls(torch.arange(6)).calls_of(nn.Identity(), rows, copies)] == [None] * 3

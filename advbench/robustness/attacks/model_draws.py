@@ -54,6 +54,16 @@ class RowCalls:
             return Drawing(None)
         return Drawing(self.take(rows), torch_generator=not getattr(model, "keyed_draws", False))
 
+    def calls_of(self, model: object, rows: torch.Tensor, copies: list[int]) -> list[Drawing]:
+        """The contexts of consecutive calls of `model` over batch rows `rows`, call i stacking
+        `copies[i]` copies of them: what `pass_of` gives each call in turn, with every call's keys
+        taken at once (a vote or an EOT gradient of k calls draws k times, and on a model on torch's
+        generator its passes go one call each: the keys of a call cost as much as a small forward)."""
+        if not getattr(model, "randomized", False):
+            return [Drawing(None) for _ in copies]
+        keys = self.take(stacked(rows, sum(copies))).split([c * rows.shape[0] for c in copies])
+        return [Drawing(k, torch_generator=not getattr(model, "keyed_draws", False)) for k in keys]
+
 
 class Drawing:
     """While open, the randomized model's forward pass in flight draws row i with `keys[i]`

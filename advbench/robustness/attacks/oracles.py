@@ -38,7 +38,7 @@ from torch import nn
 from advbench.core.errors import AdvbenchError
 from advbench.core.runtime import call_slices, forward, grad_rows
 from advbench.robustness.attacks.clean_gradients import CleanGradients
-from advbench.robustness.attacks.model_draws import RowCalls, copy_counts, eot_copies, stacked
+from advbench.robustness.attacks.model_draws import Drawing, RowCalls, copy_counts, eot_copies, stacked
 from advbench.robustness.attacks.votes import logits_of, vote
 from advbench.robustness.threat import goal_met
 
@@ -258,18 +258,18 @@ class WhiteBoxOracle(Oracle):
         rows, m = self._counted_rows(x, idx), x.shape[0]
         cap = grad_rows(len(self), x.device) if self.call_rows is None else min(self.call_rows, grad_rows(len(self), x.device))
         logits_sum = grad_sum = None
-        for copies in copy_counts(passes, eot_copies(self._white, passes, x, cap)):
-            logits, grads = self._passes(x, objectives, rows, copies, screen if passes == 1 else None)
+        counts = copy_counts(passes, eot_copies(self._white, passes, x, cap))
+        for copies, draw in zip(counts, self.calls.calls_of(self._white, rows, counts)):
+            logits, grads = self._passes(x, objectives, rows, copies, draw, screen if passes == 1 else None)
             for lg, gr in zip(logits.split(m), grads.split(m)):  # summed pass by pass, as separate calls would be
                 logits_sum, grad_sum = (lg, gr) if logits_sum is None else (logits_sum + lg, grad_sum + gr)
         return (logits_sum, grad_sum) if passes == 1 else (logits_sum / passes, grad_sum / passes)  # 1: no pass over it
 
-    def _passes(self, x: torch.Tensor, objectives: Objective, rows: torch.Tensor, copies: int,
+    def _passes(self, x: torch.Tensor, objectives: Objective, rows: torch.Tensor, copies: int, draw: Drawing,
                 screen: Screen | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """`copies` passes at x in one call: logits (copies·m, K) and gradients (copies·m, k, ...)."""
-        m = x.shape[0]
-        xr = stacked(x, copies).detach().requires_grad_(True)
-        with self.calls.pass_of(self._white, stacked(rows, copies)), torch.enable_grad():
+        """`copies` passes at x in one call drawing `draw`: logits (copies·m, K) and gradients (copies·m, k, ...)."""
+        m, xr = x.shape[0], stacked(x, copies).detach().requires_grad_(True)
+        with draw, torch.enable_grad():
             logits = forward(self._white, xr)
             if screen is not None:
                 screen(logits.detach())

@@ -70,7 +70,7 @@ def _passes(model: nn.Module, x: torch.Tensor, draws: int, calls: RowCalls | Non
     without `calls` (a wrapper then keys a row by its values, which copies would share)."""
     n = x.shape[0]
     copies = eot_copies(model, draws, x, probe_rows(x[0])) if calls is not None and n else 1
-    out = []
-    for c in copy_counts(draws, copies):
-        out.append(logits_of(model, stacked(x, c), None if calls is None else calls.pass_of(model, stacked(rows, c))).view(c, n, -1))
+    counts, out = copy_counts(draws, copies), []
+    for c, draw in zip(counts, [None] * len(counts) if calls is None else calls.calls_of(model, rows, counts)):
+        out.append(logits_of(model, stacked(x, c), draw).view(c, n, -1))
     return out[0] if len(out) == 1 else torch.cat(out)
