@@ -117,9 +117,10 @@ def _loaded(code: str, names: tuple[str, ...], cwd: Path | None = None) -> list[
 
 
 def test_looking_up_evaluate_loads_no_heavy_library() -> None:
-    """`advbench.evaluate` is the function itself, its signature and docstring; the engine (`api.calls`),
-    torch, pandas and OmegaConf load on its first call, not on the look-up."""
-    assert _loaded("import advbench; advbench.evaluate; advbench.plot; advbench.options",
+    """`advbench.evaluate` (and `evaluate_metric`, the quality half's) is the function itself, its signature
+    and docstring; the engine (`api.calls`, `api.metric_calls`), torch, pandas and OmegaConf load on its
+    first call, not on the look-up."""
+    assert _loaded("import advbench; advbench.evaluate; advbench.evaluate_metric; advbench.plot; advbench.options",
                    (*HEAVY, "omegaconf", "advbench.api.calls", "advbench.api.metric_calls")) == []
 
 
@@ -131,14 +132,21 @@ def test_the_engine_loads_the_corruption_cell_only_for_corruptions() -> None:
 
 
 def test_the_api_still_answers_every_name() -> None:
-    """The look-up stays the function `api.calls` runs, evaluate_metric included, and a wrong name fails as before."""
+    """Every function looked up hands the body it calls all its parameters, by name (the bodies take
+    keyword-only parameters, so a parameter one side lacks fails), and a wrong name fails as before."""
     import inspect
 
     import advbench
-    from advbench.api import metric_calls
+    from advbench.api import calls, metric_calls
 
-    assert advbench.evaluate_metric is metric_calls.evaluate_metric
-    assert list(inspect.signature(advbench.evaluate).parameters)[:3] == ["model", "data", "attack"]
+    for name, body in [*((n, getattr(calls, n)) for n in ("evaluate", "evaluate_preset", "preset_cost", "plot",
+                                                          "report", "summary", "options")),
+                       ("evaluate_metric", metric_calls.evaluate_metric)]:
+        said = inspect.signature(getattr(advbench, name)).parameters
+        taken = inspect.signature(body).parameters
+        assert list(said) == list(taken), name
+        assert all(p.kind is p.KEYWORD_ONLY for p in taken.values()), name
+    assert list(inspect.signature(advbench.evaluate_metric).parameters)[:2] == ["metric", "images"]
     with pytest.raises(AttributeError, match="evaluat"):
         advbench.api.evaluat  # noqa: B018
     assert advbench.options("attack")["fgsm"]

@@ -8,9 +8,9 @@ draws them as `advbench plot` does, `report` audits them as `advbench report` do
 group as `advbench list` does. `evaluate_preset` runs every cell of a preset sweep (`experiment=full_eval`) on a
 model object, and `preset_cost` states what its cells will spend. `evaluate_metric` is the quality half's.
 
-The functions here hold the signatures and docstrings; their bodies live in `api.calls`, loaded on a
-call's first line, so that looking up `advbench.evaluate` costs no more than `import torch` (pandas,
-OmegaConf, the engine and the catalogue load when a function runs; `scripts/bench_startup.py --imports`).
+The functions here hold the signatures and docstrings; their bodies live in `api.calls` (`evaluate_metric`'s
+in `api.metric_calls`), loaded on a call's first line, so that looking up any of them loads neither torch nor
+pandas, OmegaConf, the engine or the catalogue: they load when a function runs (`scripts/bench_startup.py --imports`).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from advbench.api.described import Model
 
 if TYPE_CHECKING:  # annotations only: the modules load with `api.calls`
     import pandas as pd
+    import torch
     from torch import nn
 
     from advbench.robustness.attacks.attack_contract import Attack
@@ -37,13 +38,11 @@ def _calls() -> ModuleType:
     return calls
 
 
-def __getattr__(name: str) -> Any:
-    """`evaluate_metric`, the quality half's (`api.metric_calls`), re-exported on first access."""
-    if name == "evaluate_metric":
-        from advbench.api.metric_calls import evaluate_metric
+def _metric_calls() -> ModuleType:
+    """`api.metric_calls`, where the quality half's `evaluate_metric` runs, as `_calls` for the others."""
+    from advbench.api import metric_calls
 
-        return evaluate_metric
-    raise AttributeError(f"module 'advbench.api' has no attribute '{name}'")
+    return metric_calls
 
 
 def evaluate(model: nn.Module | Model, data: Any = None, *, attack: str | Attack | None = None,
@@ -70,6 +69,33 @@ def evaluate(model: nn.Module | Model, data: Any = None, *, attack: str | Attack
     random state are restored, whether the call succeeds or not.
     """
     return _calls().evaluate(**locals())
+
+
+def evaluate_metric(metric: nn.Module | Metric, images: torch.Tensor | str | Path, *, attack: str | None = None,
+                    eps: Sequence[float] | None = None, attack_params: Mapping[str, Any] | None = None,
+                    judges: Sequence[str] = (), n_images: int | None = None, size: int = 256,
+                    out_dir: str | Path | None = None, device: str = "cpu", seed: int = 0,
+                    overrides: Sequence[str] = ()) -> pd.DataFrame:
+    """Attack a quality metric of your own on `images`, as `advbench iqa run` does; its iqa records.
+
+    `metric`: any `nn.Module` from NCHW images in [0, 1] to one score per image, (N,), or a
+    `Metric` around one that says whether higher is better, its score range and its name.
+    `images`: a float tensor (N, 3, H, W) in [0, 1], or a folder of image files (the first
+    `n_images`, centre-cropped to `size`). `attack`: an `advbench list iqa/attack` option (default
+    `"ifgsm"`), with `attack_params`; `eps`: the ℓ∞ budgets (default 1, 4 and 8 / 255); an override
+    that sets what one of these set is refused. `out_dir`: where parts are written and resumed
+    (None: a temporary folder).
+    `judges`: shipped metric options (`advbench list metric`) that score every clean and
+    attacked image beside `metric`, for the transfer matrix of `plot`.
+    `overrides`: further `advbench iqa run` overrides (`"batch_size=4"`, ...).
+
+    One forward and backward on the first images comes first: one finite score per image and
+    an input gradient (`attack="square"` needs none), else an AdvbenchError. Later, the module
+    raising or a score or gradient turning NaN or infinite is one AdvbenchError naming the image
+    and the budget, and nothing is written for the cell. The code and weights of `metric` key the cell;
+    it is handed back as it came (training flags, parameters' `requires_grad`, device).
+    """
+    return _metric_calls().evaluate_metric(**locals())
 
 
 def evaluate_preset(model: nn.Module | Model, data: Any = None, preset: str = "full_eval", *,

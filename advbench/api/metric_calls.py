@@ -11,9 +11,7 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
-import pandas as pd
 import torch
 from torch import nn
 
@@ -30,30 +28,9 @@ from advbench.quality.images import given_images
 from advbench.quality.metrics.user import UserMetric
 
 
-def evaluate_metric(metric: nn.Module | Metric, images: torch.Tensor | str | Path, *, attack: str | None = None,
-                    eps: Sequence[float] | None = None, attack_params: Mapping[str, Any] | None = None,
-                    judges: Sequence[str] = (), n_images: int | None = None, size: int = 256,
-                    out_dir: str | Path | None = None, device: str = "cpu", seed: int = 0,
-                    overrides: Sequence[str] = ()) -> pd.DataFrame:
-    """Attack a quality metric of your own on `images`, as `advbench iqa run` does; its iqa records.
-
-    `metric`: any `nn.Module` from NCHW images in [0, 1] to one score per image, (N,), or a
-    `Metric` around one that says whether higher is better, its score range and its name.
-    `images`: a float tensor (N, 3, H, W) in [0, 1], or a folder of image files (the first
-    `n_images`, centre-cropped to `size`). `attack`: an `advbench list iqa/attack` option (default
-    `"ifgsm"`), with `attack_params`; `eps`: the ℓ∞ budgets (default 1, 4 and 8 / 255); an override
-    that sets what one of these set is refused. `out_dir`: where parts are written and resumed
-    (None: a temporary folder).
-    `judges`: shipped metric options (`advbench list metric`) that score every clean and
-    attacked image beside `metric`, for the transfer matrix of `plot`.
-    `overrides`: further `advbench iqa run` overrides (`"batch_size=4"`, ...).
-
-    One forward and backward on the first images comes first: one finite score per image and
-    an input gradient (`attack="square"` needs none), else an AdvbenchError. Later, the module
-    raising or a score or gradient turning NaN or infinite is one AdvbenchError naming the image
-    and the budget, and nothing is written for the cell. The code and weights of `metric` key the cell;
-    it is handed back as it came (training flags, parameters' `requires_grad`, device).
-    """
+def evaluate_metric(*, metric, images, attack, eps, attack_params, judges, n_images, size, out_dir, device, seed,
+                    overrides):
+    """`advbench.api.evaluate_metric`'s body: its arguments as the caller gave them, its defaults filled."""
     described = metric if isinstance(metric, Metric) else Metric(metric)
     metric = described.net
     if not isinstance(metric, nn.Module):
