@@ -6,10 +6,10 @@ folder (the smoke writes its records under the working folder). The smoke's atta
 from its records (`seconds` is a cell's time per sample). Prints each command's median and the
 smoke's ratio to the target, 1.5 x (import torch + attack time): of the medians, and the median
 of each round's own ratio (steadier on a loaded machine). `--imports` times only `import torch`
-against `import advbench; advbench.evaluate` (the API's look-up), against what the API's first
-call imports on top of torch (`advbench.api.calls`) and against that call's floor, the libraries
-every call uses (pandas for the records it returns, OmegaConf for its config), alternating, and
-prints their ratios the same two ways.
+against `import advbench; advbench.evaluate` and `advbench.evaluate_metric` (the API's look-ups),
+against what the API's first call imports on top of torch (`advbench.api.calls`) and against that
+call's floor, the libraries every call uses (pandas for the records it returns, OmegaConf for its
+config), alternating, and prints their ratios the same two ways.
 
 Every command runs once untimed first, and the interpreters keep their compiled bytecode in a
 folder of the script's own (removed at the end), as an installed package has it from its install;
@@ -38,6 +38,7 @@ ADVBENCH = [sys.executable, "-m", "advbench"]
 COMMANDS = {
     "import torch": [sys.executable, "-c", "import torch"],
     "advbench.evaluate": [sys.executable, "-c", "import advbench; advbench.evaluate"],
+    "advbench.evaluate_metric": [sys.executable, "-c", "import advbench; advbench.evaluate_metric"],
     "torch + the API's first call": [sys.executable, "-c", "import torch, advbench.api.calls"],
     "torch + pandas": [sys.executable, "-c", "import torch, pandas"],
     "torch + pandas + omegaconf": [sys.executable, "-c", "import torch, pandas, omegaconf"],
@@ -46,8 +47,8 @@ COMMANDS = {
     "advbench run experiment=smoke": [*ADVBENCH, "run", "experiment=smoke"],
 }
 TARGET = 1.5
-IMPORTS = ("import torch", "advbench.evaluate", "torch + the API's first call", "torch + pandas",
-           "torch + pandas + omegaconf")
+IMPORTS = ("import torch", "advbench.evaluate", "advbench.evaluate_metric", "torch + the API's first call",
+           "torch + pandas", "torch + pandas + omegaconf")
 RUN = ("import torch", "advbench.evaluate", "torch + the API's first call", "advbench --help", "advbench list",
        "advbench run experiment=smoke")
 
