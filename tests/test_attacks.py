@@ -27,13 +27,14 @@ ATTACKS = group_options("attack")
 BUDGETS = {"linf": 0.1, "l2": 0.8, "l1": 1.5, "l0": 4.0}
 # Minimum-norm attacks run their whole schedule on every sample whatever eps: fewer samples
 # keep the catalogue fast. C&W's seed schedule is ~1000 Adam steps a sample: slow here, and
-# its contract is also tested fast with a short schedule in test_minimum_norm.py. APGD-T and the
+# its contract is also tested fast with a short schedule in test_minimum_norm.py; so are EAD's (up to 9000
+# FISTA steps a sample) in test_ead.py. APGD-T and the
 # APGD ensembles (apgd_ensemble, autoattack) take 1000 iterations and more on every robust sample (~40 s a test here);
 # test_apgd.py and test_ensemble.py hold them to the contract fast with short schedules.
 MINIMIZING_N = 50
 # Boundary and Evolutionary take one query a step (~4 s for the 1000 here); test_decision.py and
 # test_evolutionary.py hold them to the contract fast.
-SLOW = {"cw", "cw_clip", "apgd_t", "apgd_ensemble", "autoattack", "boundary", "evolutionary"}
+SLOW = {"cw", "cw_clip", "ead", "apgd_t", "apgd_ensemble", "autoattack", "boundary", "evolutionary"}
 CATALOGUE = [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in ATTACKS]
 # Query budgets of score-based attacks (20,000 a sample in the catalogue) cut to keep the contract fast
 # (NES/SPSA: 20 steps on 20 direction pairs).
@@ -139,7 +140,7 @@ def test_samples_do_not_interact(name: str, tiny_model, batch) -> None:
 
 
 # Attacks whose search through the engine takes over ~10 s on a busy CPU run with the slow tests.
-ENGINE_SLOW = {"cw", "cw_clip", "apgd_t", "apgd_ensemble", "autoattack", "ensemble", "boundary", "evolutionary"}
+ENGINE_SLOW = {"cw", "cw_clip", "ead", "apgd_t", "apgd_ensemble", "autoattack", "ensemble", "boundary", "evolutionary"}
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in ENGINE_SLOW else n for n in ATTACKS])

@@ -56,6 +56,10 @@ ABOVE_FOR = {
     "ddn": 0.35,
     # Its 1000 RMSProp steps leave one sample 7.5% above (median 0.1%).
     "alma": 0.12,
+    # At the paper's β = 1e-3 the ℓ1 term is weak beside ‖δ‖₂², so EAD lands between C&W's dense step and
+    # the sparse ℓ1 optimum: measured up to 48% above the reached class's optimum (median 44% above the
+    # optimum; Foolbox 3.3.4's EADAttack at the same settings 45%). test_ead.py: β = 1e-2 comes closer.
+    "ead": 0.55,
 }
 
 
