@@ -15,6 +15,7 @@ from omegaconf import OmegaConf
 
 from advbench.core.catalog import group_options, option_file
 from advbench.core.errors import AdvbenchError
+from advbench.core.norms import norm as norm_of
 from advbench.core.steps import lp_norm
 from advbench.robustness.attacks.gradient import BIM, FGSM
 from advbench.robustness.attacks.oracles import Oracle, WhiteBoxOracle, build_oracle
@@ -130,7 +131,7 @@ def test_samples_do_not_interact(name: str, tiny_model, batch) -> None:
     x, y = (t[:MINIMIZING_N] for t in batch) if attack.kind == "minimizing" else batch
     h = len(y) // 2
     oracle = oracle_for(attack, tiny_model, len(y))
-    eps = torch.full((len(y),), 0.08)
+    eps = torch.full((len(y),), BUDGETS[norm] if norm_of(norm).whole else 0.08)  # ℓ0: 0.08 would keep 0 pixels
     whole = make_attack(name)(oracle, x, y, eps=eps, norm=norm)
     ids = torch.arange(len(y))
     a = make_attack(name)(oracle.subset(ids[:h]), x[:h], y[:h], eps=eps[:h], norm=norm, sample_id=ids[:h])
