@@ -83,3 +83,31 @@ def test_fmn_l0_records_are_the_returned_examples_pixel_counts(tiny_model, digit
     assert res.success[fresh].all()
     assert torch.equal(out["min_eps"][fresh], counts[fresh]) and torch.equal(counts, counts.round())
     assert torch.equal(out["success_at_budget"], out["min_eps"] <= 2.0)
+
+
+class Noisy(torch.nn.Module):
+    """The tiny model behind Gaussian input noise: a randomized target, judged by a vote."""
+
+    bounds = (0.0, 1.0)
+    randomized = True
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model(x + 0.2 * torch.randn_like(x))
+
+
+def test_pgd_l0_runs_its_course_on_a_randomized_model(tiny_model, digits_tensors) -> None:
+    """A vote dates a sample's first success but does not stop it (`Oracle.stops_on_hit`): every sample
+    takes every step, and the last iterate, within the budget, is returned."""
+    _, _, x, y = digits_tensors
+    x, y = x[:40], y[:40]
+    torch.manual_seed(0)
+    oracle = WhiteBoxOracle(Noisy(tiny_model), 40, draws=5)
+    assert not oracle.stops_on_hit
+    res = PGDL0(steps=10)(oracle, x, y, eps=torch.full((40,), 3.0), norm="l0")
+    assert (oracle.grad_evals == 10).all()
+    assert res.success.any() and torch.equal(res.success, res.first_success >= 0)
+    assert (norm("l0").distance(res.x_adv, x) <= 3).all() and res.x_adv.min() >= 0 and res.x_adv.max() <= 1
