@@ -25,7 +25,7 @@ from advbench.robustness.specs import SearchSettings
 from advbench.robustness.threat import ThreatModel
 
 ATTACKS = group_options("attack")
-BUDGETS = {"linf": 0.1, "l2": 0.8, "l1": 1.5, "l0": 4.0}
+BUDGETS = {"linf": 0.1, "l2": 0.8, "l1": 1.5, "l0": 4.0, "patch": 3.0}
 # Minimum-norm attacks run their whole schedule on every sample whatever eps: fewer samples
 # keep the catalogue fast. C&W's seed schedule is ~1000 Adam steps a sample: slow here, and
 # its contract is also tested fast with a short schedule in test_minimum_norm.py; so are EAD's (up to 9000
@@ -52,6 +52,8 @@ SHORT |= {"zoo": {"n_queries": 331, "coordinates": 16, "lr": 0.1},
 # vs their halves), which the no-interaction check below cannot tell from a leak; tests/test_alma.py runs
 # the full schedule.
 SHORT |= {"alma": {"steps": 50}}
+# Sparse-RS: 300 of its 20,000 queries (digits break within a few dozen at these budgets).
+SHORT |= {"sparse_rs": {"n_queries": 300}}
 
 
 def make_attack(name: str):
@@ -74,7 +76,7 @@ def batch(digits_tensors):
 
 
 @pytest.mark.parametrize("name", CATALOGUE)
-@pytest.mark.parametrize("norm", ["linf", "l2", "l1", "l0"])
+@pytest.mark.parametrize("norm", ["linf", "l2", "l1", "l0", "patch"])
 @pytest.mark.parametrize("targeted", [False, True])
 def test_attack_contract(name: str, norm: str, targeted: bool, tiny_model, batch) -> None:
     attack = make_attack(name).for_norm(norm)  # as the engine builds it for the threat
