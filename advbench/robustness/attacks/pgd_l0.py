@@ -85,7 +85,7 @@ class PGDL0(Attack):
             out[active] = cur
             if t == self.steps or (oracle.stops_on_hit and bool(hit.all())):
                 break
-            if oracle.stops_on_hit:  # a randomized model's vote dates a success but runs on (`stops_on_hit`)
+            if oracle.stops_on_hit:  # broken rows leave; on a randomized model a vote only dates them
                 keep = (~hit).nonzero().squeeze(1)
                 active, cur, grad = active[keep], cur[keep], grad[keep]
             scale = self.step_size / grad.flatten(1).abs().sum(dim=1).clamp_min(1e-12)
