@@ -41,6 +41,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "fmn": {"steps": 30, "min_stepsize": 0.05, "gamma": 0.1},
     "alma": {"steps": 100, "logit_tolerance": 0, "gamma": 2},
     "fab_t": {"n_target_classes": 3, "final_search": 0, "beta": 1},
+    "ead": {"decision_rule": "EN", "beta": 0.01, "binary_search_steps": 3},
     "sparse_rs": {"n_queries": 50, "alpha_init": 0.5},
 }
 """Option -> hyperparameters set away from the YAML's (ints where floats are usual, tuples for lists)."""
