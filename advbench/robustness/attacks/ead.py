@@ -48,7 +48,8 @@ class EAD(ConstantSearch):
 
     Each optimisation starts at x_0 = y_0 = x. Step k (of at most `iterations`) takes the gradient g
     of c·max(margin + κ, 0) + ‖·−x‖₂² at y_k (one gradient evaluation), x_{k+1} = `shrink`(y_k − α_k·g)
-    with α_k = `stepsize`·√(1 − k/iterations), y_{k+1} = x_{k+1} + k/(k + 3)·(x_{k+1} − x_k); then it
+    with α_k = `stepsize`·√(1 − k/iterations), y_{k+1} = x_{k+1} + k/(k + 3)·(x_{k+1} − x_k) (Foolbox's
+    momentum; the authors' code takes (k + 1)/(k + 4)); then it
     judges x_{k+1} (one forward: y leaves the box, x never does) and offers it to the kept examples
     by the decision rule. The early-abort check takes the whole objective at x_{k+1}, ℓ1 term
     included, as the authors' code does (Foolbox's leaves the ℓ1 term out and sums the batch).
