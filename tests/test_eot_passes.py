@@ -155,5 +155,10 @@ def test_the_keys_of_several_calls_taken_at_once_are_those_of_the_calls_in_turn(
     got = at_once.calls_of(model, rows, copies)
     assert [torch.equal(g.keys, w.keys) for g, w in zip(got, want)] == [True] * 3
     assert [g.torch_generator for g in got] == [not keyed] * 3
+    for g, w in zip(got, want) if not keyed else ():  # the seed taken at once: the pass's from its keys
+        with g:
+            drawn = torch.rand(2)
+        with w:
+            assert torch.equal(torch.rand(2), drawn)
     assert torch.equal(at_once.count, one_by_one.count)
     assert [d.keys for d in RowCalls(torch.arange(6)).calls_of(nn.Identity(), rows, copies)] == [None] * 3

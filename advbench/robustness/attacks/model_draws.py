@@ -62,24 +62,27 @@ class RowCalls:
         if not getattr(model, "randomized", False):
             return [Drawing(None) for _ in copies]
         keys = self.take(stacked(rows, sum(copies))).split([c * rows.shape[0] for c in copies])
-        return [Drawing(k, torch_generator=not getattr(model, "keyed_draws", False)) for k in keys]
+        if getattr(model, "keyed_draws", False):
+            return [Drawing(k) for k in keys]
+        seeds = mix(torch.stack([k.sum() for k in keys])).tolist()  # one host read for every call's seed
+        return [Drawing(k, torch_generator=True, seed=seed & MASK64) for k, seed in zip(keys, seeds)]
 
 
 class Drawing:
     """While open, the randomized model's forward pass in flight draws row i with `keys[i]`
     (`draw_keys`; None: a pass that draws nothing). With `torch_generator`, torch's global
-    generator is seeded from all the keys too, for a model that draws from it: exact on a rerun
-    of the same batch, not row by row."""
+    generator is seeded from all the keys too (`seed`, when the caller has it already), for a
+    model that draws from it: exact on a rerun of the same batch, not row by row."""
 
     _in_flight: torch.Tensor | None = None
 
-    def __init__(self, keys: torch.Tensor | None, *, torch_generator: bool = False) -> None:
-        self.keys, self.torch_generator = keys, torch_generator
+    def __init__(self, keys: torch.Tensor | None, *, torch_generator: bool = False, seed: int | None = None) -> None:
+        self.keys, self.torch_generator, self.seed = keys, torch_generator, seed
         self.outer: torch.Tensor | None = None
 
     def __enter__(self) -> None:
         if self.torch_generator and self.keys is not None:
-            seed_torch(int(mix(self.keys.sum().reshape(1))[0]) & MASK64)
+            seed_torch(int(mix(self.keys.sum().reshape(1))[0]) & MASK64 if self.seed is None else self.seed)
         self.outer, Drawing._in_flight = Drawing._in_flight, self.keys
 
     def __exit__(self, *exc: object) -> None:
