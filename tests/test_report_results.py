@@ -1,7 +1,8 @@
 """The committed reports (the digits defense zoo's, results/report; the white-box attacks',
-results/attacks/report) are what `advbench report` writes from the records committed beside them,
-and what they say about the zoo is what the report is for: a row whose worst case cannot be too
-high is verified, a row whose worst case may be too high is not, and no such row ranks."""
+results/attacks/report) are what `advbench report` writes from the records committed beside them
+(results/attacks' tables too are what `advbench plot` writes from its), and what they say about
+the zoo is what the report is for: a row whose worst case cannot be too high is verified, a row
+whose worst case may be too high is not, and no such row ranks."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ from pathlib import Path
 import pytest
 
 import advbench
+from advbench.core.records import read_records
+from advbench.robustness.report.plot import write_tables
+from advbench.robustness.report.table3 import summary_table
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORTS = {"zoo": ROOT / "results" / "report", "attacks": ROOT / "results" / "attacks" / "report"}
@@ -68,6 +72,15 @@ def test_the_verdict_lines_docs_quote_are_the_committed_ones() -> None:
              for name, folder in REPORTS.items()}
     assert set(quoted) <= set().union(*lines.values())
     assert all(set(quoted) & mine for mine in lines.values())
+
+
+def test_the_attacks_tables_are_what_advbench_plot_writes_from_the_records_the_report_reads(tmp_path: Path) -> None:
+    """results/attacks' figures, tables and report come from one set of committed records."""
+    written = write_tables(summary_table(read_records([RECORDS["attacks"]])), tmp_path)
+    tables = [p for p in written if p.suffix == ".md"]
+    assert len(tables) == 2
+    for table in tables:
+        assert table.read_text(encoding="utf-8") == (ROOT / "results" / "attacks" / table.name).read_text(encoding="utf-8")
 
 
 def test_the_readme_links_both_reports() -> None:
