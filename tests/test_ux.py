@@ -113,7 +113,7 @@ def test_list_full_prints_every_description_whole_one_option_per_line() -> None:
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     for option in group_options("attack"):
-        row = next(line for line in lines if f" {option} " in line)
+        row = next(line for line in lines if f"│ {option} " in line)
         assert describe("attack", option) in row, f"{option}'s description is wrapped or cut"
     assert "--full" not in result.output
 

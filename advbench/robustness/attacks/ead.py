@@ -64,7 +64,7 @@ class EAD(ConstantSearch):
 
     hyperparameters = {"iterations": hyper.Whole(1), "binary_search_steps": hyper.Whole(1),
                        "initial_const": hyper.Real(0, open_low=True), "stepsize": hyper.Real(0, open_low=True),
-                       "beta": hyper.Real(0), "confidence": hyper.Real(0), "abort_early": hyper.Flag(),
+                       "beta": hyper.Real(0, open_low=True), "confidence": hyper.Real(0), "abort_early": hyper.Flag(),
                        "decision_rule": hyper.Choice(tuple(DECISION_RULES))}
 
     def __init__(self, *, iterations: int = 1000, binary_search_steps: int = 9, initial_const: float = 1e-3,
