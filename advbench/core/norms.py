@@ -54,6 +54,8 @@ class Norm:
     whole: ClassVar[bool] = False
     """Whether sizes and budgets are whole numbers (ℓ0 counts pixels): the minimum-ε search then brackets
     whole budgets only (`search_resolution`, `snap`) and FMN moves its radius by whole steps."""
+    whole_budget: ClassVar[str] = ""
+    """What a budget of a `whole` norm counts, for the one line refusing a fraction."""
 
     def __repr__(self) -> str:
         return f"norm('{self.name}')"
@@ -72,7 +74,10 @@ class Norm:
         return self.size(x_adv - x)
 
     def check_budget(self, eps: float) -> None:
-        """Refuse, in one line, a budget the norm cannot take (where the threat is built)."""
+        """Refuse, in one line, a budget the norm cannot take (where the threat is built): a fraction
+        under a `whole` norm."""
+        if self.whole and eps != math.floor(eps):
+            raise AdvbenchError(f"{self.whole_budget}, got {eps:g}")
 
     def search_resolution(self, width: float) -> float:
         """The narrowest bracket the minimum-ε search closes to, asked `width`: itself, or for a `whole`
@@ -247,7 +252,7 @@ class L0(Norm):
     are refused in one line rather than computed."""
 
     name, label, dual_name = "l0", "ℓ₀", "l0"
-    whole = True
+    whole, whole_budget = True, "an l0 budget is a whole number of pixels"
 
     @property
     def p(self) -> float:  # type: ignore[override]
@@ -262,10 +267,6 @@ class L0(Norm):
 
     def sparse_direction(self, g: torch.Tensor, fraction: torch.Tensor) -> torch.Tensor:
         raise AdvbenchError("l0 takes no top-k coordinate steps; its projection keeps the k largest changes")
-
-    def check_budget(self, eps: float) -> None:
-        if eps != math.floor(eps):
-            raise AdvbenchError(f"an l0 budget is a whole number of pixels, got {eps:g}")
 
     def size(self, v: torch.Tensor) -> torch.Tensor:
         return (pixel_sums((v != 0).to(torch.int32)) > 0).sum(dim=1).to(v.dtype if v.is_floating_point() else torch.float32)
@@ -331,7 +332,7 @@ class Patch(Norm):
     norm and no steepest-ascent step of such a set: they are refused rather than computed."""
 
     name, label, dual_name = "patch", "patch side", "patch"
-    whole = True
+    whole, whole_budget = True, "a patch budget is a whole side in pixels"
 
     @property
     def p(self) -> float:  # type: ignore[override]
@@ -343,10 +344,6 @@ class Patch(Norm):
 
     def direction(self, g: torch.Tensor) -> torch.Tensor:
         raise AdvbenchError("a patch has no steepest-ascent step: its pixels are free within one square")
-
-    def check_budget(self, eps: float) -> None:
-        if eps != math.floor(eps):
-            raise AdvbenchError(f"a patch budget is a whole side in pixels, got {eps:g}")
 
     def size(self, v: torch.Tensor) -> torch.Tensor:
         changed = _plane(v != 0).any(dim=1)
