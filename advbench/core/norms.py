@@ -56,6 +56,8 @@ class Norm:
     whole budgets only (`search_resolution`, `snap`) and FMN moves its radius by whole steps."""
     whole_budget: ClassVar[str] = ""
     """What a budget of a `whole` norm counts, for the one line refusing a fraction."""
+    axis: ClassVar[str] = ""
+    """A figure's budget axis under a `whole` norm, what its budget counts (else '<label> budget ε')."""
 
     def __repr__(self) -> str:
         return f"norm('{self.name}')"
@@ -251,7 +253,7 @@ class L0(Norm):
     a number of pixels away) and no steepest step of unit size (one pixel moved without bound); those
     are refused in one line rather than computed."""
 
-    name, label, dual_name = "l0", "ℓ₀", "l0"
+    name, label, dual_name, axis = "l0", "ℓ₀", "l0", "ℓ₀ pixels k"
     whole, whole_budget = True, "an l0 budget is a whole number of pixels"
 
     @property
@@ -331,7 +333,7 @@ class Patch(Norm):
     rows and columns), a whole number; a budget ε allows a side of ⌊ε⌋. There is no exponent, no dual
     norm and no steepest-ascent step of such a set: they are refused rather than computed."""
 
-    name, label, dual_name = "patch", "patch side", "patch"
+    name, label, dual_name, axis = "patch", "patch side", "patch", "patch side k (pixels)"
     whole, whole_budget = True, "a patch budget is a whole side in pixels"
 
     @property

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from advbench.robustness.audit.groups import Group
+from advbench.robustness.report.curves import budget_grid
 
 MEASURES = {"untargeted": "robust accuracy", "targeted": "targeted ASR"}
 """The one name the report gives the number it reads at the budget, per goal: the names `advbench run`
@@ -77,10 +78,11 @@ def attack_accuracy_at_budget(group: Group) -> np.ndarray:
 
 def curve_grid(group: Group, n: int = 201) -> np.ndarray:
     """ε from 0 to the larger of twice the budget and the largest finite break ε, with every break
-    ε and the budget on it, so steps fall where they are."""
+    ε and the budget on it, so steps fall where they are; under a whole norm the whole numbers there
+    (`curves.budget_grid`), whose break ε are whole too."""
     finite = group.breaks[np.isfinite(group.breaks)]
     top = max(2.0 * group.eps_budget, float(finite.max()) if finite.size else 0.0)
-    return np.union1d(np.linspace(0.0, top, n), np.concatenate([finite[finite <= top], [group.eps_budget]]))
+    return np.union1d(budget_grid(group.norm, top, n), np.concatenate([finite[finite <= top], [group.eps_budget]]))
 
 
 def setter_counts(group: Group, case: WorstCase) -> dict[str, int]:

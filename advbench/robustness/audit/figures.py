@@ -15,10 +15,11 @@ import numpy as np
 from matplotlib import colormaps
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.ticker import PercentFormatter
+from matplotlib.ticker import MaxNLocator, PercentFormatter
 
 from advbench.robustness.audit.audit import ThreatAudit
 from advbench.robustness.audit.best_known import curve_grid, measure, robust_accuracy, shown
+from advbench.robustness.report.curves import budget_axis, whole_norm
 
 DPI = 110
 STYLES = {"white": "-", "transfer": "-.", "score": "--", "decision": ":"}
@@ -58,7 +59,9 @@ def curves_figure(row: str, threat: ThreatAudit) -> str:
     ax.set_xlim(0, float(eps.max()))
     ax.set_ylim(0, 1.02)
     ax.yaxis.set_major_formatter(PercentFormatter(1.0))
-    ax.set_xlabel(f"ε ({g.norm})")
+    ax.set_xlabel(budget_axis(g.norm))
+    if whole_norm(g.norm):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel(measure(g.goal))
     ax.set_title(f"{row} · {g.threat}", fontsize=10)
     ax.grid(alpha=0.3)

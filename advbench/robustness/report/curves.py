@@ -18,6 +18,7 @@ the budget has ``min_eps == eps_budget`` exactly), so the budget curve at ε = b
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Union
 
@@ -25,6 +26,9 @@ import numpy as np
 import pandas as pd
 
 from advbench.core.errors import AdvbenchError
+from advbench.core.norms import label as norm_label
+from advbench.core.norms import names as norm_names
+from advbench.core.norms import norm
 from advbench.robustness.naming import GOALS, NORM_AT
 from advbench.robustness.report.shards import CELL, NAME, NAMED, identify
 
@@ -116,8 +120,28 @@ def _curves(df: pd.DataFrame, x_name: str, per_cell: Callable[[pd.DataFrame, tup
     return out[[*NAMED, "eps_budget", "n_samples", x_name, "accuracy", "asr", *edges]]
 
 
+def whole_norm(norm_name: str) -> bool:
+    """Whether the records' norm measures in whole numbers (ℓ0 pixels, patch sides): a budget between two
+    whole numbers allows what the lower one does, so its curves are steps at whole budgets only."""
+    return norm_name in norm_names() and norm(norm_name).whole
+
+
+def budget_axis(norm_name: str) -> str:
+    """A budget axis's label: '<norm> budget ε', or under a whole norm what its budget counts."""
+    return norm(norm_name).axis if whole_norm(norm_name) else f"{norm_label(norm_name)} budget ε"
+
+
+def budget_grid(norm_name: str, top: float, n: int) -> np.ndarray:
+    """Budgets 0 .. `top` for a curve: n evenly spaced, or under a whole norm every whole k up to ⌈top⌉ (the
+    accuracy at k is the share of samples with min_eps > k; a fraction would repeat the whole number below)."""
+    if whole_norm(norm_name):
+        return np.arange(0.0, math.ceil(top) + 1.0)
+    return np.linspace(0.0, top, n)
+
+
 def eps_grid(df: pd.DataFrame, n: int = 101) -> dict[tuple[str, str], np.ndarray]:
-    """Budget grid per (dataset, norm): 0 .. max(2 x budget, 99th pct of finite min_eps).
+    """Budget grid per (dataset, norm): 0 .. max(2 x budget, 99th pct of finite min_eps), n points, or the
+    whole numbers there under a whole norm (`budget_grid`).
 
     Keyed by dataset as well as norm because budgets differ by data set (the seed uses
     8/255 on CIFAR-10 and 16/255 on ImageNet). The budgets themselves are added to the grid
@@ -131,7 +155,7 @@ def eps_grid(df: pd.DataFrame, n: int = 101) -> dict[tuple[str, str], np.ndarray
         eps = g["min_eps"].to_numpy(float)
         finite = eps[np.isfinite(eps)]
         top = max(2.0 * float(g["eps_budget"].max()), float(np.percentile(finite, 99)) if finite.size else 0.0)
-        grids[key] = np.union1d(np.linspace(0.0, top, n), g["eps_budget"].unique())
+        grids[key] = np.union1d(budget_grid(key[1], top, n), g["eps_budget"].unique())
     return grids
 
 

@@ -30,12 +30,14 @@ from advbench.core.norms import label as norm_label
 from advbench.core.terminal import print_table
 from advbench.robustness.report.curves import (
     STRENGTH_UNITS,
+    budget_axis,
     budget_curve,
     checkpoint_curve,
     eps_grid,
     query_curve,
     query_unit,
     strength_curve,
+    whole_norm,
 )
 from advbench.robustness.report.shards import ROW, same_name_cells
 from advbench.robustness.report.table3 import RATE, defense_categories, format_table3, summary_table, with_categories
@@ -167,19 +169,21 @@ def _figure(curves: pd.DataFrame, x: str, xlabel: str, styles: dict, show_budget
     axes = fig.subplots(rows, ncols, sharey=True, squeeze=False).ravel()
     for ax in axes[len(attacks):]:
         fig.delaxes(ax)
-    log_x = x == "queries"
+    log_x, whole = x == "queries", show_budget and whole_norm(norm)  # a whole norm's budget curve steps at k
     banded = marked = False
     for ax, attack in zip(axes, attacks):
         panel = curves[curves["attack"] == attack]
         top = panel[x].max()
         few = not show_budget and not log_x and top <= FEW_STEPS
-        banded |= _lines(ax, panel, x, metric, styles, few=few, steps=not show_budget)
+        banded |= _lines(ax, panel, x, metric, styles, few=few, steps=whole or not show_budget)
         if points is not None and not points.empty:
             for defense, dots in points[points["attack"] == attack].groupby(ROW, sort=True):
                 ax.plot(dots[x], dots[metric], linestyle="none", marker="o", markersize=5, markerfacecolor="white",
                         markeredgewidth=1.3, color=styles[defense]["color"])
                 marked = True
         _axes(ax, panel, attack, xlabel, top, log_x=log_x, show_budget=show_budget, few=few)
+        if whole:
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     for ax in axes[: len(attacks) : ncols]:
         ax.set_ylabel(ylabel)
     marks = {"budget": (show_budget, Line2D([], [], color="0.35", linestyle=":", linewidth=1.2)),
@@ -240,7 +244,7 @@ def budget_figure(curves: pd.DataFrame, styles: dict | None = None, categories: 
     """Accuracy (untargeted) / ASR (targeted) vs. ε for one (dataset, norm, goal, knowledge)."""
     norm = _single_key(curves)[FIGURE_KEY.index("norm")]
     styles = styles or defense_styles(curves[ROW], categories)
-    return _figure(curves, "eps", f"{norm_label(norm)} budget ε", styles, show_budget=True,
+    return _figure(curves, "eps", budget_axis(norm), styles, show_budget=True,
                    categories=categories)
 
 

@@ -21,6 +21,7 @@ from advbench.robustness.report.curves import (
     TABLE_COLUMNS,
     require_unique,
     validate_columns,
+    whole_norm,
 )
 from advbench.robustness.report.shards import NAMED, ROW
 
@@ -105,9 +106,10 @@ def _knowledge_rank(knowledge: pd.Series) -> pd.Series:
     return knowledge.map({k: i for i, k in enumerate(KNOWLEDGE_ORDER)}).fillna(len(KNOWLEDGE_ORDER))
 
 
-def _format_cell(median: float, rate: float) -> str:
-    """'0.039 / 56.0%' as in the seed; an attack that never succeeded has median ∞."""
-    left = "∞" if np.isinf(median) else f"{median:.3f}"
+def _format_cell(median: float, rate: float, whole: bool) -> str:
+    """'0.039 / 56.0%' as in the seed; an attack that never succeeded has median ∞; a whole norm's median
+    as the count it is ('2 / 35.0%', '2.5' between two)."""
+    left = "∞" if np.isinf(median) else f"{median:g}" if whole else f"{median:.3f}"
     return f"{left} / {100.0 * rate:.1f}%"
 
 
@@ -126,7 +128,7 @@ def format_table3(tidy: pd.DataFrame, by_category: bool = False) -> dict[tuple[s
     tables = {}
     for key, g in tidy.groupby(["norm", "goal"], sort=True):
         rate = RATE[key[1]][0]
-        g = g.assign(cell=[_format_cell(m, a) for m, a in zip(g["median_min_eps"], g[rate])])
+        g = g.assign(cell=[_format_cell(m, a, whole_norm(key[0])) for m, a in zip(g["median_min_eps"], g[rate])])
         g = g.sort_values(["dataset", "knowledge", "attack"], key=lambda s: _knowledge_rank(s) if s.name == "knowledge" else s)
         wide = g.pivot_table(index=["dataset", "knowledge", "attack"], columns=ROW, values="cell", aggfunc="first", sort=False)
         wide.columns.name = None
