@@ -9,8 +9,10 @@ import pytest
 from audit_records import INF, cell, records
 
 from advbench.core.norms import norm
+from advbench.robustness.audit.audit import audit
 from advbench.robustness.audit.best_known import curve_grid
 from advbench.robustness.audit.groups import groups
+from advbench.robustness.audit.signs import FAILURE, WEAK
 from advbench.robustness.report.curves import budget_axis, budget_curve, eps_grid
 from advbench.robustness.report.plot import budget_figure
 from advbench.robustness.report.table3 import format_table3, summary_table
@@ -78,3 +80,14 @@ def test_the_report_grids_a_whole_norm_at_whole_numbers() -> None:
     grid = curve_grid(group)
     assert grid.tolist() == [float(k) for k in range(6)]  # 0 .. max(2 x 2, the largest break 5)
     assert curve_grid(groups(cell("pgd", [0.05, 0.1]))[0], n=5).tolist() == pytest.approx([0, 0.05, 0.1, 0.2, 0.3, 0.4])
+
+
+@pytest.mark.parametrize(("norm_name", "level"), [("l0", WEAK), ("l1", FAILURE)])
+def test_search_beating_gradients_is_masking_but_under_l0(norm_name: str, level: str) -> None:
+    """Sparse-RS breaks 101 and 102 at k = 2 where FMN needs 3: under ℓ0 random search leads on any model
+    (the white-box attack is weak, the worst case holds the breaks); under ℓ1 the same is a sign of masking."""
+    frame = records(sparse(norm_name, "fmn", [1, 3, 3, 3, 0], source="norm"),
+                    sparse(norm_name, "sparse_rs", [1, 2, 2, 3, 0], knowledge="score", strength=500))
+    model, = audit(frame)
+    beaten = [s for s in model.signs if s.code == "black_box_beats_white_box"]
+    assert [(s.level, s.count) for s in beaten] == [(level, 2)]

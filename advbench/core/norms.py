@@ -58,6 +58,9 @@ class Norm:
     """What a budget of a `whole` norm counts, for the one line refusing a fraction."""
     axis: ClassVar[str] = ""
     """A figure's budget axis under a `whole` norm, what its budget counts (else '<label> budget ε')."""
+    search_leads: ClassVar[bool] = False
+    """Whether random search beats gradients even on an undefended model (ℓ0: Croce et al. 2022, Sparse-RS
+    over PGD-ℓ0), so a score attack beating the white-box ones is no sign of masked gradients (`audit.signs`)."""
 
     def __repr__(self) -> str:
         return f"norm('{self.name}')"
@@ -254,7 +257,7 @@ class L0(Norm):
     are refused in one line rather than computed."""
 
     name, label, dual_name, axis = "l0", "ℓ₀", "l0", "ℓ₀ pixels k"
-    whole, whole_budget = True, "an l0 budget is a whole number of pixels"
+    whole, whole_budget, search_leads = True, "an l0 budget is a whole number of pixels", True
 
     @property
     def p(self) -> float:  # type: ignore[override]

@@ -6,7 +6,7 @@ levels keep apart what a sign says about the model row's number and what it says
 
 - `failure`: the worst case itself may be too high (too optimistic), because the attacks it rests
   on could not see the model (masked, random or saturated gradients; test-time optimisation;
-  white-box attacks beaten by black-box ones, AutoAttack's `check_square_sr`) or because samples
+  white-box attacks beaten by black-box ones but under ℓ0, AutoAttack's `check_square_sr`) or because samples
   survive every attack at any ε. Only these make a row "not trustworthy";
 - `weak_attack`: single attacks are weak where others covered them (an iterative attack beaten
   by FGSM on samples FGSM broke, a minimum-norm attack without an adversarial, no single attack
@@ -25,6 +25,8 @@ failure there into `weak_attack`. The sources:
   parameter-free attacks* (AutoAttack), its warnings (`check_zero_gradients`,
   `check_randomized`, `check_square_sr`, `check_dynamic`) and its ensemble;
 - Athalye et al. 2018, *Obfuscated Gradients Give a False Sense of Security* (BPDA, EOT).
+- Croce et al. 2022, *Sparse-RS*: under ℓ0 its random search beats the white-box attacks on undefended
+  models too, so there a black-box win shows weak white-box attacks, not masking.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from advbench.core.norms import norm
 from advbench.robustness.audit.best_known import WorstCase, attack_accuracy_at_budget, measure, shown
 from advbench.robustness.audit.groups import AttackCell, Group
 
@@ -41,6 +44,7 @@ CARLINI = "Carlini et al. 2019, On Evaluating Adversarial Robustness, checklist 
 PINTOR = "Pintor et al. 2022, Indicators of Attack Failure"
 AUTOATTACK = "Croce & Hein 2020, AutoAttack's warnings"
 ATHALYE = "Athalye et al. 2018, Obfuscated Gradients Give a False Sense of Security"
+SPARSE_RS = "Croce et al. 2022, Sparse-RS: a versatile framework for query-efficient sparse black-box adversarial attacks"
 
 FAILURE, WEAK, REMEDIED = "failure", "weak_attack", "remedied"
 MIN_SHARE = 0.002
@@ -132,14 +136,21 @@ def single_step_beats_iterative(group: Group, case: WorstCase) -> list[Sign]:
 
 
 def black_box_beats_white_box(group: Group, case: WorstCase) -> list[Sign]:
+    """A failure, but under a norm whose random search beats gradients on any model (ℓ0: `Norm.search_leads`),
+    where it shows the white-box attacks weak and the black-box one covering them."""
     white = [i for i, a in enumerate(group.attacks) if a.knowledge == "white"]
     black = [i for i, a in enumerate(group.attacks) if a.knowledge in BLACK_BOX]
+    if norm(group.norm).search_leads:
+        action, sources, level = (f"under {norm(group.norm).label} random search beats gradients on undefended "
+                                  "models too (Sparse-RS over PGD-ℓ0): keep the search in the evaluation; its breaks "
+                                  "are in the worst case", (CARLINI, SPARSE_RS), WEAK)
+    else:
+        action, sources, level = ("the white-box gradients are masked or misleading: attack through BPDA "
+                                  "(non-differentiable layers), EOT (randomness), a margin loss on logits; run the "
+                                  "ensemble (autoattack)", (CARLINI, PINTOR, AUTOATTACK, ATHALYE), FAILURE)
     return _beaten(group, "black_box_beats_white_box",
                    "A score-based, decision-based or transfer attack beats the white-box ones at the same budget",
-                   white, black,
-                   "the white-box gradients are masked or misleading: attack through BPDA (non-differentiable "
-                   "layers), EOT (randomness), a margin loss on logits; run the ensemble (autoattack)",
-                   (CARLINI, PINTOR, AUTOATTACK, ATHALYE), FAILURE)
+                   white, black, action, sources, level)
 
 
 def not_broken_as_budget_grows(group: Group, case: WorstCase) -> list[Sign]:
