@@ -91,3 +91,11 @@ def test_search_beating_gradients_is_masking_but_under_l0(norm_name: str, level:
     model, = audit(frame)
     beaten = [s for s in model.signs if s.code == "black_box_beats_white_box"]
     assert [(s.level, s.count) for s in beaten] == [(level, 2)]
+
+
+def test_a_one_panel_figure_is_as_wide_as_its_title() -> None:
+    figure = budget_figure(budget_curve(sparse("patch", "sparse_rs", [1, 2, 3, INF, 0], knowledge="score")))
+    figure.canvas.draw()
+    title, = figure.texts  # 'digits · patch side · untargeted · score-based', wider than one panel
+    box = title.get_window_extent()
+    assert box.x0 >= 0 and box.x1 <= figure.bbox.width

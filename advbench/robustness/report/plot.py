@@ -191,10 +191,12 @@ def _figure(curves: pd.DataFrame, x: str, xlabel: str, styles: dict, show_budget
              "query checkpoint": (marked, Line2D([], [], linestyle="none", marker="o", markerfacecolor="white", color="0.35"))}
     extra = [(handle, label) for label, (shown, handle) in marks.items() if shown]
     # 'digits · ℓ∞ · untargeted · white-box'
-    fig.suptitle(" · ".join([dataset, norm_label(norm), goal, KNOWLEDGE_LABELS.get(knowledge, knowledge)]), fontsize=13)
+    title = fig.suptitle(" · ".join([dataset, norm_label(norm), goal, KNOWLEDGE_LABELS.get(knowledge, knowledge)]),
+                         fontsize=13)
     groups = _legend_groups(sorted(curves[ROW].unique()), styles, categories, extra)
+    titled = title.get_window_extent(fig.canvas.get_renderer()).width / fig.dpi + 0.4  # one panel is narrower
     _legend(fig, groups, "defense" if categories is None else "category / defense",
-            (PANEL_SIZE[0] * ncols + 0.6, PANEL_SIZE[1] * rows + 0.5))
+            (max(PANEL_SIZE[0] * ncols + 0.6, titled), PANEL_SIZE[1] * rows + 0.5))
     return fig
 
 
