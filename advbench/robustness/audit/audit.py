@@ -15,6 +15,7 @@ import pandas as pd
 from advbench.robustness.audit.best_known import WorstCase, measure, shown, worst_case
 from advbench.robustness.audit.groups import Group, groups, prepare
 from advbench.robustness.audit.optimality import AttackScore, scores
+from advbench.robustness.audit.rejudge import Rejudged, rejudge
 from advbench.robustness.audit.signs import FAILURE, GROUP_CHECKS, REMEDIED, WEAK, Sign, settle
 from advbench.robustness.audit.trends import rising_accuracy
 
@@ -29,12 +30,14 @@ def _titles(signs: list[Sign]) -> str:
 
 @dataclass(frozen=True, eq=False)
 class ThreatAudit:
-    """One model row under one threat: its group, worst case, attack scores and signs."""
+    """One model row under one threat: its group, worst case, attack scores and signs, and a randomized
+    row's worst case re-judged by a fresh vote (None for a deterministic row)."""
 
     group: Group
     case: WorstCase
     scores: list[AttackScore]
     signs: list[Sign]
+    rejudged: Rejudged | None
 
     def level(self, level: str) -> list[Sign]:
         return [s for s in self.signs if s.level == level]
@@ -94,7 +97,7 @@ def _threats(model_groups: list[Group]) -> list[ThreatAudit]:
         case = worst_case(group)
         signs = [s for check in GROUP_CHECKS for s in check(group, case)]
         signs += [s for s in across if s.threat == group.threat]
-        out.append(ThreatAudit(group, case, scores(group, case), settle(signs, case)))
+        out.append(ThreatAudit(group, case, scores(group, case), settle(signs, case), rejudge(group, case)))
     return out
 
 

@@ -120,6 +120,7 @@ def threat_entry(threat: ThreatAudit) -> dict[str, Any]:
                                           "break_eps": [_number(e) for e in case.breaks],
                                           "broken_at_budget": case.broken_at_budget.tolist(),
                                           "set_by": case.setters.astype(str).tolist()}},
+            "rejudged": None if threat.rejudged is None else dataclasses.asdict(threat.rejudged),
             "attacks": [attack_entry(a, s, threat.signs) for a, s in zip(g.attacks, threat.scores)]}
 
 
@@ -160,10 +161,11 @@ def leaderboard(models: list[ModelAudit]) -> dict[str, list[dict[str, Any]]]:
 
 
 def verdict_lines(report: dict[str, Any]) -> list[str]:
-    """Every model row's verdict lines in the card's order, one per threat, then its corruption number where
-    it has one, as `advbench report` prints them."""
+    """Every model row's verdict lines in the card's order, one per threat, then a randomized row's worst
+    cases re-judged and its corruption number where it has them, as `advbench report` prints them."""
     return [line for model in report["models"] for line in
-            [*model["verdicts"], *([f"{model['row']} · {model['corruption']['line']}"] if model["corruption"] else [])]]
+            [*model["verdicts"], *(f"{model['row']} · {t['rejudged']['line']}" for t in model["threats"] if t["rejudged"]),
+             *([f"{model['row']} · {model['corruption']['line']}"] if model["corruption"] else [])]]
 
 
 def card(models: list[ModelAudit], sources: list[str], corruption_records: pd.DataFrame | None = None) -> dict[str, Any]:

@@ -68,9 +68,11 @@ def _verdict_class(model: dict[str, Any], threat: dict[str, Any]) -> str:
 
 
 def _verdicts(model: dict[str, Any], linked: bool) -> str:
-    """One coloured line per threat (the row's name linking to its section in the summary)."""
+    """One coloured line per threat (the row's name linking to its section in the summary), a randomized
+    row's re-judged worst case grey beneath it."""
     name = (f'<a href="#{_slug(model["row"])}"><b>{escape(model["row"])}</b></a> · ' if linked else "")
     lines = "".join(f'<div class="verdict {_verdict_class(model, t)}">{name}{escape(t["verdict"])}</div>'
+                    + (f'<div class="verdict measured">{name}{escape(t["rejudged"]["line"])}</div>' if t["rejudged"] else "")
                     for t in model["threats"])
     corruption = model.get("corruption")
     return lines + (f'<div class="verdict measured">{name}{escape(corruption["line"])}</div>' if corruption else "")

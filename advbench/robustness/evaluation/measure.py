@@ -149,7 +149,12 @@ _MEASURES: dict[str, Callable[[Batch, SearchSettings], dict[str, torch.Tensor | 
 def _columns(b: Batch, res: AttackResult, at_budget: tuple[torch.Tensor, torch.Tensor], x_at: torch.Tensor,
              min_eps: torch.Tensor, min_eps_lo: torch.Tensor, adv_norm: torch.Tensor, first: torch.Tensor,
              budget_cost: tuple[torch.Tensor, torch.Tensor], source: str) -> dict[str, torch.Tensor | str]:
-    """The record columns; `at_budget` is the verdict's (label, share of draws meeting the goal) on `x_at`."""
+    """The record columns; `at_budget` is the verdict's (label, share of draws meeting the goal) on `x_at`.
+
+    A randomized model's `recheck_fraction` is a second vote on `x_at`, as large and as uncounted as the
+    first, after every pass the sample had (later call indices, so independent draws): a report that picks
+    each sample's worst example by the first votes re-judges it by this one, which the pick cannot bias.
+    """
     success = min_eps <= b.threat.eps
     d = distances(x_at, b.x)
     out: dict[str, torch.Tensor | str] = {
@@ -169,6 +174,8 @@ def _columns(b: Batch, res: AttackResult, at_budget: tuple[torch.Tensor, torch.T
         "judge_draws": torch.full_like(b.oracle.grad_reuses, b.oracle.draws),
         **{f"dist_{name}": v for name, v in d.items()},
     }
+    if getattr(b.model, "randomized", False):
+        out["recheck_fraction"] = b.judge(x_at, torch.arange(x_at.shape[0], device=x_at.device)).fraction
     clash = sorted(set(res.info) & {*out, *_FRAME_COLUMNS, "min_eps_source", "grad_mode"})
     if clash:
         raise AdvbenchError(f"{type(b.attack).__name__} reports info columns {', '.join(clash)} that the engine writes")
