@@ -43,6 +43,8 @@ def test_a_committed_report_is_what_advbench_report_writes_from_its_records(name
     assert _board(remade) == _board(committed)
     assert [a["name"] for m in remade["models"] for t in m["threats"] for a in t["attacks"]] == \
         [a["name"] for m in committed["models"] for t in m["threats"] for a in t["attacks"]]
+    assert [t["rejudged"] and t["rejudged"]["line"] for m in remade["models"] for t in m["threats"]] == \
+        [t["rejudged"] and t["rejudged"]["line"] for m in committed["models"] for t in m["threats"]]
 
 
 def test_the_zoo_verifies_a_worst_case_of_zero_and_fails_the_naive_rows() -> None:
@@ -53,6 +55,17 @@ def test_the_zoo_verifies_a_worst_case_of_zero_and_fails_the_naive_rows() -> Non
         assert "Not trustworthy, it may be too high" in verdicts[row]
     for row in ("pgd_at", "natural", "jpeg"):
         assert "Verified: no sign that it is too high" in verdicts[row]
+
+
+def test_the_zoo_re_judges_the_randomized_row_with_fresh_votes_and_says_where_none_is_recorded() -> None:
+    """rp's cells record a fresh vote and its worst case is re-judged; rp-naive, judged as deterministic,
+    has none; the deterministic rows get no such line."""
+    rejudged = {m["row"]: m["threats"][0]["rejudged"] for m in _card(REPORTS["zoo"])["models"]}
+    rp = rejudged.pop("rp")
+    assert rp["rejudged"] is not None and 0 <= rp["agreement"] <= 1 and "re-judged by a fresh vote (20 passes)" in rp["line"]
+    naive = rejudged.pop("rp-naive")
+    assert naive["rejudged"] is None and "no fresh vote is recorded" in naive["line"]
+    assert set(rejudged.values()) == {None}
 
 
 @pytest.mark.parametrize("name", sorted(REPORTS))
