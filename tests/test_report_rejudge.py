@@ -104,17 +104,17 @@ class KeyedNoise(nn.Module):
 
 def test_the_engine_records_a_fresh_vote_for_a_randomized_model_only(tiny_model, digits_tensors) -> None:
     _, _, x, y = digits_tensors
-    x, y = x[:48], y[:48]
+    x, y = x[:32], y[:32]
     threat = ThreatModel(norm="linf", goal="untargeted", knowledge="white", eps=0.1)
     noisy = KeyedNoise(tiny_model)
-    out = evaluate_batch(BIM(steps=5), noisy, x, y, None, threat, SearchSettings(enabled=False), draws=10,
-                         sample_id=torch.arange(48) + 500)
+    out = evaluate_batch(BIM(steps=3), noisy, x, y, None, threat, SearchSettings(enabled=False), draws=5,
+                         sample_id=torch.arange(32) + 500)
     fresh, first = out["recheck_fraction"], out["adv_fraction"]
-    assert fresh.shape == (48,) and bool(((fresh >= 0) & (fresh <= 1)).all())
+    assert fresh.shape == (32,) and bool(((fresh >= 0) & (fresh <= 1)).all())
     assert bool((fresh != first).any()), "a second vote on other draws"
     keys = torch.cat(noisy.keys)
     assert keys.unique().numel() == keys.numel(), "no pass of the cell, the fresh vote's included, repeats a draw"
-    plain = evaluate_batch(BIM(steps=5), tiny_model, x, y, None, threat, SearchSettings(enabled=False))
+    plain = evaluate_batch(BIM(steps=3), tiny_model, x, y, None, threat, SearchSettings(enabled=False))
     assert "recheck_fraction" not in plain
 
 
@@ -123,7 +123,7 @@ def test_a_randomized_cells_records_carry_the_fresh_vote_and_the_report_reads_it
     _, _, x, y = digits_tensors
     part = advbench.evaluate(advbench.Model(KeyedNoise(tiny_model), randomized=True, eot_samples=2, label="noisy"),
                              (x[:32], y[:32]), attack="bim", attack_params={"steps": 3}, eps=0.1, out_dir=str(tmp_path),
-                             overrides=["search.enabled=false"])
+                             overrides=["search.enabled=false", "judge.draws=5"])
     assert part["recheck_fraction"].between(0, 1).all() and (part["recheck_fraction"] != part["adv_fraction"]).any()
     judged = audit(part)[0].threats[0].rejudged
     assert 0 <= judged.rejudged <= 1 and 0 <= judged.agreement <= 1
