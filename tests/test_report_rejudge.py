@@ -71,6 +71,8 @@ def test_records_without_the_fresh_vote_are_said_to_lack_it() -> None:
         judged = audit(votes(FIRST_BIM, FIRST_SQUARE, None, fresh_square))[0].threats[0].rejudged
         assert (judged.union, judged.rejudged, judged.agreement) == (pytest.approx(0.4, rel=1e-12), None, None)
         assert "not re-judged: no fresh vote is recorded" in judged.line and "%" in judged.line.split(",")[0]
+    without_first = votes(FIRST_BIM, FIRST_SQUARE, FRESH_BIM, FRESH_SQUARE).drop(columns="adv_fraction")
+    assert audit(without_first)[0].threats[0].rejudged.rejudged is None, "nothing to pick the worst example by"
 
 
 def test_a_deterministic_row_is_not_re_judged() -> None:

@@ -59,7 +59,8 @@ def rejudge(group: Group, case: WorstCase) -> Rejudged | None:
     union = case.robust_at_budget
     name = measure(group.goal)
     shown_union = f"{shown(group.goal, union):.1%} {name} by the union of the attacks' votes"
-    lacking = sum(RECHECK not in a.records or bool(a.records[RECHECK].isna().any()) for a in group.attacks)
+    lacking = sum(not {RECHECK, "adv_fraction"} <= set(a.records) or bool(a.records[RECHECK].isna().any())
+                  for a in group.attacks)
     if lacking:
         return Rejudged(union, None, None, f"{group.threat}: {shown_union}, not re-judged: no fresh vote is recorded "
                                            f"(no {RECHECK} in {lacking} of {len(group.attacks)} cells: written before "
