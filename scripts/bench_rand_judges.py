@@ -7,7 +7,7 @@ are the first `--samples` test digits, the threat ℓ∞ at ε 0.1. It prints th
   * advbench `attack=autoattack attack.version=rand` judged by the engine's vote of 20 passes
     (the default), and by a vote of one (one pass a verdict, `judge.draws=1`);
   * advbench with `attack.judge=original`, the original's rule (docs/attacks.md, AutoAttack);
-  * pyautoattack's `AutoAttack(version='rand')`, the number the original and RobustBench report.
+  * pyautoattack's `AutoAttack(build_member=member_attack, version='rand')`, the number the original and RobustBench report.
 
 Each advbench number is read as the run's summary line reads it (`adv_pred == label`), beside
 the records' success (`clean_correct` and not `success_at_budget`), which must agree.
@@ -27,6 +27,7 @@ from pyautoattack import AutoAttack as Original
 from torch import nn
 
 import advbench
+from advbench.cli.option_targets import member_attack
 from advbench.robustness.attacks.autoattack import AutoAttack
 from advbench.robustness.data.digits import load_digits, stratified_split
 
@@ -72,7 +73,7 @@ def trained(x: torch.Tensor, y: torch.Tensor) -> nn.Module:
 def ours(model: nn.Module, x: torch.Tensor, y: torch.Tensor, run: str, seed: int) -> str:
     judge, draws = RUNS[run]
     frame = advbench.evaluate(advbench.Model(model, randomized=True), (x, y), eps=EPS, seed=seed,
-                              attack=AutoAttack(version="rand", judge=judge, seed=seed),
+                              attack=AutoAttack(build_member=member_attack, version="rand", judge=judge, seed=seed),
                               overrides=["search.enabled=false", f"judge.draws={draws}"])
     robust = (frame["clean_correct"].astype(bool) & ~frame["success_at_budget"].astype(bool)).mean()
     return f"summary line {(frame['adv_pred'] == frame['label']).mean():.2%}, records {robust:.2%}"

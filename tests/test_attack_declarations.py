@@ -26,8 +26,8 @@ from omegaconf import OmegaConf
 
 import advbench
 from advbench.cli.config import compose_config
+from advbench.cli.option_targets import MEMBER_BUILDER, member_attack, target_of
 from advbench.core.catalog import group_options, option_file
-from advbench.core.construct import target_of
 from advbench.core.errors import AdvbenchError
 from advbench.robustness.attacks.attack_contract import Attack
 from advbench.robustness.attacks.gradient import PGD
@@ -42,7 +42,8 @@ def yaml_params(option: str) -> tuple[type[Attack], dict[str, Any]]:
     root = OmegaConf.create({"seed": 0, "attack": OmegaConf.load(path)})
     params = OmegaConf.to_container(root.attack.params, resolve=True)
     assert isinstance(params, dict)
-    return target_of(str(params.pop("_target_"))), params
+    cls = target_of(str(params.pop("_target_")))
+    return cls, {**params, **({MEMBER_BUILDER: member_attack} if MEMBER_BUILDER in cls.hyperparameters else {})}
 
 
 def bad_cases() -> list[tuple[str, str, Any]]:

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from omegaconf import OmegaConf
 
-from advbench.core.construct import construct
+from advbench.cli.option_targets import construct
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf" / "attack"

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
+from advbench.cli.option_targets import construct
 from advbench.core.catalog import group_options, option_file
 from advbench.core.errors import AdvbenchError
 from advbench.core.norms import norm as norm_of
@@ -61,7 +61,7 @@ def make_attack(name: str):
     OmegaConf.update(cfg, "params.seed", 0, force_add=True) if "seed" in cfg.params else None
     for key, value in SHORT.get(name, {}).items():
         OmegaConf.update(cfg, f"params.{key}", value)
-    return instantiate(cfg.params)
+    return construct(OmegaConf.to_container(cfg.params, resolve=True))
 
 
 def oracle_for(attack, model, n: int) -> Oracle:

@@ -10,11 +10,12 @@ import pandas as pd
 import pytest
 import torch
 from contract import assert_budgeted_contract
-from hydra.utils import instantiate
+from omegaconf import OmegaConf
 from torch import nn
 
 import advbench
 from advbench.cli.config import compose_config
+from advbench.cli.option_targets import construct, member_attack
 from advbench.core.catalog import option_data
 from advbench.core.errors import AdvbenchError, AdvbenchWarning
 from advbench.robustness.attacks.apgd import APGD
@@ -30,6 +31,11 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 # The original's attack names -> the options that run them here.
 OURS = {"apgd-ce": "apgd_ce", "apgd-dlr": "apgd_dlr", "apgd-t": "apgd_t", "fab": "fab", "fab-t": "fab_t",
         "square": "square_autoattack"}
+
+
+def built(cfg):
+    """The attack of a composed config, as the run builds it."""
+    return construct(OmegaConf.to_container(cfg.attack.params, resolve=True))
 
 
 @pytest.fixture(scope="module")
@@ -48,10 +54,10 @@ def _needs_members(version: str) -> None:
 @pytest.mark.parametrize("version", ["standard", "plus", "rand"])
 def test_versions_run_the_original_members_with_its_settings(version: str, norm: str, tiny_model) -> None:
     """The member list, restarts, target classes, Square's budget and EOT passes of the
-    original's `AutoAttack(version=...)` (pyautoattack 0.2.0, its `_set_version`)."""
+    original's `AutoAttack(build_member=member_attack, version=...)` (pyautoattack 0.2.0, its `_set_version`)."""
     original = pytest.importorskip("pyautoattack").AutoAttack(tiny_model, version=version, norm=norm, eps=0.1)
     _needs_members(version)
-    ours = AutoAttack(version=version, seed=0)
+    ours = AutoAttack(build_member=member_attack, version=version, seed=0)
     assert ours.members == [OURS[name] for name in original.attacks_to_run]
     resolved = ours.params()["resolved"]
     fab_restarts = {"fab": original.fab.n_restarts, "fab_t": 1}  # the original runs FAB-T with one start
@@ -114,7 +120,7 @@ def test_custom_runs_the_original_members_with_its_constructor_settings(members,
     the one start FAB-T left on the shared object; the records' attack_params name them."""
     x, y = batch
     theirs = _settings_the_original_runs(monkeypatch, tiny_model, members, x[:8], y[:8])
-    ours = AutoAttack(version="custom", members=[OURS[m] for m in members], seed=0)
+    ours = AutoAttack(build_member=member_attack, version="custom", members=[OURS[m] for m in members], seed=0)
     resolved = ours.params()["resolved"]
     assert list(theirs) == ours.members
     for name, settings in theirs.items():
@@ -140,12 +146,12 @@ def test_records_name_the_settings_custom_ran_and_ensemble_keeps_the_options_own
     lighter way, runs the same member with its option's one start."""
     x, y = batch
     short = {"apgd_ce": {"n_iter": 2}}
-    custom = AutoAttack(version="custom", members=["apgd_ce"], member_params=short)
+    custom = AutoAttack(build_member=member_attack, version="custom", members=["apgd_ce"], member_params=short)
     frame = advbench.evaluate(tiny_model, (x[:6], y[:6]), attack=custom, eps=0.1, overrides=["search.enabled=false"])
     params = json.loads(frame["attack_params"].iloc[0])
     assert (params["version"], params["resolved"]["apgd_ce"]["n_restarts"]) == ("custom", 5)
     assert params["resolved"]["apgd_ce"]["n_iter"] == 2, "member_params still override the original's settings"
-    light = instantiate(compose_config("config", ["attack=ensemble", "attack.members=[apgd_ce]"]).attack.params)
+    light = built(compose_config("config", ["attack=ensemble", "attack.members=[apgd_ce]"]))
     assert light.params()["resolved"]["apgd_ce"]["n_restarts"] == 1
 
 
@@ -156,7 +162,7 @@ def test_square_runs_on_the_white_box_oracle_scores_with_its_queries_counted(tin
     n = len(y)
     eps = torch.full((n,), 0.12)
     short = {"square_autoattack": {"n_queries": 300}, "apgd_ce": {"n_iter": 5, "n_restarts": 1}}
-    auto = AutoAttack(version="custom", members=["square_autoattack", "apgd_ce"], member_params=short, seed=3)
+    auto = AutoAttack(build_member=member_attack, version="custom", members=["square_autoattack", "apgd_ce"], member_params=short, seed=3)
     assert auto.knowledge == ("white",)
     oracle = WhiteBoxOracle(tiny_model, n)
     res = auto(oracle, x, y, eps=eps, norm="linf")
@@ -182,7 +188,7 @@ def test_the_rand_version_averages_every_gradient_over_twenty_passes(tiny_model,
     x, y = batch
     n = len(y)
     short = {"apgd_ce": {"n_iter": 3}, "apgd_dlr": {"n_iter": 3}}
-    auto = AutoAttack(version="rand", member_params=short, seed=0)
+    auto = AutoAttack(build_member=member_attack, version="rand", member_params=short, seed=0)
     oracle = WhiteBoxOracle(tiny_model, n)
     res = auto(oracle, x, y, eps=torch.full((n,), 0.02), norm="linf")
     robust = ~res.success & (tiny_model(x).argmax(1) == y)
@@ -211,7 +217,7 @@ def test_rand_records_its_twenty_passes_and_which_judge_made_the_number(tiny_mod
     short = {"apgd_ce": {"n_iter": 2}, "apgd_dlr": {"n_iter": 2}}
     frames = {judge: advbench.evaluate(advbench.Model(Noisy(tiny_model).eval(), randomized=True), (x[:6], y[:6]), eps=0.1,
                                        overrides=["search.enabled=false"],
-                                       attack=AutoAttack(version="rand", member_params=short, judge=judge))
+                                       attack=AutoAttack(build_member=member_attack, version="rand", member_params=short, judge=judge))
               for judge in ("vote", "original")}
     for judge, frame in frames.items():
         params = json.loads(frame["attack_params"].iloc[0])
@@ -222,7 +228,7 @@ def test_rand_records_its_twenty_passes_and_which_judge_made_the_number(tiny_mod
         assert (robust == (frame["adv_pred"] == frame["label"])).all(), "the summary's accuracy reads the same verdicts"
         assert (robust == (frame["adv_fraction"] < 0.5)).all()
     assert set(frames["vote"]["judge_draws"]) == {20}
-    default = instantiate(compose_config("config", ["attack=autoattack", "attack.version=rand"]).attack.params)
+    default = built(compose_config("config", ["attack=autoattack", "attack.version=rand"]))
     assert default.params()["judge"] == "vote" and not default.judges_itself
 
 
@@ -231,7 +237,8 @@ def test_original_judge_keeps_the_last_iterate_a_single_pass_called_adversarial(
     one more pass there agreed; the extra passes are counted queries within the declared cost."""
     x, y = batch
     n, noisy = len(y), Noisy(tiny_model).eval()
-    auto = AutoAttack(version="rand", member_params={"apgd_ce": {"n_iter": 4}, "apgd_dlr": {"n_iter": 4}}, judge="original")
+    auto = AutoAttack(build_member=member_attack, version="rand",
+                      member_params={"apgd_ce": {"n_iter": 4}, "apgd_dlr": {"n_iter": 4}}, judge="original")
     oracle = WhiteBoxOracle(noisy, n, draws=20)
     torch.manual_seed(0)
     res = auto(oracle, x, y, eps=torch.full((n,), 0.15), norm="linf")
@@ -255,7 +262,7 @@ def test_original_judge_keeps_the_last_iterate_a_single_pass_called_adversarial(
 ])
 def test_bad_versions_are_one_line_errors(overrides: list[str], match: str) -> None:
     with pytest.raises(AdvbenchError, match=match) as info:
-        instantiate(compose_config("config", ["attack=autoattack", *overrides]).attack.params)
+        built(compose_config("config", ["attack=autoattack", *overrides]))
     assert "\n" not in str(info.value)
 
 
@@ -273,7 +280,7 @@ class Rounded(nn.Module):
 
 
 def _warnings_of(model: nn.Module, data: tuple[torch.Tensor, torch.Tensor]) -> tuple[list[str], pd.DataFrame]:
-    attack = AutoAttack(version="custom", members=["apgd_ce", "square_autoattack"],
+    attack = AutoAttack(build_member=member_attack, version="custom", members=["apgd_ce", "square_autoattack"],
                         member_params={"apgd_ce": {"n_iter": 3}, "square_autoattack": {"n_queries": 200}})
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -308,8 +315,8 @@ def test_too_few_classes_for_the_target_classes_or_dlr_is_one_line_error(version
     n = len(y)
     oracle = WhiteBoxOracle(few, n)
     with pytest.raises(AdvbenchError, match=match) as info:
-        AutoAttack(version=version, members=members, seed=0)(oracle, x, y.clamp(max=classes - 1), eps=torch.full((n,), 0.1),
-                                                           norm="linf")
+        attack = AutoAttack(build_member=member_attack, version=version, members=members, seed=0)
+        attack(oracle, x, y.clamp(max=classes - 1), eps=torch.full((n,), 0.1), norm="linf")
     assert "\n" not in str(info.value)
 
 

@@ -25,6 +25,7 @@ from contract import assert_close_to_the_original
 from test_apgd_crosscheck import EPS
 from torch import nn
 
+from advbench.cli.option_targets import member_attack
 from advbench.core.catalog import option_data
 from advbench.core.steps import lp_norm
 from advbench.robustness.attacks.autoattack import VERSIONS, AutoAttack
@@ -53,7 +54,7 @@ def both(request, tiny_model, digits_tensors) -> dict:
     x, y = x[:SAMPLES], y[:SAMPLES]
     eps = EPS[norm]
     tic = time.perf_counter()
-    ours = AutoAttack(version=version, members=ours_members, seed=0)
+    ours = AutoAttack(build_member=member_attack, version=version, members=ours_members, seed=0)
     res = ours(WhiteBoxOracle(tiny_model, len(y)), x, y, eps=torch.full((len(y),), eps), norm=norm)
     ours_s = time.perf_counter() - tic
     tic = time.perf_counter()
@@ -112,8 +113,8 @@ def test_rand_judged_as_the_original_reads_its_number(tiny_model, digits_tensors
     theirs = float((their_pred == y).float().mean())
     with torch.no_grad():
         clean = noisy(x).argmax(1) == y
-    res = AutoAttack(version="rand", judge="original")(WhiteBoxOracle(noisy, RAND_SAMPLES, draws=20), x, y, eps=eps,
-                                                       norm="linf")
+    res = AutoAttack(build_member=member_attack, version="rand", judge="original")(
+        WhiteBoxOracle(noisy, RAND_SAMPLES, draws=20), x, y, eps=eps, norm="linf")
     ours = float((clean & ~res.success).float().mean())
     print(f"rand judge=original: ours {ours:.2%}, original {theirs:.2%}")
     assert 0.1 <= theirs <= 0.9, "the budget should leave some samples robust and break others"

@@ -29,6 +29,7 @@ import pytest
 import torch
 from contract import assert_close_to_the_original
 
+from advbench.cli.option_targets import member_attack
 from advbench.core.norms import norm
 from advbench.robustness.attacks.apgd import APGD
 from advbench.robustness.attacks.autoattack import AutoAttack
@@ -53,7 +54,7 @@ def _theirs_apgd(model, x, y):
 
 
 def _ours_autoattack(model, x, y):
-    attack = AutoAttack(version="standard", seed=0).for_norm("l1")
+    attack = AutoAttack(build_member=member_attack, version="standard", seed=0).for_norm("l1")
     assert attack.members == ["apgd_ce", "apgd_t"]
     return attack(WhiteBoxOracle(model, len(y)), x, y, eps=torch.full((len(y),), EPS), norm="l1")
 
@@ -100,9 +101,9 @@ def test_every_example_is_inside_the_l1_ball_and_the_box(both) -> None:
 
 def test_the_ensemble_under_l1_runs_the_originals_l1_settings() -> None:
     """APGD-CE with the constructor's 5 restarts and APGD-T towards 5 classes, both on the ε schedule."""
-    resolved = AutoAttack(version="standard", seed=0).for_norm("l1").params()["resolved"]
+    resolved = AutoAttack(build_member=member_attack, version="standard", seed=0).for_norm("l1").params()["resolved"]
     assert resolved["apgd_ce"]["n_restarts"] == 5 and resolved["apgd_ce"]["large_eps"] is True
     assert resolved["apgd_t"]["n_target_classes"] == 5 and resolved["apgd_t"]["n_restarts"] == 1
     assert resolved["apgd_t"]["large_eps"] is True
-    assert AutoAttack(version="standard", seed=0).for_norm("linf").members == ["apgd_ce", "apgd_t", "fab_t",
+    assert AutoAttack(build_member=member_attack, version="standard", seed=0).for_norm("linf").members == ["apgd_ce", "apgd_t", "fab_t",
                                                                                "square_autoattack"]

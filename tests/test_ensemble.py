@@ -6,13 +6,14 @@ from __future__ import annotations
 import pytest
 import torch
 from contract import assert_budgeted_contract
-from hydra.utils import instantiate
+from omegaconf import OmegaConf
 
 from advbench.cli.config import compose_config
+from advbench.cli.option_targets import construct, member_attack
 from advbench.core.errors import AdvbenchError
 from advbench.core.steps import lp_norm
 from advbench.robustness.attacks.oracles import WhiteBoxOracle
-from advbench.robustness.attacks.worst_case import Ensemble, load_attack
+from advbench.robustness.attacks.worst_case import Ensemble
 from advbench.robustness.data.target_classes import target_classes
 from advbench.robustness.evaluation.measure import evaluate_batch
 from advbench.robustness.specs import SearchSettings
@@ -37,7 +38,7 @@ def test_at_least_as_strong_as_each_member_on_every_sample(norm, eps, goal, tiny
     n = len(y)
     target = target_classes(torch.arange(n), y, 10, seed=0) if goal == "targeted" else None
     budget = torch.full((n,), eps)
-    ens = Ensemble(members=MEMBERS, member_params=CHEAP, seed=2)
+    ens = Ensemble(build_member=member_attack, members=MEMBERS, member_params=CHEAP, seed=2)
     oracle = WhiteBoxOracle(tiny_model, n)
     res = ens(oracle, x, y, eps=budget, norm=norm, target=target)
     broken_by = res.info["broken_by"]
@@ -45,7 +46,7 @@ def test_at_least_as_strong_as_each_member_on_every_sample(norm, eps, goal, tiny
     assert torch.equal(res.success, (pred == target) if target is not None else (pred != y))
     assert torch.equal(res.success, broken_by >= 0)
 
-    alone = [load_attack(m, 2, CHEAP.get(m))(WhiteBoxOracle(tiny_model, n), x, y, eps=budget, norm=norm, target=target)
+    alone = [member_attack(m, 2, CHEAP.get(m))(WhiteBoxOracle(tiny_model, n), x, y, eps=budget, norm=norm, target=target)
              for m in MEMBERS]
     for name, r in zip(MEMBERS, alone):
         assert bool((res.success >= r.success).all()), f"the ensemble misses samples {name} breaks alone"
@@ -70,9 +71,9 @@ def test_minimum_norm_member_counts_only_inside_the_budget(norm, eps, tiny_model
     x, y = batch
     n = len(y)
     budget = torch.full((n,), eps)
-    ens = Ensemble(members=["deepfool", "apgd_ce"], member_params={"apgd_ce": {"n_iter": 10}})
+    ens = Ensemble(build_member=member_attack, members=["deepfool", "apgd_ce"], member_params={"apgd_ce": {"n_iter": 10}})
     res = ens(WhiteBoxOracle(tiny_model, n), x, y, eps=budget, norm=norm)
-    alone = load_attack("deepfool", 0)(WhiteBoxOracle(tiny_model, n), x, y, eps=budget, norm=norm)
+    alone = member_attack("deepfool", 0)(WhiteBoxOracle(tiny_model, n), x, y, eps=budget, norm=norm)
     inside = lp_norm(alone.x_adv - x, norm) <= eps
     assert (alone.success & ~inside).any(), "some DeepFool examples should lie beyond the budget"
     assert torch.equal(res.info["broken_by"] == 0, alone.success & inside)
@@ -85,9 +86,9 @@ def test_min_eps_is_no_larger_than_any_members(tiny_model, batch) -> None:
     x, y = batch
     threat = ThreatModel(norm="linf", goal="untargeted", eps=0.08)
     search = SearchSettings(resolution=0.05)
-    ens = evaluate_batch(Ensemble(members=["fgsm", "apgd_ce"], member_params={"apgd_ce": {"n_iter": 10}}),
+    ens = evaluate_batch(Ensemble(build_member=member_attack, members=["fgsm", "apgd_ce"], member_params={"apgd_ce": {"n_iter": 10}}),
                          tiny_model, x, y, None, threat, search)
-    for member in (load_attack("fgsm", 0), load_attack("apgd_ce", 0, {"n_iter": 10})):
+    for member in (member_attack("fgsm", 0), member_attack("apgd_ce", 0, {"n_iter": 10})):
         alone = evaluate_batch(member, tiny_model, x, y, None, threat, search)
         assert bool((ens["success_at_budget"] >= alone["success_at_budget"]).all())
         # Bisection paths differ between the two, so allow one search resolution.
@@ -105,7 +106,7 @@ def test_apgd_ensemble_keeps_the_catalogue_contract_on_a_short_schedule(norm, ta
     n = len(y)
     target = target_classes(torch.arange(n), y, 10, seed=0) if targeted else None
     eps = torch.linspace(0.2, 1.0, n) * {"linf": 0.1, "l2": 0.8}[norm] * (3 if targeted else 1)
-    auto = load_attack("apgd_ensemble", 0, {"member_params": {"apgd_ce": {"n_iter": 8}, "apgd_t": {"n_iter": 8}}})
+    auto = member_attack("apgd_ensemble", 0, {"member_params": {"apgd_ce": {"n_iter": 8}, "apgd_t": {"n_iter": 8}}})
     assert auto.steps == 8 + 9 * 8
     oracle = WhiteBoxOracle(tiny_model, n)
     res = auto(oracle, x, y, eps=eps, norm=norm, target=target)
@@ -120,11 +121,11 @@ def test_apgd_ensemble_keeps_the_catalogue_contract_on_a_short_schedule(norm, ta
 def test_configured_by_member_option_names_with_the_run_seed() -> None:
     cfg = compose_config("config", ["attack=ensemble", "attack.members=[pgd,apgd_dlr]", "seed=7",
                                     "attack.params.member_params={apgd_dlr: {n_iter: 20}}"])
-    ens = instantiate(cfg.attack.params)
+    ens = construct(OmegaConf.to_container(cfg.attack.params, resolve=True))
     assert ens.members == ["pgd", "apgd_dlr"]
     assert ens.params()["resolved"]["pgd"]["seed"] == 7
-    assert ens.params()["resolved"]["apgd_dlr"] == {**load_attack("apgd_dlr", 7).params(), "n_iter": 20}
-    auto = instantiate(compose_config("config", ["attack=apgd_ensemble"]).attack.params)
+    assert ens.params()["resolved"]["apgd_dlr"] == {**member_attack("apgd_dlr", 7).params(), "n_iter": 20}
+    auto = construct(OmegaConf.to_container(compose_config("config", ["attack=apgd_ensemble"]).attack.params, resolve=True))
     assert auto.members == ["apgd_ce", "apgd_t"] and auto.steps == 100 + 900
 
 

@@ -213,6 +213,35 @@ def test_the_config_finder_finds_one(tmp_path: Path, monkeypatch: pytest.MonkeyP
         "3 json.dumps", "4 DictConfig", "4 open_dict", "8 DictConfig", "9 compose_config", "10 json.dumps", "10 OmegaConf")]
 
 
+TARGET_KEY_WRITERS = {"advbench/core/keys.py"}
+"""Below cli/, where `_target_` may still be a key: the cell keys hash a data set's and a model's class under
+the name the options give it, so keys made before the options stopped travelling below cli/ still match."""
+
+
+def target_keys(path: Path) -> list[str]:
+    """Where `path`'s code holds the string `_target_` (a key read or written), as 'file:line'; words in
+    docstrings and messages aside."""
+    return [f"{path.relative_to(PACKAGE.parent).as_posix()}:{node.lineno}" for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.Constant) and node.value == "_target_"]
+
+
+def test_only_the_command_line_reads_an_options_class_path() -> None:
+    """An option's `_target_` is read once, in cli/ (`cli.option_targets`): below it a data set or model is a
+    bound factory, an attack or metric a built object, an ensemble's members built by a builder cli/ hands it."""
+    below = [p for layer in ("core", "robustness", "quality") for p in sorted((PACKAGE / layer).rglob("*.py"))
+             if p.relative_to(PACKAGE.parent).as_posix() not in TARGET_KEY_WRITERS]
+    assert [line for p in below for line in target_keys(p)] == []
+
+
+def test_the_target_key_finder_finds_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(f"{__name__}.PACKAGE", tmp_path / "advbench")
+    source = tmp_path / "advbench" / "quality" / "planted.py"
+    source.parent.mkdir(parents=True)
+    source.write_text('"""Builds from `_target_` in words only."""\n\n\ndef f(spec):\n'
+                      '    message = f"_target_ {spec} is wrong"\n    return spec.pop("_target_"), message\n')
+    assert target_keys(source) == ["advbench/quality/planted.py:6"]
+
+
 SPEC_SUFFIXES = ("Spec", "Settings", "Defense")
 """Dataclasses a job or a cell is made of below the command line: `CellSpec`, `CellSettings`, `MetricDefense`, ..."""
 UNTYPED = ("Mapping[str, Any]", "dict[str, Any]", "Mapping[str, Mapping", "DictConfig")

@@ -22,9 +22,9 @@ from omegaconf import OmegaConf
 
 import advbench
 from advbench.cli.config import compose_config
+from advbench.cli.option_targets import target_of
 from advbench.core import hyperparameters as hyper
 from advbench.core.catalog import group_options, option_file
-from advbench.core.construct import target_of
 from advbench.core.errors import AdvbenchError
 from advbench.quality.attacks.iterative import IFGSM
 from advbench.quality.attacks.metric_attack import MetricAttack

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 import advbench
 from advbench.cli.main import main
+from advbench.cli.option_targets import member_attack
 from advbench.core.errors import AdvbenchError
 from advbench.robustness.attacks.apgd import APGD
 from advbench.robustness.attacks.autoattack import AutoAttack
@@ -83,7 +84,7 @@ def test_the_stated_cost_is_the_declared_budgets_summed() -> None:
 @pytest.mark.parametrize("attack, goal", [(FAB(n_iter=4), "untargeted"), (FAB(n_iter=4), "targeted"),
                                           (DeepFool(steps=4, candidates=4), "untargeted"),
                                           (APGD(n_iter=4, loss="dlr", n_target_classes=3), "targeted"),
-                                          (AutoAttack(version="custom", members=["apgd_ce", "fab"],
+                                          (AutoAttack(build_member=member_attack, version="custom", members=["apgd_ce", "fab"],
                                                       member_params={"apgd_ce": {"n_iter": 2},
                                                                      "fab": {"n_iter": 3}}), "untargeted")])
 def test_declared_costs_bound_what_the_oracle_counts(attack, goal: str, tiny_model, digits_tensors) -> None:

@@ -3,7 +3,7 @@
 The command line is the one reader of Hydra's configs: each task turns its composed DictConfig
 into the job's plain spec (`TrainSpec`, `Table1Spec`, `StabilitySpec`, `IqaSpec`), reads the
 metric option's name from Hydra, builds the metric (`advbench.cli.metrics.build_metric`) and
-the attack (`advbench.core.construct.construct`), and hands them to the quality half. The
+the attack (`advbench.cli.option_targets.construct`), and hands them to the quality half. The
 quality modules import torch, so they are imported inside the tasks: `advbench --help`
 imports neither torch nor pandas.
 """
@@ -16,6 +16,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from advbench.cli.metrics import build_metric
+from advbench.cli.option_targets import construct, target_of
 from advbench.cli.spec_values import settings, spec_fields
 from advbench.core.catalog import group_options
 
@@ -85,7 +86,6 @@ def iqa_job(cfg: DictConfig, metric: Any, name: str, given: Any = None) -> Any:
 def attack_spec(cfg: DictConfig) -> Any:
     """The job's `attack=` option built and checked (its constructor's hyperparameter checks), with the names
     of the hyperparameters its `params` set: a `MetricAttackSpec`."""
-    from advbench.core.construct import construct
     from advbench.quality.iqa.run import MetricAttackSpec
 
     params = resolved(cfg.attack.params)
@@ -113,10 +113,10 @@ def defense_spec(cfg: DictConfig) -> Any:
 
 def check_iqa(cfg: DictConfig) -> None:
     """The values an `iqa run` job needs before any work (`advbench.quality.iqa.run.check_iqa_settings`)."""
-    from advbench.quality.iqa.run import check_iqa_settings
+    from advbench.quality.iqa.run import check_iqa_settings, check_metric_attack
 
-    check_iqa_settings(resolved(cfg.get("eps")), cfg.get("batch_size"), cfg.get("chunk_size"),
-                       str(OmegaConf.select(cfg, "attack.name")),
-                       str(OmegaConf.select(cfg, "attack.params._target_", default="")))
+    check_iqa_settings(resolved(cfg.get("eps")), cfg.get("batch_size"), cfg.get("chunk_size"))
+    target = str(OmegaConf.select(cfg, "attack.params._target_", default=""))
+    check_metric_attack(str(OmegaConf.select(cfg, "attack.name")), target_of(target) if target else None)
     judge_names(cfg)
     defense_spec(cfg)

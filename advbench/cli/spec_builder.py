@@ -19,10 +19,10 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from advbench.cli.option_targets import bound_factory
 from advbench.cli.options import load_option
 from advbench.cli.validate import built_attack
 from advbench.core.catalog import override_key
-from advbench.core.construct import bound_factory
 from advbench.core.errors import AdvbenchError
 from advbench.core.keys import defense_identity, plain
 from advbench.robustness.specs import (

@@ -25,8 +25,8 @@ from omegaconf.errors import OmegaConfBaseException
 from yaml import YAMLError
 
 import advbench.cli.options  # noqa: F401  (registers the ${advbench:cache|data|weights} resolver the YAML uses)
+from advbench.cli.option_targets import construct, target_of
 from advbench.core.catalog import CONFIG_ROOTS, invalid_yaml, option_data
-from advbench.core.construct import construct, target_of
 from advbench.core.errors import AdvbenchError, user_error
 from advbench.core.keys import plain_value
 from advbench.core.names import safe_name

@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 
 from omegaconf import OmegaConf
 
-from advbench.core.construct import target_of
+from advbench.cli.option_targets import target_of
 from advbench.core.download import CHUNK, Limits, check_url, download, open_no_follow
 from advbench.core.errors import AdvbenchError
 from advbench.core.paths import location

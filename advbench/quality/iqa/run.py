@@ -24,7 +24,6 @@ import torch
 from rich.console import Console
 
 from advbench.core.cells import claim_cell, fill_cell
-from advbench.core.construct import target_of
 from advbench.core.digests import module_digest, tensor_digest
 from advbench.core.errors import AdvbenchError
 from advbench.core.keys import content_key
@@ -219,12 +218,16 @@ def summarize(frame: pd.DataFrame, label: str, part: Path) -> None:
     Console().print(f"{label}: mean gain {shown}; {scale}{cost_line(frame)}; wrote {part}", soft_wrap=True)
 
 
-def check_iqa_settings(eps: Any, batch_size: Any, chunk_size: Any, attack: str, target: str) -> None:
-    """The values a job needs before any work: budgets, an attack on metrics (its `_target_`), whole batch sizes."""
+def check_iqa_settings(eps: Any, batch_size: Any, chunk_size: Any) -> None:
+    """The values a job needs before any work: budgets, whole batch sizes."""
     check_budgets(eps)
     for key, value in (("batch_size", batch_size), ("chunk_size", chunk_size)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise AdvbenchError(f"{key} must be a whole number >= 1, got {value!r}")
-    cls = target_of(target) if target else None
+
+
+def check_metric_attack(attack: str, cls: Any) -> None:
+    """That option `attack` names (`cls`: the class its params name; None where they name none) an attack
+    on quality metrics."""
     if not (isinstance(cls, type) and issubclass(cls, MetricAttack)):
         raise AdvbenchError(f"attack '{attack}' is not an attack on quality metrics (see `advbench list iqa/attack`)")

@@ -43,7 +43,7 @@ from advbench.core.norms import L1_NORM, Norm
 from advbench.core.norms import norm as norm_of
 from advbench.robustness.attacks.attack_contract import Attack, AttackResult, Cost
 from advbench.robustness.attacks.oracles import Oracle
-from advbench.robustness.attacks.worst_case import Ensemble, MemberNames, MemberParams
+from advbench.robustness.attacks.worst_case import Builder, Ensemble, MemberBuilder, MemberNames, MemberParams
 from advbench.robustness.threat import goal_met
 
 _ONE_START = {"n_restarts": 1}
@@ -95,9 +95,10 @@ class AutoAttack(Ensemble):
     """AutoAttack's `version`: its members and their settings, then the worst case over them."""
 
     hyperparameters = {"version": hyper.Choice((*VERSIONS, "custom")), "members": _CustomMembers(),
-                       "member_params": MemberParams(), "seed": hyper.Whole(None), "judge": hyper.Choice(JUDGES)}
+                       "member_params": MemberParams(), "seed": hyper.Whole(None), "judge": hyper.Choice(JUDGES),
+                       "build_member": Builder()}
 
-    def __init__(self, *, version: str = "standard", members: Sequence[str] | None = None,
+    def __init__(self, *, build_member: MemberBuilder, version: str = "standard", members: Sequence[str] | None = None,
                  member_params: Mapping[str, Mapping[str, Any]] | None = None, seed: int = 0,
                  judge: str = "vote") -> None:
         self.set_hyperparameters(locals())

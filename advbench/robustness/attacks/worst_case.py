@@ -14,46 +14,25 @@ index into `attack_params["members"]` of the member that broke the sample (the n
 `Ensemble.members[i]`), -1 where none did.
 
 A minimum-norm member (DeepFool, C&W) counts as successful only where its smallest example
-lies inside the budget.
+lies inside the budget. Members are attack options, which only the command line reads: it hands
+the ensemble their builder (`build_member`, `advbench.cli.option_targets.member_attack`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 
 from advbench.core import hyperparameters as hyper
-from advbench.core.catalog import group_options, option_data
-from advbench.core.construct import construct
 from advbench.core.errors import AdvbenchError
 from advbench.core.keys import plain_value
 from advbench.robustness.attacks.attack_contract import Attack, AttackResult, Cost
 from advbench.robustness.attacks.oracles import Oracle
 
-
-def load_attack(name: str, seed: int, overrides: Mapping[str, Any] | None = None) -> Attack:
-    """The attack of option `name` in conf/attack, with the ensemble's seed and any overrides."""
-    option = option_data("attack", name)
-    if option is None or not isinstance(option.get("params"), dict):
-        raise AdvbenchError(f"unknown ensemble member '{name}' (attack.members); valid: {', '.join(group_options('attack'))}")
-    params = {key: _option_key(option, value) for key, value in option["params"].items()}
-    if "seed" in params:
-        params["seed"] = seed
-    params.update(overrides or {})
-    try:
-        return construct(params)
-    except AdvbenchError as exc:
-        raise AdvbenchError(f"cannot build ensemble member '{name}': {exc}") from None
-
-
-
-def _option_key(option: Mapping[str, Any], value: Any) -> Any:
-    """A parameter as the option file means it: `${..members}` is the option's own `members:` key."""
-    if isinstance(value, str) and value.startswith("${..") and value.endswith("}"):
-        return option.get(value[4:-1])
-    return value
+MemberBuilder = Callable[[str, int, Mapping[str, Any] | None], Attack]
+"""An attack option's name, the ensemble's seed and the member's overrides -> the member attack."""
 
 
 class MemberNames(hyper.Range):
@@ -89,14 +68,27 @@ class MemberParams(hyper.Range):
         return [{"nope": {}}, ["apgd_ce"], 3, {"apgd_ce": 3}]
 
 
+class Builder(hyper.Range):
+    """The builder of the members from their option names (`MemberBuilder`), handed down by the command line."""
+
+    def _check(self, owner: object, name: str, value: Any) -> Any:
+        if not callable(value):
+            raise hyper.refuse(owner, name, "a builder of attacks from option names", value)
+        return value
+
+    def _bad(self) -> list[Any]:
+        return ["apgd_ce", 3]
+
+
 class Ensemble(Attack):
     """Members in order; accepts what every member accepts (norms, goals, knowledge)."""
 
     kind = "budgeted"
-    hyperparameters = {"members": MemberNames(), "member_params": MemberParams(), "seed": hyper.Whole(None)}
+    hyperparameters = {"members": MemberNames(), "member_params": MemberParams(), "seed": hyper.Whole(None),
+                       "build_member": Builder()}
 
-    def __init__(self, *, members: Sequence[str], member_params: Mapping[str, Mapping[str, Any]] | None = None,
-                 seed: int = 0) -> None:
+    def __init__(self, *, members: Sequence[str], build_member: MemberBuilder,
+                 member_params: Mapping[str, Mapping[str, Any]] | None = None, seed: int = 0) -> None:
         self.set_hyperparameters(locals())
         self._assemble(self.members, self.member_params)
 
@@ -106,7 +98,7 @@ class Ensemble(Attack):
         if unknown:
             raise AdvbenchError(f"member_params names {', '.join(unknown)}, not among the members "
                                 f"{', '.join(members)}")
-        self._attacks = [load_attack(name, self.seed, member_params.get(name)) for name in members]
+        self._attacks = [self.build_member(name, self.seed, member_params.get(name)) for name in members]
         self.norms = self._shared("norms")
         self.goals = self._shared("goals")
         self.knowledge = self._shared("knowledge")
