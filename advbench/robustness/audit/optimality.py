@@ -13,7 +13,8 @@ Two scores, each under its own name:
   unique distances d, the attack's clipped at max_dist. The trapezoids join the points by straight
   lines and start at the smallest distance, so on a few samples an attack that breaks a sample
   later than the reference can still score above 1; on AttackBench's 1,000 samples the points are
-  dense and this fades.
+  dense and this fades. Under a whole norm (ℓ0) too the lines join whole distances, as AttackBench
+  scores its ℓ0 attacks; the area gap below is the step curves' own.
 - `area_gap`: advbench's own, exact for the step curves the report draws: the area between the
   attack's robust-accuracy-vs-ε curve and the worst case's from 0 to E, over the area under the
   clean accuracy, clean_acc · E. The area under mean(b > ε) from 0 to E is mean(min(b, E)). E is
