@@ -1,7 +1,7 @@
 """FAB and FAB-T: what is their own beyond the catalogue's contract (tests/test_attacks.py).
 
 The projections onto a hyperplane within the box are the exact minimisers (against an LP for ℓ∞ and
-an enumeration of active sets for ℓ2); the returned norm is the smallest adversarial iterate seen;
+ℓ1 and an enumeration of active sets for ℓ2); the returned norm is the smallest adversarial iterate seen;
 gradients are counted as declared (K − 1 an iteration untargeted, 1 for FAB-T, runs only on the
 samples still robust); bad settings are one-line errors. The cross-check against torchattacks' FAB
 is in tests/test_crosscheck_fab.py (slow).
@@ -22,8 +22,9 @@ from test_minimum_norm import AlwaysZero, Shifted
 from advbench.core.errors import AdvbenchError
 from advbench.core.steps import lp_norm
 from advbench.robustness.attacks.fab import FAB
-from advbench.robustness.attacks.hyperplane import project_l2, project_linf
+from advbench.robustness.attacks.hyperplane import project_l1, project_l2, project_linf
 from advbench.robustness.attacks.oracles import TransferOracle, WhiteBoxOracle
+from advbench.robustness.attacks.starts import boundary_start, fab_start
 from advbench.robustness.data.target_classes import target_classes
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -91,11 +92,24 @@ def smallest_linf(t: np.ndarray, w: np.ndarray, b: float) -> float | None:
     return float(res.x[-1]) if res.status == 0 else None
 
 
-@pytest.mark.parametrize("norm", ["linf", "l2"])
+def smallest_l1(t: np.ndarray, w: np.ndarray, b: float) -> float | None:
+    """The LP min Σ u_i s.t. |δ_i| ≤ u_i, w·(t + δ) = b, t + δ in the box; None where infeasible."""
+    d = len(t)
+    lo, hi = BOUNDS
+    a_ub = np.r_[np.c_[np.eye(d), -np.eye(d)], np.c_[-np.eye(d), -np.eye(d)]]
+    res = linprog(np.r_[np.zeros(d), np.ones(d)], A_ub=a_ub, b_ub=np.zeros(2 * d), A_eq=np.r_[w, np.zeros(d)][None],
+                  b_eq=[b - w @ t], bounds=[(lo - v, hi - v) for v in t] + [(0, None)] * d)
+    return float(res.fun) if res.status == 0 else None
+
+
+PROJECTIONS = {"linf": (project_linf, smallest_linf), "l2": (project_l2, smallest_l2), "l1": (project_l1, smallest_l1)}
+
+
+@pytest.mark.parametrize("norm", sorted(PROJECTIONS))
 def test_projection_is_the_smallest_step_onto_the_hyperplane_in_the_box(norm: str) -> None:
     t, w, b = problems()
-    step = (project_linf if norm == "linf" else project_l2)(t, w, b, BOUNDS)
-    reference = smallest_linf if norm == "linf" else smallest_l2
+    project, reference = PROJECTIONS[norm]
+    step = project(t, w, b, BOUNDS)
     lo, hi = BOUNDS
     assert ((t + step) >= lo - 1e-12).all() and ((t + step) <= hi + 1e-12).all()
     assert (step[w == 0] == 0).all()
@@ -113,14 +127,26 @@ def test_projection_is_the_smallest_step_onto_the_hyperplane_in_the_box(norm: st
     assert 0 < infeasible < t.shape[0] // 2, "the problems include some the box cannot reach, not most"
 
 
-@pytest.mark.parametrize("norm", ["linf", "l2"])
+@pytest.mark.parametrize("norm", sorted(PROJECTIONS))
 def test_projection_onto_a_hyperplane_through_the_point_is_no_step(norm: str) -> None:
     t, w, _ = problems(8, 30)
-    step = (project_linf if norm == "linf" else project_l2)(t, w, (w * t).sum(1), BOUNDS)
+    step = PROJECTIONS[norm][0](t, w, (w * t).sum(1), BOUNDS)
     assert torch.allclose(step, torch.zeros_like(step), atol=1e-7)
 
 
-@pytest.mark.parametrize("norm,targeted", [("linf", False), ("l2", False), ("l2", True)])
+def test_restart_starts_are_the_originals() -> None:
+    """ℓ∞ and ℓ2: APGD's sphere start to the bit (a uniform or Gaussian draw rescaled); ℓ1: a Gaussian
+    rescaled to ℓ1 norm r, every coordinate moved, where APGD-ℓ1's projected Gaussian keeps a few."""
+    x, r, ids = torch.full((4, 1, 8, 8), 0.5), torch.tensor([0.1, 0.2, 0.3, 0.4]), torch.arange(4)
+    draw = {"seed": 0, "sample_id": ids, "stream": 1}
+    for norm in ("linf", "l2"):
+        assert torch.equal(fab_start(x, r, norm, (0.0, 1.0), **draw), boundary_start(x, r, norm, (0.0, 1.0), **draw))
+    dense, sparse = fab_start(x, r, "l1", (0.0, 1.0), **draw) - x, boundary_start(x, r, "l1", (0.0, 1.0), **draw) - x
+    assert torch.allclose(lp_norm(dense, "l1"), r, rtol=1e-5) and torch.allclose(lp_norm(sparse, "l1"), r, rtol=1e-5)
+    assert ((dense != 0).flatten(1).sum(1) == 64).all() and ((sparse != 0).flatten(1).sum(1) < 8).all()
+
+
+@pytest.mark.parametrize("norm,targeted", [("linf", False), ("l2", False), ("l2", True), ("l1", False)])
 def test_returned_norm_is_the_smallest_adversarial_iterate_seen(norm: str, targeted: bool, tiny_model, batch) -> None:
     x, y = batch
     target = target_classes(torch.arange(N), y, 10, seed=0) if targeted else None
@@ -188,14 +214,15 @@ def test_final_search_only_shrinks_the_examples(tiny_model, batch) -> None:
     assert (after <= before + 1e-6).all() and (after < before - 1e-4).any()
 
 
-def test_restarts_only_lower_the_norm(tiny_model, batch) -> None:
+@pytest.mark.parametrize("norm,eps", [("linf", 0.1), ("l1", 1.0)])
+def test_restarts_only_lower_the_norm(norm: str, eps: float, tiny_model, batch) -> None:
     """The first run is the same; the restarts (from random points around the input) go on the samples
     not broken within ε and can only lower their norms."""
     x, y = batch
-    eps = torch.full((N,), 0.1)
-    one = FAB(n_iter=10, final_search=0)(WhiteBoxOracle(tiny_model, N), x, y, eps=eps, norm="linf")
-    three = FAB(n_iter=10, final_search=0, n_restarts=3)(WhiteBoxOracle(tiny_model, N), x, y, eps=eps, norm="linf")
-    d1, d3 = lp_norm(one.x_adv - x, "linf"), lp_norm(three.x_adv - x, "linf")
+    eps = torch.full((N,), eps)
+    one = FAB(n_iter=10, final_search=0)(WhiteBoxOracle(tiny_model, N), x, y, eps=eps, norm=norm)
+    three = FAB(n_iter=10, final_search=0, n_restarts=3)(WhiteBoxOracle(tiny_model, N), x, y, eps=eps, norm=norm)
+    d1, d3 = lp_norm(one.x_adv - x, norm), lp_norm(three.x_adv - x, norm)
     assert (three.success >= one.success).all() and (d3[one.success] <= d1[one.success] + 1e-6).all()
     early = one.first_success >= 0
     assert torch.equal(three.first_success[early], one.first_success[early])
@@ -233,4 +260,4 @@ def test_more_target_classes_than_the_model_has_are_refused(tiny_model, batch) -
     x, y = batch
     with pytest.raises(AdvbenchError, match="n_target_classes=10 exceeds the 9 other classes"):
         FAB(n_target_classes=10)(WhiteBoxOracle(tiny_model, N), x, y, eps=torch.full((N,), 0.1), norm="linf")
-    assert FAB().unsupported("l1", "white", "untargeted") == "FAB supports norms linf, l2, got 'l1'"
+    assert FAB().unsupported("l0", "white", "untargeted") == "FAB supports norms linf, l2, l1, got 'l0'"

@@ -49,8 +49,8 @@ BELOW = 1e-4
 """How far below the optimum a norm may fall: float32 rounding of logits and distances."""
 ABOVE = 0.05
 """How far above, per sample, the smallest step into the class the attack reached (and in the median
-above the optimum), unless `ABOVE_FOR` says otherwise."""
-ABOVE_FOR = {
+above the optimum), unless `ABOVE_FOR` says otherwise for the attack, or for the attack under a norm."""
+ABOVE_FOR: dict[str | tuple[str, str], float] = {
     # The radius moves by a fixed 5% a step (γ is not annealed) along the cross-entropy gradient's
     # direction, from ε₀ = 1: measured up to 30% above (median 18%) in its 100 steps.
     "ddn": 0.35,
@@ -60,6 +60,10 @@ ABOVE_FOR = {
     # the sparse ℓ1 optimum: measured up to 48% above the reached class's optimum (median 44% above the
     # optimum; Foolbox 3.3.4's EADAttack at the same settings 45%). test_ead.py: β = 1e-2 comes closer.
     "ead": 0.55,
+    # FAB-T makes for the runner-up's boundary, one class at a time; under ℓ1 its sparse steps may cross a
+    # third class's region on the way, which ends the run there: on one sample of 16 the original's
+    # FAB-T-ℓ1 (pyautoattack 0.2.0) lands 48% above the class it reached, ours 8.6% after its final search.
+    ("fab_t", "l1"): 0.10,
 }
 
 
@@ -201,7 +205,7 @@ def test_attack_lands_just_above_the_optimum(name: str, norm: str, problem) -> N
     ratio = dist / costs[norm].amin(dim=1)
     reached = model(res.x_adv).argmax(dim=1)
     to_reached = dist / costs[norm].gather(1, reached[:, None]).squeeze(1)
-    above = ABOVE_FOR.get(name, ABOVE)
+    above = ABOVE_FOR.get((name, norm), ABOVE_FOR.get(name, ABOVE))
     nearest = (reached == costs[norm].argmin(dim=1)).sum()
     seen = (f"{name} {norm}: norm / optimum median {ratio.median():.4f}, max {ratio.max():.4f}, min "
             f"{ratio.min():.4f}; in the nearest class {nearest}/{N}, norm / that class's optimum at most "

@@ -17,8 +17,8 @@
 
 Under ℓ1 the original's standard version runs APGD-CE with 5 restarts and APGD-T towards 5
 classes, both APGD-ℓ1 with its ε schedule (`use_largereps`: 3ε, 2ε, then ε; `apgd_sparse`),
-then FAB-T and Square in their ℓ1 versions. FAB and Square take no ℓ1 here yet, so standard
-under ℓ1 is its two APGD members (`NORM_VERSIONS`, chosen by `for_norm`); the other versions
+then FAB-T and Square in their ℓ1 versions. Standard under ℓ1 is its two APGD members here (`NORM_VERSIONS`,
+chosen by `for_norm`), though FAB-T takes ℓ1 since FAB-ℓ1; the other versions
 run their members as under ℓ∞ and ℓ2, where those take ℓ1 (custom, rand: APGD-ℓ1 without the
 ε schedule, as the original's).
 
@@ -78,7 +78,7 @@ NORM_VERSIONS: dict[Norm, dict[str, dict[str, dict[str, Any]]]] = {
                                     apgd_t={"n_target_classes": 5, "large_eps": True})},
 }
 """The versions whose settings the original's `_set_version` changes for a norm (APGD-CE keeps its
-constructor's 5 restarts under ℓ1), without the members that take no such norm here (ℓ1: FAB-T, Square)."""
+constructor's 5 restarts under ℓ1): under ℓ1 its APGD members only, without its FAB-T and Square."""
 EOT_PASSES = {"rand": 20}
 """Passes per gradient (the original's `eot_iter`) where a version sets them; else the model's."""
 JUDGES = ("vote", "original")

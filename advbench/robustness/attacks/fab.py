@@ -1,6 +1,6 @@
 """FAB, the Fast Adaptive Boundary attack (Croce and Hein, ICML 2020), and FAB-T, its targeted runs.
 
-FAB minimises the ℓ∞ or ℓ2 norm of an adversarial perturbation without a step size: each
+FAB minimises the ℓ∞, ℓ2 or ℓ1 norm of an adversarial perturbation without a step size: each
 iteration linearises the model at the iterate, picks the nearest linearised boundary (as
 DeepFool), and projects both the iterate and the clean input onto that hyperplane within the
 box (`attacks.hyperplane`). It steps to a convex combination of the two projections, weighted
@@ -32,15 +32,16 @@ from advbench.robustness.attacks.minimum_norm import (
     runner_up_classes,
 )
 from advbench.robustness.attacks.oracles import Oracle
-from advbench.robustness.attacks.starts import boundary_start
+from advbench.robustness.attacks.starts import fab_start
 
 
 class FAB(Attack):
-    """FAB ℓ∞ / ℓ2 (untargeted over every class, or FAB-T over the top runner-up classes), with the
-    paper's and AutoAttack's defaults: 100 iterations, α_max = 0.1, η = 1.05, β = 0.9.
+    """FAB ℓ∞ / ℓ2 / ℓ1 (untargeted over every class, or FAB-T over the top runner-up classes), with the
+    paper's and AutoAttack's defaults: 100 iterations, α_max = 0.1, η = 1.05, β = 0.9. Under ℓ1 it is
+    the original's `norm='L1'`: the nearest boundary by |f|/‖g‖∞, the ℓ1 projection, its restarts.
 
     A run starts at the clean input (a restart after the first: on the sphere of radius
-    min(smallest norm found, ε)/2 around it, ε the threat's, as the original) and takes `n_iter`
+    min(smallest norm found, ε)/2 around it, ε the threat's, drawn as the original, `fab_start`) and takes `n_iter`
     iterations; `final_search` secant steps between the clean input and the run's best example
     follow (the paper's final search; 0: none, as AutoAttack's FAB). Runs go target-major (each
     runner-up class, then each restart), each on the samples with no adversarial example within ε
@@ -59,7 +60,7 @@ class FAB(Attack):
 
     kind = "minimizing"
     knowledge = ("white", "transfer")
-    norms = ("linf", "l2")
+    norms = ("linf", "l2", "l1")
 
     hyperparameters = {"n_iter": hyper.Whole(1), "n_restarts": hyper.Whole(1), "n_target_classes": hyper.Whole(0),
                        "alpha_max": hyper.Real(0, 1), "eta": hyper.Real(1), "beta": hyper.Real(0, 1, open_low=True),
@@ -94,8 +95,8 @@ class FAB(Attack):
             start = x[rows]
             if restart:
                 radius = 0.5 * torch.minimum(best.best[rows], eps[rows])
-                start = boundary_start(x[rows], radius, norm, oracle.bounds, seed=self.seed,
-                                       sample_id=sample_id[rows], stream=run)
+                start = fab_start(x[rows], radius, norm, oracle.bounds, seed=self.seed,
+                                  sample_id=sample_id[rows], stream=run)
             self._iterate(oracle, x, start, y[rows], tgt, classes[rows], rows, norm, best, run * self.n_iter)
             self._final_search(oracle, x, clean, y, target, rows, best, (run + 1) * self.n_iter)
         return best.result()

@@ -1,4 +1,4 @@
-"""The smallest step from a point onto a hyperplane within a box, in ℓ∞ or ℓ2: FAB's projection.
+"""The smallest step from a point onto a hyperplane within a box, in ℓ∞, ℓ2 or ℓ1: FAB's projection.
 
 FAB (`attacks.fab`) linearises the decision boundary into a hyperplane w·z = b and moves towards its
 nearest point that is still a valid input. Both problems are, per sample,
@@ -13,13 +13,16 @@ coordinate, so sorting the kinks and summing prefixes finds the parameter that m
 exactly c in one pass per sample: O(d log d), batched over samples, no loop (Croce and Hein run a
 bisection over the same sorted kinks). Where even the whole box cannot reach the hyperplane, the
 step goes to the box point of most progress (every coordinate at its room), as in the original.
+Under ℓ1 the parameter is a price rather than a radius: a coordinate buys |w_i| progress per unit
+of norm, so the cheapest step fills the coordinates in order of |w_i| up to their room (a
+fractional knapsack; the original's `projection_l1` bisects over the same order).
 """
 
 from __future__ import annotations
 
 import torch
 
-from advbench.core.norms import L2_NORM, LINF
+from advbench.core.norms import L1_NORM, L2_NORM, LINF
 
 
 def _oriented(t: torch.Tensor, w: torch.Tensor, b: torch.Tensor,
@@ -85,5 +88,26 @@ def project_l2(t: torch.Tensor, w: torch.Tensor, b: torch.Tensor, bounds: tuple[
     return w.sign() * torch.minimum(reach, room)
 
 
-PROJECTIONS = {LINF: project_linf, L2_NORM: project_l2}
+def project_l1(t: torch.Tensor, w: torch.Tensor, b: torch.Tensor, bounds: tuple[float, float]) -> torch.Tensor:
+    """The ℓ1-smallest step δ (n, d) from points t (n, d) onto w·z = b (w (n, d), b (n,)) within the box.
+
+    Every unit of |δ_i| adds |w_i| to the progress, so the coordinates of largest |w_i| go first, each
+    to its room r_i, until the progress reaches c: the k before the one that completes it in full,
+    that one by what is left (c − Σ_{j<k} |w_j|·r_j)/|w_k|, the rest not at all.
+    """
+    w, c, room = _oriented(t, w, b, bounds)
+    rate, order = w.abs().sort(dim=1, descending=True)
+    gain = rate * room.gather(1, order)
+    done = gain.cumsum(dim=1)
+    k = (done < c[:, None]).sum(dim=1, keepdim=True)        # coordinates filled before the one completing it
+    d = w.shape[1]
+    before = torch.where(k > 0, done.gather(1, (k - 1).clamp_min(0)), torch.zeros_like(c[:, None]))
+    last = ((c[:, None] - before) / rate.gather(1, k.clamp_max(d - 1)).clamp_min(torch.finfo(w.dtype).tiny))
+    at = torch.arange(d, device=w.device)[None]
+    moved = torch.where(at < k, room.gather(1, order), torch.where(at == k, last, torch.zeros_like(gain)))
+    step = torch.empty_like(moved).scatter_(1, order, torch.minimum(moved, room.gather(1, order)))
+    return w.sign() * step
+
+
+PROJECTIONS = {LINF: project_linf, L2_NORM: project_l2, L1_NORM: project_l1}
 """FAB's box-aware step onto a linearised boundary, per `core.norms` object."""
