@@ -64,6 +64,24 @@ def tiny_model(digits_tensors) -> TinyNet:
     return model.eval()
 
 
+@pytest.fixture(scope="session")
+def substitute(digits_tensors, tiny_model) -> nn.Module:
+    """The target's architecture trained with another seed and data order: the attacker's own model
+    under transfer threats."""
+    xtr, ytr, _, _ = digits_tensors
+    torch.manual_seed(1)
+    model = type(tiny_model)()
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    order = torch.randperm(len(xtr), generator=torch.Generator().manual_seed(1))
+    xtr, ytr = xtr[order], ytr[order]
+    for _ in range(15):
+        for i in range(0, len(xtr), 64):
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(xtr[i:i + 64]), ytr[i:i + 64]).backward()
+            opt.step()
+    return model.eval().requires_grad_(False)
+
+
 def write_fake_cifar(root: Path, per_batch: int = 4) -> Path:
     """CIFAR-10 in torchvision's real python-pickle layout, a few random images per file."""
     folder = root / "cifar-10-batches-py"

@@ -1,11 +1,12 @@
 """EAD (Chen et al. 2018): what is its own beyond the catalogue's contract (tests/test_attacks.py).
 
 Its projected shrinkage-thresholding; the minimum-norm contract under ℓ1, untargeted and targeted,
-on a short schedule; one gradient evaluation and one forward a step, counted; the returned ℓ1 norm
-is the smallest of the adversarial iterates it judged; the two decision rules pick from the same
-iterates, each the smallest in its own distance; κ holds on every example kept; β moves EAD towards
-the ℓ1 optimum of the linear model (tests/test_known_optimum.py); any norm but ℓ1 is refused in one
-line. The cross-check against Foolbox's EADAttack is in tests/test_crosscheck_ead.py (slow).
+white-box and crafted on a substitute (`l1_transfer`), on a short schedule; one gradient evaluation
+and one forward a step, counted; the returned ℓ1 norm is the smallest of the adversarial iterates it
+judged; the two decision rules pick from the same iterates, each the smallest in its own distance; κ
+holds on every example kept; β moves EAD towards the ℓ1 optimum of the linear model
+(tests/test_known_optimum.py); any norm but ℓ1 is refused in one line. The cross-check against
+Foolbox's EADAttack is in tests/test_crosscheck_ead.py (slow).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from advbench.core.errors import AdvbenchError
 from advbench.core.norms import L1_NORM
 from advbench.robustness.attacks.ead import EAD, elastic_net, shrink
 from advbench.robustness.attacks.minimum_norm import goal_margin
-from advbench.robustness.attacks.oracles import WhiteBoxOracle
+from advbench.robustness.attacks.oracles import TransferOracle, WhiteBoxOracle
 from advbench.robustness.data.target_classes import target_classes
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -71,6 +72,27 @@ def test_contract_and_cost(targeted: bool, tiny_model, batch) -> None:
     assert (oracle.grad_evals <= declared).all() and torch.equal(oracle.grad_evals == 0, already)
     assert torch.equal(oracle.queries, oracle.grad_evals + 1), "one forward a step judges its iterate"
     assert (res.first_success <= oracle.grad_evals).all()
+
+
+@pytest.mark.parametrize("targeted", [False, True])
+def test_under_l1_transfer_it_optimises_the_substitute_and_the_target_judges(targeted: bool, tiny_model, substitute,
+                                                                             batch) -> None:
+    """`l1_transfer`: every gradient is the substitute's, every iterate judged by one counted label of the
+    target, so success is the target's verdict on the example returned (x where none fooled it)."""
+    x, y = batch
+    target = target_classes(torch.arange(N), y, 10, seed=0) if targeted else None
+    eps = torch.linspace(0.2, 1.5, N) * (4.5 if targeted else 1.5)
+    attack = EAD(**SHORT)
+    oracle = TransferOracle(tiny_model, N, substitute=substitute)
+    res = attack(oracle, x, y, eps=eps, norm="l1", target=target)
+    assert res.x_adv.min() >= 0 and res.x_adv.max() <= 1
+    pred = predict(tiny_model, res.x_adv)
+    assert torch.equal(res.success, (pred == target) if targeted else (pred != y))
+    assert torch.equal(res.x_adv[~res.success], x[~res.success])
+    assert torch.equal(res.first_success >= 0, res.success & (L1_NORM.distance(res.x_adv, x) <= eps))
+    assert res.success.float().mean() > 0.3, f"found {res.success.float().mean():.0%}"
+    assert (oracle.grad_evals <= attack.strength_budget).all()
+    assert torch.equal(oracle.queries, oracle.grad_evals + 1), "one label of the target a step judges its iterate"
 
 
 @pytest.mark.parametrize("targeted", [False, True])

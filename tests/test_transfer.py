@@ -36,23 +36,6 @@ EPS = 0.2
 
 
 @pytest.fixture(scope="module")
-def substitute(digits_tensors, tiny_model) -> nn.Module:
-    """The target's architecture trained with another seed and data order: the attacker's own model."""
-    xtr, ytr, _, _ = digits_tensors
-    torch.manual_seed(1)
-    model = type(tiny_model)()
-    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-    order = torch.randperm(len(xtr), generator=torch.Generator().manual_seed(1))
-    xtr, ytr = xtr[order], ytr[order]
-    for _ in range(15):
-        for i in range(0, len(xtr), 64):
-            opt.zero_grad()
-            F.cross_entropy(model(xtr[i:i + 64]), ytr[i:i + 64]).backward()
-            opt.step()
-    return model.eval().requires_grad_(False)
-
-
-@pytest.fixture(scope="module")
 def batch(digits_tensors):
     _, _, x, y = digits_tensors
     return x[:200], y[:200]

@@ -22,6 +22,10 @@ one: the accuracy-vs-iterations curve of APGD needs one run per strength.
 
 In a norm whose steepest ascent is sparse (ℓ1) a run is APGD-ℓ1 instead (Croce & Hein, ICML
 2021): top-k steps with the paper's sparsity schedule, no momentum (`apgd_sparse`).
+
+Under transfer knowledge every gradient, loss and best point is the substitute's and every
+iterate is judged by the target's top-1 label (one counted query), so a sample leaves at the
+first iterate that fools the target: APGD crafted on the substitute, in any norm it takes.
 """
 
 from __future__ import annotations
@@ -100,6 +104,7 @@ class APGD(Attack):
     likely clean classes, each on the samples still robust; success stays untargeted.
     """
 
+    knowledge = ("white", "transfer")
     norms = ("linf", "l2", "l1")
     hyperparameters = {"n_iter": hyper.Whole(1), "loss": hyper.Choice(tuple(LOSSES)), "n_restarts": hyper.Whole(1),
                        "n_target_classes": hyper.Whole(0), "rho": hyper.Real(0, 1, open_low=True),

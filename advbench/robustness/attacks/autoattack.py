@@ -18,7 +18,7 @@
 Under ℓ1 the original's standard version runs APGD-CE with 5 restarts and APGD-T towards 5
 classes, both APGD-ℓ1 with its ε schedule (`use_largereps`: 3ε, 2ε, then ε; `apgd_sparse`),
 then FAB-T and Square in their ℓ1 versions. Standard under ℓ1 is its two APGD members here (`NORM_VERSIONS`,
-chosen by `for_norm`), though FAB-T takes ℓ1 since FAB-ℓ1; the other versions
+chosen by `for_norm`), though FAB-T and Square take ℓ1 since FAB-ℓ1 and Square-ℓ1; the other versions
 run their members as under ℓ∞ and ℓ2, where those take ℓ1 (custom, rand: APGD-ℓ1 without the
 ε schedule, as the original's).
 

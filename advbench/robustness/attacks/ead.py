@@ -54,12 +54,13 @@ class EAD(ConstantSearch):
     by the decision rule. The early-abort check takes the whole objective at x_{k+1}, ℓ1 term
     included, as the authors' code does (Foolbox's leaves the ℓ1 term out and sums the batch).
 
-    Under a transfer threat it would optimise the substitute; no ℓ1 threat has one, so it declares
-    white-box only. ℓ1 only: its ℓ1 term and decision rule aim at the ℓ1 norm, which under ℓ2 would only
+    Under a transfer threat (`l1_transfer`) it optimises the substitute, and an iterate is adversarial
+    once the target's top-1 label meets the goal (C&W's rule, κ shaping the substitute's objective
+    only). ℓ1 only: its ℓ1 term and decision rule aim at the ℓ1 norm, which under ℓ2 would only
     pull the example away from the smallest ℓ2 step (C&W is that attack).
     """
 
-    knowledge = ("white",)
+    knowledge = ("white", "transfer")
     norms = ("l1",)
 
     hyperparameters = {"iterations": hyper.Whole(1), "binary_search_steps": hyper.Whole(1),

@@ -15,14 +15,16 @@ queries a sample had spent (the start included) when its current iterate first m
 from __future__ import annotations
 
 import math
-from functools import lru_cache
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache, partial
 from typing import ClassVar
 
 import torch
 
 from advbench.core import hyperparameters as hyper
 from advbench.core.errors import AdvbenchError
-from advbench.core.norms import L2_NORM, LINF
+from advbench.core.norms import L1_NORM, L2_NORM, LINF, Norm
 from advbench.core.norms import norm as norm_of
 from advbench.core.sample_draws import rademacher, signs
 from advbench.core.square_search import SquareDraws, linf_draws, linf_step, p_schedule, recoloured, window
@@ -34,22 +36,37 @@ from advbench.robustness.attacks.oracles import ScoreOracle
 _TINY = 1e-12
 
 
-def _rectangle(rows: int, cols: int) -> torch.Tensor:
-    """The authors' centred pseudo-Gaussian bump on a rows × cols rectangle, unit ℓ2 norm."""
+@dataclass(frozen=True)
+class _BumpNorm:
+    """What Square's bump search (ℓ2, and ℓ1 as Croce & Hein 2021 adapt it) does differently per norm:
+    the bump's decay (weight 1/(k + 1)^`decay` on the k-th ring), the norm of each channel of each
+    sample (`channels`: (n, c, h, w) to (n, c, 1, 1)), the mass a channel's new bump gets (`mass`: ε,
+    ‖δ‖, the channel's norm on both squares, channels), and how a moved δ is put back into the ball
+    (`finish`)."""
+
+    ball: Norm
+    decay: int
+    channels: Callable[[torch.Tensor], torch.Tensor]
+    mass: Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
+    finish: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, tuple[float, float]], torch.Tensor]
+
+
+def _rectangle(rows: int, cols: int, bump: _BumpNorm) -> torch.Tensor:
+    """The authors' centred pseudo-Gaussian bump on a rows × cols rectangle, unit norm."""
     out = torch.zeros(rows, cols, dtype=torch.float64)
     rc, cc = rows // 2, cols // 2
     for k in range(max(rows // 2 + 1, cols // 2 + 1)):
-        out[max(rc - k, 0):rc + k + 1, max(cc - k, 0):cc + k + 1] += 1.0 / (k + 1) ** 2
-    return out / out.norm().clamp_min(_TINY)
+        out[max(rc - k, 0):rc + k + 1, max(cc - k, 0):cc + k + 1] += 1.0 / (k + 1) ** bump.decay
+    return out / bump.ball.size(out[None]).clamp_min(_TINY)
 
 
 @lru_cache(maxsize=64)
-def eta(s: int) -> torch.Tensor:
-    """The ℓ2 update pattern: two bumps of opposite sign on the halves of an s × s square, unit norm."""
+def eta(s: int, bump: _BumpNorm) -> torch.Tensor:
+    """The update pattern: two bumps of opposite sign on the halves of an s × s square, unit norm."""
     out = torch.zeros(s, s, dtype=torch.float64)
-    out[:s // 2] = _rectangle(s // 2, s) if s // 2 else out[:0]
-    out[s // 2:] = -_rectangle(s - s // 2, s)
-    return out / out.norm()
+    out[:s // 2] = _rectangle(s // 2, s, bump) if s // 2 else out[:0]
+    out[s // 2:] = -_rectangle(s - s // 2, s, bump)
+    return out / bump.ball.size(out[None])
 
 
 def _place(pattern: torch.Tensor, h: int, w: int, top: torch.Tensor, left: torch.Tensor,
@@ -100,19 +117,22 @@ class ScoreAttack(Attack):
 
 
 class Square(ScoreAttack):
-    """Square attack, ℓ∞ and ℓ2, with the authors' p schedule and starts.
+    """Square attack, ℓ∞, ℓ2 and ℓ1, with the authors' p schedule and starts.
 
     The loss is the margin `goal_margin` (Z_y − max_{i≠y} Z_i; targeted max_{i≠t} Z_i − Z_t).
 
     ℓ∞: start from vertical stripes of ±ε, then each step recolours one random square (side
     √(p·h·w), one ±ε per channel) and keeps it if the margin drops. ℓ2: start from a grid of
     ±pseudo-Gaussian bumps rescaled to ε; each step moves mass from a second square into a
-    new bump on the first, keeping ‖δ‖₂ = ε. `n_queries` counts the start's query too, so the
+    new bump on the first, keeping ‖δ‖₂ = ε. ℓ1 (Croce & Hein 2021's, AutoAttack's ℓ1 member): the
+    ℓ2 search with sharper bumps, each start and step projected exactly onto the ε-ball within the
+    box (`BUMPS`). `n_queries` counts the start's query too, so the
     oracle's per-sample count never exceeds it. The default 20,000 is the seed's budget for
     every score-based attack (one strength axis for all); Square's own papers and peers use
     5,000 (attack.params.n_queries=5000), and p's schedule scales with the budget.
     """
 
+    norms = ("linf", "l2", "l1")
     hyperparameters = {"n_queries": hyper.Whole(1), "p_init": hyper.Real(0, 1, open_low=True),
                        "seed": hyper.Whole(None)}
     rescaled_schedule: ClassVar[bool] = True
@@ -135,7 +155,7 @@ class Square(ScoreAttack):
         first = torch.where(oracle.verdict(start, y, target, everyone, logits), 1, -1)
         rows = everyone[first < 0]
         linf = norm_of(norm) is LINF
-        step = self._linf_step if linf else self._l2_step
+        step = self._linf_step if linf else partial(self._bump_step, BUMPS[norm_of(norm)])
         draws = linf_draws(self.seed, sample_id, x, self.n_queries - 1) if linf else \
             SquareDraws(self.seed, sample_id, 5, (x.shape[1], 1, 1), x, self.n_queries - 1, lambda u: signs(u, x))
         # The searching samples' state, compact (rows of the batch: `rows`); written back when they stop.
@@ -167,7 +187,8 @@ class Square(ScoreAttack):
 
     def _start(self, x: torch.Tensor, eps: torch.Tensor, norm: str, bounds: tuple[float, float],
                sample_id: torch.Tensor) -> torch.Tensor:
-        """ℓ∞: vertical stripes of ±ε per channel and column. ℓ2: a grid of ±bumps of side h//5, norm ε."""
+        """ℓ∞: vertical stripes of ±ε per channel and column. ℓ2: a grid of ±bumps of side h//5, norm ε;
+        ℓ1: the same grid projected onto the ε-ball within the box, as the original's."""
         n, c, h, w = x.shape
         if norm_of(norm) is LINF:
             sign = rademacher(self.seed, sample_id, (c, 1, w), 0, x)
@@ -177,11 +198,11 @@ class Square(ScoreAttack):
         grid = [(offset + a * s, offset + b * s) for a in range(h // s) for b in range(w // s)]
         signs = rademacher(self.seed, sample_id, (c, len(grid)), 0, x)
         delta = torch.zeros_like(x)
-        bump = eta(s).to(x)
+        bump = eta(s, BUMPS[norm_of(norm)]).to(x)
         for k, (i, j) in enumerate(grid):
             block = bump[:min(s, h - i), :min(s, w - j)]
             delta[:, :, i:i + s, j:j + s] += block * signs[:, :, k, None, None]
-        return clip(x + _to_radius(delta, eps), bounds)
+        return BUMPS[norm_of(norm)].finish(x, delta, eps, bounds)
 
     @staticmethod
     def _linf_step(moved: torch.Tensor, x_best: torch.Tensor, eps: torch.Tensor, p: float,
@@ -189,26 +210,26 @@ class Square(ScoreAttack):
         """`advbench.core.square_search.linf_step` in the ℓ2 step's signature (ε and the box are in `moved`)."""
         return linf_step(moved, x_best, p, u, minus)
 
-    def _l2_step(self, x: torch.Tensor, x_best: torch.Tensor, eps: torch.Tensor, p: float,
-                 bounds: tuple[float, float], u: torch.Tensor, sign: torch.Tensor) -> torch.Tensor:
+    @staticmethod
+    def _bump_step(bump: _BumpNorm, x: torch.Tensor, x_best: torch.Tensor, eps: torch.Tensor, p: float,
+                   bounds: tuple[float, float], u: torch.Tensor, sign: torch.Tensor) -> torch.Tensor:
         """Move the mass of squares 1 and 2 into a new bump (random `sign` per channel) on square 1.
 
-        `u`: two corners and the transpose coin; `sign` (m, c, 1, 1).
+        `u`: two corners and the transpose coin; `sign` (m, c, 1, 1). Norms are each channel's on
+        the squares, the new bump's mass `bump.mass`'s.
         """
         _, c, h, w = x.shape
         s = min(max(round(math.sqrt(p * h * w)), 3), h - 1)
         s += 1 if s % 2 == 0 and s + 1 < h else 0
         mask1 = window(u[:, 0], u[:, 2], s, h, w)                 # u: both squares' rows, columns, a coin
         both = mask1 | window(u[:, 1], u[:, 3], s, h, w)
-        bump = _place(eta(s), h, w, _corner(u[:, 0], h - s), _corner(u[:, 2], w - s), u[:, 4] < 0.5).to(x)
+        pattern = _place(eta(s, bump), h, w, _corner(u[:, 0], h - s), _corner(u[:, 2], w - s), u[:, 4] < 0.5).to(x)
         delta = x_best - x
-        window_norm = (delta * mask1).square().sum(dim=(2, 3), keepdim=True).sqrt()
-        both_norm = (delta * both).square().sum(dim=(2, 3), keepdim=True).sqrt()
-        free = (per_sample(eps, x).square() - per_sample(L2_NORM.size(delta), x).square()).clamp_min(0)
-        new = bump * sign + delta * mask1 / (window_norm + _TINY)
-        new = new / (new.square().sum(dim=(2, 3), keepdim=True).sqrt() + _TINY) * (free / c + both_norm.square()).sqrt()
+        used = per_sample(bump.ball.size(delta), x)
+        new = pattern * sign + delta * mask1 / (bump.channels(delta * mask1) + _TINY)
+        new = new / (bump.channels(new) + _TINY) * bump.mass(per_sample(eps, x), used, bump.channels(delta * both), c)
         delta = delta * ~both + new * mask1
-        return clip(x + _to_radius(delta, eps), bounds)
+        return bump.finish(x, delta, eps, bounds)
 
 
 class AutoAttackSquare(Square):
@@ -222,3 +243,18 @@ class AutoAttackSquare(Square):
 def _to_radius(delta: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
     """δ rescaled to ℓ2 norm ε per sample (the authors keep Square's ℓ2 iterates on the sphere)."""
     return delta / per_sample(L2_NORM.size(delta).clamp_min(_TINY), delta) * per_sample(eps, delta)
+
+
+BUMPS = {
+    L2_NORM: _BumpNorm(L2_NORM, 2, lambda v: v.square().sum(dim=(2, 3), keepdim=True).sqrt(),
+                       lambda eps, used, both, c: ((eps.square() - used.square()).clamp_min(0) / c + both.square()).sqrt(),
+                       lambda x, delta, eps, bounds: clip(x + _to_radius(delta, eps), bounds)),
+    L1_NORM: _BumpNorm(L1_NORM, 4, lambda v: v.abs().sum(dim=(2, 3), keepdim=True),
+                       lambda eps, used, both, c: ((eps - used).clamp_min(0) / c + both) * c,
+                       lambda x, delta, eps, bounds: L1_NORM.project(x + delta, x, eps, bounds)),
+}
+"""Square's bump search per norm. ℓ2: the authors' (Andriushchenko et al. 2020), iterates on the
+sphere. ℓ1: Croce & Hein's (ICML 2021, the original AutoAttack's `square.py` with norm='L1'): bumps
+decaying as 1/(k + 1)^4, each channel's new bump given the free budget's share plus what the two
+squares held, times the channels (as the original does), then the exact projection onto the ε-ball
+within the box (`L1.project`), which takes the excess back."""
