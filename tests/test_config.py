@@ -49,12 +49,11 @@ def test_option_composes_and_targets_accept_their_keys(group: str, option: str) 
 
 @pytest.mark.parametrize("option", group_options("attack"))
 def test_attack_options_instantiate(option: str) -> None:
-    from hydra.utils import instantiate
-
+    from advbench.cli.option_targets import construct
     from advbench.robustness.attacks.attack_contract import Attack
 
     cfg = compose_config("config", [f"attack={option}"])
-    assert isinstance(instantiate(cfg.attack.params), Attack)
+    assert isinstance(construct(OmegaConf.to_container(cfg.attack.params, resolve=True)), Attack)
     assert cfg.attack.name == option and cfg.attack.description
 
 

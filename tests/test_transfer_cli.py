@@ -16,6 +16,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from advbench.cli.config import compose_config
+from advbench.cli.option_targets import construct
 from advbench.cli.spec_builder import cell_spec
 from advbench.core.catalog import conf_dir
 from advbench.core.errors import AdvbenchError
@@ -152,7 +153,7 @@ def test_seed_presets_sweep_the_seed_attack_list(preset: str) -> None:
     with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
         for row in str(sweep["+experiment/seed_row"]).split(","):
             cfg = compose("config", overrides=[f"experiment={preset}", f"+experiment/seed_row={row}"])
-            attack = instantiate(cfg.attack.params)
+            attack = construct(OmegaConf.to_container(cfg.attack.params, resolve=True))
             knowledge = cfg.threat.knowledge
             assert knowledge == "white" or cfg.attack.params.get("steps", 10) == 10, "the seed's 10 transfer iterations"
             for norm, goal in itertools.product(str(sweep["threat.norm"]).split(","), str(sweep["threat.goal"]).split(",")):
