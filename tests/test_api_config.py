@@ -47,7 +47,7 @@ def test_the_assembled_config_is_the_composed_one(choices: dict, monkeypatch: py
     values = {**VALUES, **({"dataset.root": "/data/images"} if choices.get("dataset") == "folder" else {})}
     expected = cell_spec(_hydra(choices, values))
     composed = []
-    monkeypatch.setattr(advbench.cli.config, "compose_config", lambda *a: composed.append(a) or compose_config(*a))
+    monkeypatch.setattr(advbench.cli.config, "compose_config", lambda *a, **k: composed.append(a) or compose_config(*a, **k))
     assert cell_spec(api_config(choices, values)) == expected
     assert bool(composed) == (choices in DECLINED)
 

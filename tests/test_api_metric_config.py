@@ -31,7 +31,7 @@ def _hydra(choices: dict, values: dict, overrides: tuple = ()) -> dict:
 
 
 def _assembled(choices: dict, values: dict, overrides: tuple = ()) -> dict:
-    return OmegaConf.to_container(api_config(choices, values, overrides, primary=IQA_PRIMARY))
+    return api_config(choices, values, overrides, primary=IQA_PRIMARY)
 
 
 CASES = [

@@ -3,9 +3,9 @@ meets `advbench iqa run`'s options.
 
 The API names options (the attack, and `metric=python` for the caller's module) and gives values (the
 budgets, seed, device, folders, image count and size, judges, the attack's parameters) as Python objects;
-this assembles the config `advbench iqa run` would compose from them (`cli.choices`, Hydra only where its
-composition is needed) and runs the command line's job on it, so the API itself holds no config object
-and writes no override string, and its options, defaults and checks are the command line's.
+this assembles the config `advbench iqa run` would compose from them as plain data (`cli.choices`, Hydra
+only where its composition is needed, its values never written into override strings) and runs the
+command line's job on it, so its options, defaults and checks are the command line's.
 """
 
 from __future__ import annotations

@@ -1,70 +1,95 @@
-"""The Python API's run config: composed from its arguments' option files, Hydra only for overrides.
+"""The Python API's run config as plain data: its arguments' option files and values, Hydra only for overrides.
 
 `advbench.evaluate` names options (data set, model, defense, attack, threat) and values (seed,
 ε, the attack's parameters, ...); `advbench.evaluate_metric` does the same for `advbench iqa run`'s
 primary `iqa` (metric, attack, defense). Hydra's composition of them took about 0.1 s a call, most of
 an evaluation's fixed cost, and its import a further share of the API's; the same config is
 the primary config's own keys with each chosen option's YAML under its group (a
-defense's `defaults:` list of its own group's options merged first, as Hydra does) and the
-values set on top. A group in the primary's own folder (`conf/iqa/attack`) shadows conf/'s of
-that name, as it does on the command line. `tests/test_api_config.py` and
-`tests/test_api_metric_config.py` check that both give the same config.
-Anything else goes through Hydra (`advbench.cli.config.compose_config`) with the values as
-override strings, so the command line's syntax, messages and checks stay the only ones:
-`overrides` strings, an option this assembly does not handle (a `defaults:` entry naming
-another group, a package header), or a value for a key the config lacks.
+defense's `defaults:` list of its own group's options merged first, as Hydra does), the
+values set on it as an override sets them, then resolved once and checked as the command line
+checks its composition (`checked`). A group in the primary's own folder (`conf/iqa/attack`) shadows
+conf/'s of that name, as it does on the command line. `tests/test_api_config.py` and
+`tests/test_api_metric_config.py` check that both give the same config. Hydra composes the
+options only where the caller's `overrides` or an option need its composition (a `defaults:` entry
+naming another group, a package header), from the choices and those overrides alone: the values are
+set on what it composes, never written into override strings; an override wins over a value.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
-from advbench.cli.options import warn_hidden
+from advbench.cli.options import unknown_key, warn_hidden
 from advbench.cli.validate import check_composed
-from advbench.core.catalog import conf_dir, config_root, option_file
+from advbench.core.catalog import conf_dir, config_root, option_file, override_key
 
 PRIMARY = "config"
 
 
 def api_config(choices: Mapping[str, str], values: Mapping[str, Any], overrides: Sequence[str] = (), *,
-               primary: str = PRIMARY) -> DictConfig:
+               primary: str = PRIMARY) -> dict[str, Any]:
     """The run config of primary config `primary` (`"config"`: `advbench run`'s, `"iqa"`: `advbench
     iqa run`'s) and group `choices` (`{"attack": "pgd", ...}`) with `values` (`{"seed": 0,
-    "attack.params.steps": 10, ...}`) set, checked as the command line checks its own."""
+    "attack.params.steps": 10, ...}`) set, as plain data, checked as the command line checks its own."""
     warn_hidden()  # the user's options the shipped ones hide, as a command line run says them
     parsed = _plain_overrides(overrides, choices, primary)
-    cfg = None if parsed is None else _assembled(primary, {**choices, **parsed[0]}, {**values, **parsed[1]})
-    if cfg is None:
-        from advbench.cli.config import compose_config  # Hydra: only for what the assembly does not handle
+    tree = None if parsed is None else _assembled(primary, {**choices, **parsed[0]})
+    if tree is not None and all(unknown_key(tree, key) is None for key in parsed[1]):  # else a key Hydra adds
+        return checked(with_values(tree, {**values, **parsed[1]}))
+    from advbench.cli.config import compose_config  # Hydra: only for what the assembly does not handle
 
-        typed = [f"{group}={option}" for group, option in choices.items()]
-        return compose_config(primary, [*typed, *(f"{k}={json.dumps(v)}" for k, v in values.items()), *overrides])
+    composed = compose_config(primary, [*(f"{group}={option}" for group, option in choices.items()), *overrides],
+                              check=False)
+    return checked(with_values(OmegaConf.to_container(composed), values, overrides))
+
+
+def with_values(tree: Mapping[str, Any], values: Mapping[str, Any], overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """Config `tree` (as written) with `values` set at their dotted keys as an override sets one (a mapping
+    merged into a mapping, any other value in place), but for the keys `overrides` set: the caller's last
+    word. A key `tree` lacks is one line (`options.unknown_key`)."""
+    said = {override_key(str(o)) for o in overrides}
+    out = copy.deepcopy(dict(tree))
+    for key, value in ((k, v) for k, v in values.items() if k not in said):
+        error = unknown_key(out, key)
+        if error is not None:
+            raise error
+        *path, leaf = key.split(".")
+        node = functools.reduce(lambda n, p: n[p], path, out)
+        node[leaf] = _merged(node[leaf], _plain(value))
+    return out
+
+
+def checked(tree: Mapping[str, Any]) -> dict[str, Any]:
+    """Config `tree` (as written, values set) resolved once and checked as the command line checks its
+    composition (`validate.check_composed`), as plain data."""
+    cfg = OmegaConf.create(dict(tree))
     check_composed(cfg)
-    return cfg
+    return OmegaConf.to_container(cfg)
 
 
-def _assembled(primary: str, choices: Mapping[str, str], values: Mapping[str, Any]) -> DictConfig | None:
-    """The composed config without Hydra, or None where only Hydra's composition would do."""
+def _merged(old: Any, new: Any) -> Any:
+    """`new` over `old` as OmegaConf merges: mappings key by key, any other value replaced."""
+    if not (isinstance(old, Mapping) and isinstance(new, Mapping)):
+        return copy.deepcopy(new)
+    return {**old, **{k: _merged(old[k], v) if k in old else copy.deepcopy(v) for k, v in new.items()}}
+
+
+def _assembled(primary: str, choices: Mapping[str, str]) -> dict[str, Any] | None:
+    """The composed config (as written) without Hydra, or None where only Hydra's composition would do."""
     groups = _primary_groups(primary)
     picked = {**groups, **choices}
     options = {group: _option(primary, group, str(option)) for group, option in picked.items()}
     if any(v is None for v in options.values()) or set(picked) - set(groups):
         return None
     own = {k: v for k, v in _yaml(_primary_file(primary)).items() if k not in ("defaults", "hydra")}
-    cfg = OmegaConf.create({**options, **own})
-    for key, value in values.items():
-        if not _holds(cfg, key):
-            return None
-        OmegaConf.update(cfg, key, _plain(value), merge=True)  # as Hydra applies an override
-    OmegaConf.set_struct(cfg, True)  # as Hydra's: a key set by mistake is an error, not a new key
-    return cfg
+    return {**options, **own}
 
 
 def _plain(value: Any) -> Any:
@@ -108,13 +133,6 @@ def _plain_overrides(overrides: Sequence[str], choices: Mapping[str, str], prima
     return picked, values
 
 
-def _holds(cfg: DictConfig, key: str) -> bool:
-    """Whether `key` (dotted) is in `cfg`, set or still `???`."""
-    parent, _, last = key.rpartition(".")
-    node = OmegaConf.select(cfg, parent) if parent else cfg
-    return isinstance(node, DictConfig) and last in node.keys()  # `in node` is False for a `???` value
-
-
 def _primary_file(primary: str) -> Path:
     """The primary config's YAML (`conf/config.yaml`, `conf/iqa/iqa.yaml`)."""
     return config_root(primary) / f"{primary}.yaml"
@@ -139,7 +157,7 @@ def _option_path(primary: str, group: str, option: str) -> Path | None:
     return option_file(group, option)
 
 
-def _option(primary: str, group: str, option: str) -> DictConfig | None:
+def _option(primary: str, group: str, option: str) -> dict[str, Any] | None:
     """One option under its group, after its own `defaults:` (options of the same group, then `_self_`)."""
     path = _option_path(primary, group, option)
     if path is None:
@@ -152,7 +170,7 @@ def _option(primary: str, group: str, option: str) -> DictConfig | None:
     parents = [_option(primary, group, d) for d in defaults[:-1]]
     if any(p is None for p in parents):
         return None
-    return OmegaConf.merge(*parents, data) if parents else OmegaConf.create(data)
+    return functools.reduce(_merged, [*parents, data])
 
 
 def _yaml(path: Path) -> dict[str, Any]:

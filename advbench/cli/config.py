@@ -8,7 +8,6 @@ option name or value still ends in one readable line instead of a Hydra stack tr
 from __future__ import annotations
 
 import contextlib
-import difflib
 import importlib.util
 import os
 import re
@@ -27,7 +26,7 @@ from omegaconf.errors import OmegaConfBaseException
 from yaml import YAMLError
 
 from advbench.cli.compositions import OWN_COMPOSITION_FLAGS, composed_once
-from advbench.cli.options import with_user_conf  # and registers the ${advbench:...} resolver the YAML uses
+from advbench.cli.options import unknown_key, with_user_conf  # and registers the ${advbench:...} resolver the YAML uses
 from advbench.cli.validate import check_composed, check_sweep_presets, one_line
 from advbench.cli.workers import watch_parent
 from advbench.core.catalog import conf_dir, config_root, group_options
@@ -158,14 +157,16 @@ def _first_choices(overrides: Sequence[str]) -> list[list[str]]:
     return [list(c) for c in product(*options)]
 
 
-def compose_config(config_name: str, overrides: Sequence[str]) -> DictConfig:
-    """Compose like Hydra does and check every value; errors become one-line AdvbenchErrors."""
+def compose_config(config_name: str, overrides: Sequence[str], *, check: bool = True) -> DictConfig:
+    """Compose like Hydra does and check every value (`check`; else as composed, unresolved); errors become
+    one-line AdvbenchErrors."""
     check_overrides(overrides := with_user_conf(overrides), config_name)  # ADVBENCH_CONF's folders too
     try:
         cfg = _compose(config_name, overrides)
     except (HydraException, OmegaConfBaseException, ValueError, YAMLError) as exc:  # YAML: an option file of the user's
         raise (_unknown_key(config_name, overrides, exc) or AdvbenchError(one_line(exc))) from None
-    check_composed(cfg)
+    if check:
+        check_composed(cfg)
     return cfg
 
 
@@ -201,23 +202,7 @@ def _unknown_key(config_name: str, overrides: Sequence[str], exc: BaseException)
             continue
     if base is None:
         return None
-    parts = key.split(".")
-    node: Any = base
-    depth = 0
-    while depth < len(parts) - 1 and isinstance(node, DictConfig) and parts[depth] in node:
-        node, depth = node[parts[depth]], depth + 1
-    parent, leaf = ".".join(parts[:depth]), parts[depth]
-    if not isinstance(node, DictConfig):
-        return AdvbenchError(f"unknown key '{key}': '{parent}' holds a value, not keys")
-    if leaf in node:
-        return None
-    names = sorted(str(k) for k in node.keys())
-    unknown = ".".join(parts[:depth + 1])
-    close = difflib.get_close_matches(leaf, names, n=1, cutoff=0.6)
-    if close:
-        return AdvbenchError(f"unknown key '{unknown}'; did you mean {parent + '.' if parent else ''}{close[0]}?")
-    where = f" under {parent}" if parent else ""
-    return AdvbenchError(f"unknown key '{unknown}'; valid keys{where}: {', '.join(names)}")
+    return unknown_key(base, key)
 
 
 _NO_WRITE_FLAGS = {"--cfg", "-c", "--help", "--hydra-help", "--info", "-i", "--shell-completion", "-sc"}

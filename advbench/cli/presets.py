@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import product
+from typing import Any
 
 import pandas as pd
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.table import Table
 
@@ -61,6 +62,14 @@ def preset_configs(name: str, overrides: Sequence[str] = ()) -> list[DictConfig]
     """Each cell of preset `name` composed with `overrides` on top, as `advbench run -m` composes it."""
     refuse_preset_choices(overrides)
     return [compose_config("config", job) for job in sweep_jobs([f"experiment={name}", *overrides])]
+
+
+def preset_trees(name: str, overrides: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """Each cell of preset `name` with `overrides` as Hydra composes it, as written (unresolved, unchecked): the
+    Python API sets its values on each (`cli.choices.with_values`) before it is resolved and checked."""
+    refuse_preset_choices(overrides)
+    return [OmegaConf.to_container(compose_config("config", job, check=False))
+            for job in sweep_jobs([f"experiment={name}", *overrides])]
 
 
 def refuse_preset_choices(overrides: Sequence[str]) -> None:

@@ -10,6 +10,7 @@ imports neither torch nor pandas.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any
 
@@ -21,16 +22,16 @@ from advbench.cli.spec_values import settings, spec_fields
 from advbench.core.catalog import group_options
 
 
-def metric_name(cfg: DictConfig) -> str:
+def metric_name(cfg: Mapping[str, Any]) -> str:
     """The records' metric name: a user's metric's `metric.label`, else the option the user
     chose (`metric=...`), outside Hydra the config's `name`."""
     from hydra.core.hydra_config import HydraConfig
 
-    if cfg.metric.get("label") is not None:
-        return str(cfg.metric.label)
+    if cfg["metric"].get("label") is not None:
+        return str(cfg["metric"]["label"])
     if HydraConfig.initialized():
         return str(HydraConfig.get().runtime.choices["metric"])
-    return str(cfg.metric.get("name", "metric"))
+    return str(cfg["metric"].get("name", "metric"))
 
 
 def resolved(value: Any) -> Any:
@@ -38,7 +39,7 @@ def resolved(value: Any) -> Any:
     return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
 
 
-def job_spec(spec_type: type, cfg: DictConfig, **given: Any) -> Any:
+def job_spec(spec_type: type, cfg: Mapping[str, Any], **given: Any) -> Any:
     """`spec_type` (a frozen dataclass) filled with the config's resolved values of its fields, a group of
     settings built as its field's dataclass (`cli.spec_values`), `given` on top."""
     values = {f.name: resolved(cfg[f.name]) for f in fields(spec_type) if f.name not in given}
@@ -49,31 +50,32 @@ def train_main(cfg: DictConfig) -> Any:
     """`advbench uap train`: train, save and record one UAP; the .pt path."""
     from advbench.quality.uap.training import TrainSpec, train_job
 
-    return train_job(job_spec(TrainSpec, cfg, metric=metric_name(cfg)), build_metric(cfg.metric))
+    return train_job(job_spec(TrainSpec, cfg, metric=metric_name(cfg)), build_metric(cfg["metric"]))
 
 
 def eval_main(cfg: DictConfig) -> Any:
     """`advbench uap eval`: the seed's Table 1 (UAP vs MADC); the table."""
     from advbench.quality.uap.evaluation import Table1Spec, table1_job
 
-    return table1_job(job_spec(Table1Spec, cfg, metric=metric_name(cfg)), build_metric(cfg.metric))
+    return table1_job(job_spec(Table1Spec, cfg, metric=metric_name(cfg)), build_metric(cfg["metric"]))
 
 
 def stability_main(cfg: DictConfig) -> Any:
     """`advbench uap stability`: RD records of a UAP's videos; the run's summary."""
     from advbench.quality.stability.uap_rd import StabilitySpec, stability_job
 
-    return stability_job(job_spec(StabilitySpec, cfg, metric=metric_name(cfg)), build_metric(cfg.metric))
+    return stability_job(job_spec(StabilitySpec, cfg, metric=metric_name(cfg)), build_metric(cfg["metric"]))
 
 
 def iqa_main(cfg: DictConfig) -> Any:
     """`advbench iqa run`: one cell, a metric under an attack at every budget; the part's path."""
-    return iqa_job(cfg, build_metric(cfg.metric), metric_name(cfg))
+    return iqa_job(cfg, build_metric(cfg["metric"]), metric_name(cfg))
 
 
-def iqa_job(cfg: DictConfig, metric: Any, name: str, given: Any = None) -> Any:
-    """One `iqa run` cell of a composed config and a built metric (the Python API's object, or the
-    option's); `given` are the API's images and their source. The part's path."""
+def iqa_job(cfg: Mapping[str, Any], metric: Any, name: str, given: Any = None) -> Any:
+    """One `iqa run` cell of a run config (Hydra's composition, or the Python API's plain data) and a built
+    metric (the Python API's object, or the option's); `given` are the API's images and their source. The
+    part's path."""
     from advbench.core.runtime import set_threads
     from advbench.quality.iqa.run import IqaSpec, iqa_cell
 
@@ -83,23 +85,23 @@ def iqa_job(cfg: DictConfig, metric: Any, name: str, given: Any = None) -> Any:
     return iqa_cell(spec, metric, given, judges)
 
 
-def attack_spec(cfg: DictConfig) -> Any:
+def attack_spec(cfg: Mapping[str, Any]) -> Any:
     """The job's `attack=` option built and checked (its constructor's hyperparameter checks), with the names
     of the hyperparameters its `params` set: a `MetricAttackSpec`."""
     from advbench.quality.iqa.run import MetricAttackSpec
 
-    params = resolved(cfg.attack.params)
+    params = resolved(cfg["attack"]["params"])
     return MetricAttackSpec(construct(params), tuple(key for key in params if key != "_target_"))
 
 
-def judge_names(cfg: DictConfig) -> list[str]:
+def judge_names(cfg: Mapping[str, Any]) -> list[str]:
     """The metric options named by `judges` (`advbench.quality.iqa.judges.check_judge_names`)."""
     from advbench.quality.iqa.judges import check_judge_names
 
     return check_judge_names(resolved(cfg.get("judges")), group_options("metric"))
 
 
-def defense_spec(cfg: DictConfig) -> Any:
+def defense_spec(cfg: Mapping[str, Any]) -> Any:
     """The job's `defense=` option as a checked `MetricDefense` (`none` where the config has no defense), its
     `params` its kind's `TransformParams`."""
     from advbench.quality.metrics.defended import MetricDefense, kind_of
@@ -111,12 +113,13 @@ def defense_spec(cfg: DictConfig) -> Any:
     return MetricDefense(name=name, params=params, seed=int(cfg.get("seed", 0)), **given)
 
 
-def check_iqa(cfg: DictConfig) -> None:
+def check_iqa(cfg: Mapping[str, Any]) -> None:
     """The values an `iqa run` job needs before any work (`advbench.quality.iqa.run.check_iqa_settings`)."""
     from advbench.quality.iqa.run import check_iqa_settings, check_metric_attack
 
     check_iqa_settings(resolved(cfg.get("eps")), cfg.get("batch_size"), cfg.get("chunk_size"))
-    target = str(OmegaConf.select(cfg, "attack.params._target_", default=""))
-    check_metric_attack(str(OmegaConf.select(cfg, "attack.name")), target_of(target) if target else None)
+    attack = cfg.get("attack") or {}
+    target = str((attack.get("params") or {}).get("_target_") or "")
+    check_metric_attack(str(attack.get("name")), target_of(target) if target else None)
     judge_names(cfg)
     defense_spec(cfg)

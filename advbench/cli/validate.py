@@ -17,7 +17,7 @@ import math
 import re
 import types
 import typing
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Callable
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -28,7 +28,7 @@ import advbench.cli.options  # noqa: F401  (registers the ${advbench:cache|data|
 from advbench.cli.option_targets import construct, target_of
 from advbench.core.catalog import CONFIG_ROOTS, invalid_yaml, option_data
 from advbench.core.errors import AdvbenchError, user_error
-from advbench.core.keys import plain_value
+from advbench.core.keys import plain, plain_value
 from advbench.core.names import safe_name
 from advbench.robustness.specs import SEARCH_METHODS, check_fraction
 
@@ -92,7 +92,7 @@ def _amplitudes(key: str, value: Any) -> None:
     """A non-empty list of pixel amplitudes in (0, 1] (0, the unperturbed level, is allowed too)."""
     from advbench.quality.uap.perturbation import check_amplitude  # the quality half loads only for its own commands
 
-    levels = list(value) if isinstance(value, ListConfig) else []
+    levels = list(value) if isinstance(value, (list, ListConfig)) else []
     if not levels:
         raise AdvbenchError(f"{key} must be a non-empty list of amplitudes in (0, 1], e.g. {key}=[0.02,0.04]; "
                             f"got {plain_value(value)!r}")
@@ -119,7 +119,7 @@ def _perturbation(key: str, value: Any) -> None:
 
 def _bitrates(key: str, value: Any) -> None:
     """Target bitrates x264 can aim at: from 1 kbps up to 1e6 kbps (1 Gbit/s, far above lossless HD)."""
-    items = list(value) if isinstance(value, ListConfig) else []
+    items = list(value) if isinstance(value, (list, ListConfig)) else []
     check = _real(1, _MAX_KBPS, open_low=False)
     if not items:
         raise AdvbenchError(f"{key} must be a non-empty list of bitrates in kbps, got {plain_value(value)!r}")
@@ -153,7 +153,7 @@ DEFENSE_CATEGORIES = ("natural training", "robust training", "input transformati
 
 
 def _categories(key: str, value: Any) -> None:
-    values = list(value) if isinstance(value, ListConfig) else [value]
+    values = list(value) if isinstance(value, (list, ListConfig)) else [value]
     bad = [str(v) for v in values if v not in DEFENSE_CATEGORIES]
     if bad or not values:
         raise AdvbenchError(f"{key} must list categories of {', '.join(DEFENSE_CATEGORIES)}; got {plain_value(value)!r}")
@@ -219,10 +219,10 @@ def _check_arguments(key: str, node: Any) -> None:
     int/float/bool/str (or Optional of them) are left to the constructor. NaN is refused for
     every key: it passes each range check (`nan < 0` is false) and breaks only after the work ran.
     """
-    if not isinstance(node, DictConfig) or not isinstance(node.get("_target_"), str):
+    if not isinstance(node, Mapping) or not isinstance(node.get("_target_"), str):
         return
     try:
-        target = target_of(node._target_)
+        target = target_of(node["_target_"])
         hints = typing.get_type_hints(target.__init__ if isinstance(target, type) else target)
     except (Exception, SystemExit):  # an unknown target, an unresolvable annotation, a module of one's own
         return  # that exits on import: Hydra and the constructor report it (`_check_attack` for an attack)
@@ -231,7 +231,8 @@ def _check_arguments(key: str, node: Any) -> None:
             raise AdvbenchError(f"{key}.{name} must be a number, got nan")
         hint = hints.get(str(name))
         kinds = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
-        if hint is None or not all(k in _SIMPLE for k in kinds) or isinstance(value, (DictConfig, ListConfig)):
+        nested = isinstance(value, (Mapping, Sequence)) and not isinstance(value, str)
+        if hint is None or not all(k in _SIMPLE for k in kinds) or nested:
             continue
         if not any(_accepts(k, value) for k in kinds):
             expected = " or ".join(_SIMPLE[k] for k in kinds)
@@ -308,10 +309,20 @@ CHECKS: dict[str, Check] = {
 _ABSENT = object()
 
 
-def validate(cfg: DictConfig) -> None:
-    """Value checks Hydra cannot do (types, ranges, file-name safety), before any work starts."""
+def _select(cfg: Mapping[str, Any], key: str) -> Any:
+    """The value at dotted `key` of a resolved config; `_ABSENT` where it has none."""
+    for part in key.split("."):
+        if not isinstance(cfg, Mapping) or part not in cfg:
+            return _ABSENT
+        cfg = cfg[part]
+    return cfg
+
+
+def validate(cfg: Mapping[str, Any]) -> None:
+    """Value checks Hydra cannot do (types, ranges, file-name safety), before any work starts: on a resolved
+    config, Hydra's composition or the Python API's plain data alike."""
     for key, check in CHECKS.items():
-        value = OmegaConf.select(cfg, key, default=_ABSENT)
+        value = _select(cfg, key)
         if value is not _ABSENT:
             check(key, value)
     if cfg.get("task") == "iqa":
@@ -321,21 +332,21 @@ def validate(cfg: DictConfig) -> None:
     if cfg.get("batch_size") == "auto" and "attack" not in cfg:
         raise AdvbenchError("batch_size=auto applies to advbench run only; give a whole number >= 1")
     shard = cfg.get("shard")
-    if shard is not None and not shard.index < shard.count:
-        raise AdvbenchError(f"shard.index must be below shard.count (0..{shard.count - 1}), got {shard.index}")
-    model = OmegaConf.select(cfg, "model")
-    if isinstance(model, DictConfig):
+    if shard is not None and not shard["index"] < shard["count"]:
+        raise AdvbenchError(f"shard.index must be below shard.count (0..{shard['count'] - 1}), got {shard['index']}")
+    model = cfg.get("model")
+    if isinstance(model, Mapping):
         from advbench.robustness.models.user_models import check_config as check_model_config  # imports torch
 
         check_model_config(model.get("_target_"), model)
     for key in ("dataset", "attack.params", "metric"):
-        _check_arguments(key, OmegaConf.select(cfg, key))
-    params = OmegaConf.select(cfg, "attack.params")
-    if params is not None:
-        built_attack(cfg.attack.get("name", "attack"), params, on_metrics=cfg.get("task") == "iqa")
+        _check_arguments(key, _select(cfg, key))
+    params = _select(cfg, "attack.params")
+    if params not in (None, _ABSENT):
+        built_attack(cfg["attack"].get("name", "attack"), params, on_metrics=cfg.get("task") == "iqa")
 
 
-def built_attack(name: str, params: DictConfig, *, on_metrics: bool) -> Any:
+def built_attack(name: str, params: Mapping[str, Any], *, on_metrics: bool) -> Any:
     """The attack option `name`'s attack, built (cheap, no model) with its own argument checks; a `_target_`
     building no attack is refused. Only the half that runs is imported: a robustness run loads none of the
     quality half (tests/test_single_compose.py)."""
@@ -345,7 +356,7 @@ def built_attack(name: str, params: DictConfig, *, on_metrics: bool) -> Any:
         from advbench.robustness.attacks.attack_contract import Attack as kind
 
     try:  # a module of one's own that raises or exits is one line of `construct`, named below
-        built = construct(OmegaConf.to_container(params, resolve=True))
+        built = construct(plain(params))
     except Exception as exc:  # the constructor's own check, or an error it did not expect
         cause = user_error(exc)
         if cause is not None:  # the attack's own check: named by the keys the user typed
