@@ -31,11 +31,10 @@ import math
 
 import pytest
 import torch
-from hydra.utils import instantiate
-from omegaconf import OmegaConf
 from torch import nn
 
-from advbench.core.catalog import group_options, option_file
+from advbench.cli.option_targets import member_attack
+from advbench.core.catalog import group_options
 from advbench.core.norms import norm as norm_of
 from advbench.robustness.attacks.oracles import WhiteBoxOracle
 from advbench.robustness.evaluation.measure import evaluate_batch
@@ -157,10 +156,7 @@ def minimizing_white_box() -> list[tuple[str, str]]:
 
 def catalogue(name: str):
     """The attack at its catalogue settings (conf/attack/<name>.yaml), a seed fixed where it takes one."""
-    cfg = OmegaConf.load(option_file("attack", name))
-    if "seed" in cfg.params:
-        cfg.params.seed = 0
-    return instantiate(cfg.params)
+    return member_attack(name, seed=0)
 
 
 @pytest.mark.parametrize("norm", ["linf", "l2"])
