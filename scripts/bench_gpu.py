@@ -46,6 +46,7 @@ import torchattacks
 from bench_attacks import TINY_EPS, calibrate_batchnorm, environment, forward_backward, forward_only, interleaved
 from torch import nn
 
+from advbench.cli.option_targets import member_attack
 from advbench.core.errors import AdvbenchError
 from advbench.core.runtime import PRECISIONS, deploy, resolve_device
 from advbench.core.runtime import forward as runtime_forward
@@ -210,7 +211,7 @@ def autoattack_pair(size: Size, model: nn.Module, peer_model: nn.Module, x: torc
     settings = {"advbench member_params": member_params, "original": {
         "apgd.n_iter": it, "apgd_targeted.n_iter": it, "fab.n_iter": it, "square.n_queries": q},
         "target_classes": TARGETS, "counted iterations": "APGD-CE + 9 APGD-T + 9 FAB-T runs + Square iterations"}
-    advbench = ours(lambda: AutoAttack(version="standard", member_params=member_params, seed=0), WhiteBoxOracle,
+    advbench = ours(lambda: AutoAttack(build_member=member_attack, version="standard", member_params=member_params, seed=0), WhiteBoxOracle,
                     model, x, y)
     return Pair(it * (1 + 2 * TARGETS) + q, advbench, "original AutoAttack", original, settings)
 

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from omegaconf import OmegaConf
 
+from advbench.cli.option_targets import MEMBER_BUILDER, member_attack
 from advbench.core.errors import AdvbenchError
 from advbench.robustness.attacks.gradient import PGD
 from advbench.robustness.attacks.score import Square
@@ -77,7 +78,10 @@ def _defaults(option: str) -> tuple[type, dict[str, Any]]:
     params = OmegaConf.to_container(root.attack.params, resolve=True)
     assert isinstance(params, dict)
     module, _, name = str(params.pop("_target_")).rpartition(".")
-    return getattr(importlib.import_module(module), name), params
+    cls = getattr(importlib.import_module(module), name)
+    if MEMBER_BUILDER in cls.hyperparameters:  # an ensemble builds its members as a run does
+        params[MEMBER_BUILDER] = member_attack
+    return cls, params
 
 
 def bad_values(option: str, name: str, default: Any) -> list[Any]:
