@@ -55,6 +55,9 @@ SHORT |= {"zoo": {"n_queries": 331, "coordinates": 16, "lr": 0.1},
 SHORT |= {"alma": {"steps": 50}}
 # Sparse-RS: 300 of its 20,000 queries (digits break within a few dozen at these budgets).
 SHORT |= {"sparse_rs": {"n_queries": 300}}
+# AutoAttack: its FAB-T and Square members, which run on what the APGD members leave (every threat's, ℓ1's
+# included), at 20 iterations and 1,000 queries; test_crosscheck_autoattack*.py run the versions' own settings.
+SHORT |= {"autoattack": {"member_params": {"fab_t": {"n_iter": 20}, "square_autoattack": {"n_queries": 1000}}}}
 
 
 def make_attack(name: str):

@@ -17,10 +17,9 @@
 
 Under ℓ1 the original's standard version runs APGD-CE with 5 restarts and APGD-T towards 5
 classes, both APGD-ℓ1 with its ε schedule (`use_largereps`: 3ε, 2ε, then ε; `apgd_sparse`),
-then FAB-T and Square in their ℓ1 versions. Standard under ℓ1 is its two APGD members here (`NORM_VERSIONS`,
-chosen by `for_norm`), though FAB-T and Square take ℓ1 since FAB-ℓ1 and Square-ℓ1; the other versions
-run their members as under ℓ∞ and ℓ2, where those take ℓ1 (custom, rand: APGD-ℓ1 without the
-ε schedule, as the original's).
+then FAB-T and Square in their ℓ1 versions, as here (`NORM_VERSIONS`, chosen by `for_norm`); the
+other versions run their members as under ℓ∞ and ℓ2 (custom, rand: APGD-ℓ1 without the ε
+schedule, as the original's).
 
 Each member runs on the samples the earlier ones left robust (`worst_case.Ensemble`), so
 `broken_by` says which member broke a sample; `member_params` overrides a member's settings
@@ -74,11 +73,11 @@ VERSIONS: dict[str, dict[str, dict[str, Any]]] = {
 }
 """Each version's members, in the order they run, with the original's settings for them."""
 NORM_VERSIONS: dict[Norm, dict[str, dict[str, dict[str, Any]]]] = {
-    L1_NORM: {"standard": _original("apgd_ce", "apgd_t", apgd_ce={"large_eps": True},
+    L1_NORM: {"standard": _original("apgd_ce", "apgd_t", "fab_t", "square_autoattack", apgd_ce={"large_eps": True},
                                     apgd_t={"n_target_classes": 5, "large_eps": True})},
 }
-"""The versions whose settings the original's `_set_version` changes for a norm (APGD-CE keeps its
-constructor's 5 restarts under ℓ1): under ℓ1 its APGD members only, without its FAB-T and Square."""
+"""The versions whose settings the original's `_set_version` changes for a norm: under ℓ1 APGD-CE keeps its
+constructor's 5 restarts, both APGD members take the ε schedule and APGD-T 5 classes."""
 EOT_PASSES = {"rand": 20}
 """Passes per gradient (the original's `eot_iter`) where a version sets them; else the model's."""
 JUDGES = ("vote", "original")
