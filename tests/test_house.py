@@ -239,12 +239,18 @@ def test_only_the_command_line_reads_an_options_class_path() -> None:
     assert [line for p in below for line in target_keys(p)] == []
 
 
-def test_the_target_key_finder_finds_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def planted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layer: str, source: str) -> Path:
+    """`source` written as advbench/<layer>/planted.py of a package under `tmp_path`, which the finders then read."""
     monkeypatch.setattr(f"{__name__}.PACKAGE", tmp_path / "advbench")
-    source = tmp_path / "advbench" / "quality" / "planted.py"
-    source.parent.mkdir(parents=True)
-    source.write_text('"""Builds from `_target_` in words only."""\n\n\ndef f(spec):\n'
-                      '    message = f"_target_ {spec} is wrong"\n    return spec.pop("_target_"), message\n')
+    path = tmp_path / "advbench" / layer / "planted.py"
+    path.parent.mkdir(parents=True)
+    path.write_text(source)
+    return path
+
+
+def test_the_target_key_finder_finds_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    source = planted(tmp_path, monkeypatch, "quality", '"""Builds from `_target_` in words only."""\n\n\ndef f(spec):\n'
+                     '    message = f"_target_ {spec} is wrong"\n    return spec.pop("_target_"), message\n')
     assert target_keys(source) == ["advbench/quality/planted.py:6"]
 
 
@@ -275,11 +281,9 @@ def test_specs_below_the_command_line_are_typed_to_their_leaves() -> None:
 
 
 def test_the_untyped_field_finder_finds_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(f"{__name__}.PACKAGE", tmp_path / "advbench")
-    source = tmp_path / "advbench" / "robustness" / "planted.py"
-    source.parent.mkdir(parents=True)
-    source.write_text("from dataclasses import dataclass, field\n\n\n@dataclass(frozen=True)\nclass OddSpec:\n"
-                      "    name: str\n    config: Mapping[str, Any]\n    extra: dict[str, Any] = field(default_factory=dict)\n\n\n"
-                      "@dataclass\nclass Record:\n    columns: dict[str, Any]\n")
+    source = planted(tmp_path, monkeypatch, "robustness",
+                     "from dataclasses import dataclass, field\n\n\n@dataclass(frozen=True)\nclass OddSpec:\n"
+                     "    name: str\n    config: Mapping[str, Any]\n    extra: dict[str, Any] = field(default_factory=dict)\n\n\n"
+                     "@dataclass\nclass Record:\n    columns: dict[str, Any]\n")
     assert untyped_spec_fields(source) == ["advbench/robustness/planted.py:7 OddSpec.config",
                                            "advbench/robustness/planted.py:8 OddSpec.extra"]
