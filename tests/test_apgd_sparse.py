@@ -93,10 +93,14 @@ def test_the_eps_schedule_is_refused_outside_l1_and_kept_out_of_the_records_when
 
 def test_the_engine_costs_autoattack_under_l1_with_the_originals_l1_members(tmp_path: Path) -> None:
     """The cell's attack is the one `for_norm` gives for its threat: under ℓ1 AutoAttack's standard
-    declares its two APGD-ℓ1 members' 500 + 500 gradients, under ℓ∞ its four members'."""
-    costs = {}
+    declares APGD-CE's 5 restarts and APGD-T's 5 classes (500 + 500 gradients), FAB-T's 9 classes (900)
+    and Square's 5,001 queries; under ℓ∞ APGD-CE runs one start and APGD-T 9 classes (100 + 900 + 900)."""
+    costs, restarts = {}, {}
     for threat in ("l1", "linf"):
-        cfg = compose_config("config", ["attack=autoattack", f"threat={threat}", f"cache_dir={tmp_path}"])
-        costs[threat] = cell_cost(cell_spec(cfg)).per_run
-    assert costs["l1"].grad_evals == 1000 and costs["l1"].queries == 0
-    assert costs["linf"].queries > 5000
+        spec = cell_spec(compose_config("config", ["attack=autoattack", f"threat={threat}", f"cache_dir={tmp_path}"]))
+        costs[threat] = cell_cost(spec).per_run
+        resolved = spec.attack.attack.for_norm(spec.threat.norm).params()["resolved"]
+        restarts[threat] = (resolved["apgd_ce"]["n_restarts"], resolved["apgd_t"]["n_target_classes"])
+    assert restarts == {"l1": (5, 5), "linf": (1, 9)}
+    assert (costs["l1"].grad_evals, costs["l1"].queries) == (500 + 500 + 900, 5001)
+    assert (costs["linf"].grad_evals, costs["linf"].queries) == (100 + 900 + 900, 5001)
