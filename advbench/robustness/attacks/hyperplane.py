@@ -97,15 +97,16 @@ def project_l1(t: torch.Tensor, w: torch.Tensor, b: torch.Tensor, bounds: tuple[
     """
     w, c, room = _oriented(t, w, b, bounds)
     rate, order = w.abs().sort(dim=1, descending=True)
-    gain = rate * room.gather(1, order)
+    room = room.gather(1, order)                             # from here on in the order of |w_i|
+    gain = rate * room
     done = gain.cumsum(dim=1)
     k = (done < c[:, None]).sum(dim=1, keepdim=True)        # coordinates filled before the one completing it
     d = w.shape[1]
     before = torch.where(k > 0, done.gather(1, (k - 1).clamp_min(0)), torch.zeros_like(c[:, None]))
     last = ((c[:, None] - before) / rate.gather(1, k.clamp_max(d - 1)).clamp_min(torch.finfo(w.dtype).tiny))
     at = torch.arange(d, device=w.device)[None]
-    moved = torch.where(at < k, room.gather(1, order), torch.where(at == k, last, torch.zeros_like(gain)))
-    step = torch.empty_like(moved).scatter_(1, order, torch.minimum(moved, room.gather(1, order)))
+    moved = torch.where(at < k, room, torch.where(at == k, last, torch.zeros_like(gain)))
+    step = torch.empty_like(moved).scatter_(1, order, torch.minimum(moved, room))
     return w.sign() * step
 
 
